@@ -1,0 +1,29 @@
+"""Read, write, validate and select FatELF v1 bundles.
+
+FatELF (FatELF specification v1, icculus/fatelf
+docs/fatelf-specification.txt) packs several ELF images for different
+targets into one file: an 8-byte little-endian header, a table of 24-byte
+records (one per ELF: e_machine, OSABI, OSABI version, word size, byte order,
+offset, size) and the page-aligned ELF images.  See :mod:`fatelf.format` for
+the exact layout.
+
+    >>> import fatelf
+    >>> bundle = fatelf.join([x86_64_so, aarch64_so])        # doctest: +SKIP
+    >>> fatelf.FatElf.parse(bundle).arches                    # doctest: +SKIP
+    ['x86_64', 'aarch64']
+    >>> fatelf.select(bundle, "aarch64") == aarch64_so        # doctest: +SKIP
+    True
+"""
+
+from .arches import ALIASES, ARCHES, arch_name, arch_target, host_arch, parse_arch
+from .build import join, pack, remove, replace
+from .errors import FatElfError, FatElfFormatError, FatElfInputError, FatElfSelectError
+from .format import (MAGIC, PAGE_SIZE, VERSION, FatElf, Record, is_fatelf, read, select,
+                     split)
+
+__all__ = [
+    "ALIASES", "ARCHES", "MAGIC", "PAGE_SIZE", "VERSION",
+    "FatElf", "FatElfError", "FatElfFormatError", "FatElfInputError", "FatElfSelectError",
+    "Record", "arch_name", "arch_target", "host_arch", "is_fatelf", "join", "pack",
+    "parse_arch", "read", "remove", "replace", "select", "split",
+]

@@ -1,0 +1,306 @@
+"""``fatelf`` command line tool.
+
+Subcommands (the verbs of icculus/fatelf's fatelf-* tools and IREE's
+iree-fatelf)::
+
+    fatelf join [-o OUT] ELF...             bundle ELFs (stdout without -o)
+    fatelf split FAT [--output-dir DIR]     one ELF per record, paths printed
+    fatelf select FAT [--arch ARCH] [-o OUT] ELF a loader would pick (host arch
+                                            by default); a plain ELF passes through
+    fatelf dump FAT                         every header and record field
+    fatelf info FAT                         human summary of the bundle
+    fatelf validate FAT                     full validation
+    fatelf extract FAT --arch T [-o OUT]    the ELF of target T (stdout without -o)
+    fatelf remove FAT --arch T [-o OUT]     bundle without target T
+    fatelf replace FAT ELF [-o OUT]         bundle with ELF replacing the record
+                                            of the same target
+    fatelf verify FAT --arch T              exit 0 if the bundle has target T
+
+``split`` names each file ``<bundle stem>_<name>.so`` in DIR (default: the
+bundle's directory), where ``<name>`` is the record's architecture name
+(``bundle.sos`` -> ``bundle_x86_64.so``), or, when two records share an
+architecture, ``<arch>_<osabi>_osabiver<N>``.
+
+Targets ``T`` for extract/remove/verify are described in
+:mod:`fatelf.targets` (``x86_64``, ``arm64:linux``, ``record2``...).
+
+icculus' fatelf-remove and fatelf-replace always write a new file
+(``<out> <in> <target>``) and leave the input alone; here ``-o OUT`` does the
+same, and without ``-o`` the bundle is rewritten in place (a new file is
+written next to it and renamed over it, so a failure leaves it intact).
+
+Exit status: 0 on success, 1 on invalid input or a failed check (a one-line
+``fatelf: <reason>`` on stderr), 2 on usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from . import build, targets
+from .arches import host_arch, machine_name, osabi_name
+from .elf import elf_target
+from .errors import FatElfError, FatElfInputError
+from .format import (BYTE_ORDER_CODES, FatElf, WORD_SIZE_CODES, is_fatelf, read_table)
+
+PROG = "fatelf"
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _load(path: str) -> FatElf:
+    return FatElf.parse(_read(path), path)
+
+
+def _write(path: str | None, data: bytes) -> None:
+    if path is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def _rewrite(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically, keeping its permissions."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".fatelf-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        shutil.copymode(path, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def cmd_join(args) -> int:
+    data = build.join([_read(p) for p in args.elfs], names=args.elfs)
+    _write(args.output, data)
+    return 0
+
+
+def cmd_split(args) -> int:
+    fat = _load(args.fat)
+    outdir = Path(args.output_dir) if args.output_dir else Path(args.fat).parent
+    outdir.mkdir(parents=True, exist_ok=True)
+    stem = Path(args.fat).stem
+    for label, (_, elf) in zip(targets.target_names(fat), fat.split()):
+        path = outdir / f"{stem}_{label.replace(':', '_')}.so"
+        path.write_bytes(elf)
+        print(path)
+    return 0
+
+
+def cmd_select(args) -> int:
+    data = _read(args.fat)
+    if is_fatelf(data):
+        elf = FatElf.parse(data, args.fat).select(args.arch)
+    else:
+        try:
+            elf_target(data, args.fat, FatElfInputError)
+        except FatElfInputError as e:
+            raise FatElfInputError(f"{e}, and not a FatELF either") from None
+        elf = data
+    _write(args.output, elf)
+    return 0
+
+
+def cmd_dump(args) -> int:
+    data = _read(args.fat)
+    raw = read_table(data, args.fat)
+    out = ["fatelf_header:",
+           f"       magic: {raw.magic:08X}",
+           f"     version: {raw.version}",
+           f"     records: {raw.record_count}",
+           f"    reserved: {raw.reserved:02X}",
+           ""]
+    for i, r in enumerate(raw.records):
+        bits = WORD_SIZE_CODES.get(r.word_size)
+        order = BYTE_ORDER_CODES.get(r.byte_order)
+        out += [f"fatelf_record[{i}]:",
+                f"     machine: {r.machine} / {r.machine:04X} = {machine_name(r.machine)}",
+                f"       osabi: {r.osabi} / {r.osabi:02X} = {osabi_name(r.osabi)}",
+                f"     version: {r.osabi_version} / {r.osabi_version:02X}",
+                f"   word_size: {r.word_size} / {r.word_size:02X} = "
+                + (f"ELFCLASS{bits}" if bits else "<unknown>"),
+                f"  byte_order: {r.byte_order} / {r.byte_order:02X} = "
+                + ({"big": "ELFDATA2MSB (big-endian)", "little": "ELFDATA2LSB (little-endian)"}
+                   .get(order, "<unknown>")),
+                f"   reserved0: {r.reserved0} / {r.reserved0:02X}",
+                f"   reserved1: {r.reserved1} / {r.reserved1:02X}",
+                f"      offset: {r.offset} / {r.offset:016X}",
+                f"        size: {r.size} / {r.size:016X}",
+                ""]
+    print("\n".join(out), end="")
+    sys.stdout.flush()
+    FatElf.parse(data, args.fat)  # report (after the dump) if anything is wrong
+    return 0
+
+
+def cmd_info(args) -> int:
+    fat = _load(args.fat)
+    names = targets.target_names(fat)
+    print(f"{fat.name}: FatELF format version 1")
+    print(f"{len(fat.records)} records.")
+    if fat.trailer:
+        print(f"{len(fat.trailer)} bytes of junk appended, starting at offset "
+              f"{fat.payload_end}.")
+    for i, rec in enumerate(fat.records):
+        print(f"Binary at index #{i}: {rec.arch}")
+        print(f"  OSABI {rec.osabi} ({osabi_name(rec.osabi)}) version {rec.osabi_version}")
+        print(f"  {rec.word_size} bits")
+        print(f"  {rec.byte_order}-endian byte order")
+        print(f"  Machine {rec.machine} ({machine_name(rec.machine)})")
+        print(f"  Offset {rec.offset} ({rec.offset:#x})")
+        print(f"  Size {rec.size} ({rec.size:#x})")
+        print(f"  Target name: '{names[i]}' or 'record{i}'")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    fat = _load(args.fat)
+    print(f"{fat.name}: valid FatELF version 1, {len(fat.records)} records: "
+          f"{', '.join(fat.arches)}")
+    return 0
+
+
+def cmd_extract(args) -> int:
+    fat = _load(args.fat)
+    _write(args.output, fat.payload(targets.resolve(fat, args.arch)))
+    return 0
+
+
+def _emit_bundle(args, data: bytes) -> None:
+    if args.output is None:
+        _rewrite(args.fat, data)
+    else:
+        _write(args.output, data)
+
+
+def cmd_remove(args) -> int:
+    data = _read(args.fat)
+    idx = targets.resolve(FatElf.parse(data, args.fat), args.arch)
+    _emit_bundle(args, build.remove(data, idx, args.fat))
+    return 0
+
+
+def cmd_replace(args) -> int:
+    data = build.replace(_read(args.fat), _read(args.elf), args.fat, args.elf)
+    _emit_bundle(args, data)
+    return 0
+
+
+def cmd_verify(args) -> int:
+    fat = _load(args.fat)
+    found = targets.matching_indices(fat, args.arch)
+    if not found:
+        print(f"{PROG}: {fat.name}: no record for target {args.arch!r}; the bundle holds: "
+              f"{', '.join(targets.target_names(fat))}", file=sys.stderr)
+        return 1
+    print(f"{fat.name}: has {args.arch} (record {', '.join(map(str, found))})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, description="Read, write, validate and select FatELF v1 bundles.",
+        epilog="Exit status: 0 success, 1 invalid input or failed check, 2 usage error.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name, func, help_text):
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        sp.set_defaults(func=func)
+        return sp
+
+    def out(sp, what):
+        sp.add_argument("-o", "--output", metavar="OUT", help=what)
+
+    sp = add("join", cmd_join, "Bundle ELF files into one FatELF.")
+    sp.add_argument("elfs", nargs="+", metavar="ELF")
+    out(sp, "output file (default: stdout)")
+
+    sp = add("split", cmd_split, "Write every ELF of a bundle to <stem>_<arch>.so files.")
+    sp.add_argument("fat", metavar="FAT")
+    sp.add_argument("--output-dir", metavar="DIR",
+                    help="directory for the ELFs (default: the bundle's directory)")
+
+    sp = add("select", cmd_select,
+             "Write the ELF a loader would pick for ARCH (OSABI none/linux/standalone).")
+    sp.add_argument("fat", metavar="FAT")
+    sp.add_argument("--arch", default=None,
+                    help=f"architecture name (default: host, {_host_or_unknown()})")
+    out(sp, "output file (default: stdout)")
+
+    sp = add("dump", cmd_dump, "Print every header and record field.")
+    sp.add_argument("fat", metavar="FAT")
+
+    sp = add("info", cmd_info, "Describe a bundle and its records.")
+    sp.add_argument("fat", metavar="FAT")
+
+    sp = add("validate", cmd_validate, "Check a bundle thoroughly.")
+    sp.add_argument("fat", metavar="FAT")
+
+    sp = add("extract", cmd_extract, "Write the ELF of one target.")
+    sp.add_argument("fat", metavar="FAT")
+    sp.add_argument("--arch", required=True, metavar="TARGET",
+                    help="arch name with optional :qualifiers, or record<N>")
+    out(sp, "output file (default: stdout)")
+
+    sp = add("remove", cmd_remove, "Remove the record of one target.")
+    sp.add_argument("fat", metavar="FAT")
+    sp.add_argument("--arch", required=True, metavar="TARGET",
+                    help="arch name with optional :qualifiers, or record<N>")
+    out(sp, "output file (default: rewrite FAT in place)")
+
+    sp = add("replace", cmd_replace, "Replace the record with the same target as ELF.")
+    sp.add_argument("fat", metavar="FAT")
+    sp.add_argument("elf", metavar="ELF")
+    out(sp, "output file (default: rewrite FAT in place)")
+
+    sp = add("verify", cmd_verify, "Exit 0 if the bundle holds a target, 1 otherwise.")
+    sp.add_argument("fat", metavar="FAT")
+    sp.add_argument("--arch", required=True, metavar="TARGET",
+                    help="arch name with optional :qualifiers, or record<N>")
+    return p
+
+
+def _host_or_unknown() -> str:
+    try:
+        return host_arch()
+    except FatElfError:
+        return "unknown"
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: {' '.join(str(message).split())}", file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except FatElfError as e:
+        return _fail(str(e))
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename else ""
+        return _fail(f"{where}{e.strerror or e}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

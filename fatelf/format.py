@@ -1,0 +1,422 @@
+"""FatELF v1 layout, parsing, validation and selection.
+
+Layout (FatELF specification v1, icculus/fatelf docs/fatelf-specification.txt;
+the C structs are in include/fatelf.h of the same repository).  Every field is
+little endian regardless of the contained ELFs::
+
+    header, 8 bytes at offset 0
+      0  u32  magic          0x1F0E70FA (bytes FA 70 0E 1F)
+      4  u16  version        1 (the only version defined)
+      6  u8   record_count   number of records that follow
+      7  u8   reserved       must be 0
+
+    record_count records of 24 bytes each, starting at offset 8
+      0  u16  machine        ELF e_machine
+      2  u8   osabi          ELF e_ident[EI_OSABI]
+      3  u8   osabi_version  ELF e_ident[EI_ABIVERSION]
+      4  u8   word_size      1 = 32-bit, 2 = 64-bit (same codes as EI_CLASS)
+      5  u8   byte_order     0 = big endian (MSB), 1 = little endian (LSB)
+                             (NOT the EI_DATA codes, which are 2 and 1)
+      6  u8   reserved0      must be 0
+      7  u8   reserved1      must be 0
+      8  u64  offset         file offset of the ELF image
+     16  u64  size           size of the ELF image in bytes
+
+The ELF images follow the table, each at an offset aligned for its platform
+(4096 in practice, as the reference tools assume), padded with zero bytes.
+Records must not overlap one another, two records must not describe the same
+target, and a reader must check every record against the real header of the
+ELF it points to.  Bytes after the last image are allowed (the reference tools
+call them "junk" and carry them along); :attr:`FatElf.trailer` exposes them.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from typing import NamedTuple, Union
+
+from .arches import RUNTIME_OSABIS, arch_name, host_arch, osabi_name, parse_arch
+from .elf import elf_target
+from .errors import FatElfError, FatElfFormatError, FatElfInputError, FatElfSelectError
+
+MAGIC = 0x1F0E70FA
+VERSION = 1
+PAGE_SIZE = 4096
+HEADER = struct.Struct("<IHBB")
+RECORD = struct.Struct("<HBBBBBBQQ")
+HEADER_SIZE = HEADER.size  # 8
+RECORD_SIZE = RECORD.size  # 24
+MAX_RECORDS = 255
+
+#: record word_size code <-> bits
+WORD_SIZE_CODES = {1: 32, 2: 64}
+WORD_SIZE_FROM_BITS = {32: 1, 64: 2}
+#: record byte_order code <-> name
+BYTE_ORDER_CODES = {0: "big", 1: "little"}
+BYTE_ORDER_FROM_NAME = {"big": 0, "little": 1}
+#: ELF EI_DATA code for a byte order (differs from the record code!)
+EI_DATA_FROM_NAME = {"little": 1, "big": 2}
+
+DEFAULT_NAME = "<memory>"
+
+
+def table_size(count: int) -> int:
+    """Bytes taken by the header plus ``count`` records."""
+    return HEADER_SIZE + RECORD_SIZE * count
+
+
+def align_up(value: int, alignment: int = PAGE_SIZE) -> int:
+    return -(-value // alignment) * alignment
+
+
+def is_fatelf(data) -> bool:
+    """True when ``data`` starts with the FatELF magic (just the magic)."""
+    return len(data) >= 4 and int.from_bytes(bytes(data[:4]), "little") == MAGIC
+
+
+@dataclass(frozen=True)
+class Record:
+    """One entry of the record table, in friendly units.
+
+    ``word_size`` is in bits (32 or 64) and ``byte_order`` is ``'little'`` or
+    ``'big'``; :meth:`pack` converts them to the on-disk codes.
+    """
+
+    machine: int
+    osabi: int
+    osabi_version: int
+    word_size: int
+    byte_order: str
+    offset: int = 0
+    size: int = 0
+
+    def __post_init__(self):
+        checks = (
+            ("machine", 0 <= self.machine <= 0xFFFF),
+            ("osabi", 0 <= self.osabi <= 0xFF),
+            ("osabi_version", 0 <= self.osabi_version <= 0xFF),
+            ("word_size", self.word_size in WORD_SIZE_FROM_BITS),
+            ("byte_order", self.byte_order in BYTE_ORDER_FROM_NAME),
+            ("offset", 0 <= self.offset < 1 << 64),
+            ("size", 0 <= self.size < 1 << 64),
+        )
+        for field, ok in checks:
+            if not ok:
+                raise FatElfError(f"Record: invalid {field} {getattr(self, field)!r}")
+
+    @property
+    def target(self) -> tuple[int, int, int, int, str]:
+        """(machine, osabi, osabi_version, word_size, byte_order)."""
+        return (self.machine, self.osabi, self.osabi_version, self.word_size, self.byte_order)
+
+    @property
+    def arch(self) -> str:
+        """Architecture name, e.g. ``x86_64`` (see :func:`fatelf.arches.arch_name`)."""
+        return arch_name(self.machine, self.word_size, self.byte_order)
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.size
+
+    @property
+    def sort_key(self) -> tuple[int, int, int, int, int]:
+        """Order used by ``join``: machine, word size, byte order, OSABI,
+        OSABI version (the field precedence of icculus' fatelf-split)."""
+        return (self.machine, self.word_size, BYTE_ORDER_FROM_NAME[self.byte_order],
+                self.osabi, self.osabi_version)
+
+    def describe(self) -> str:
+        return (f"{self.arch} (machine {self.machine}, {self.word_size}-bit, "
+                f"{self.byte_order}-endian, OSABI {self.osabi} {osabi_name(self.osabi)}, "
+                f"version {self.osabi_version})")
+
+    def pack(self) -> bytes:
+        """The 24 on-disk bytes of this record."""
+        return RECORD.pack(self.machine, self.osabi, self.osabi_version,
+                           WORD_SIZE_FROM_BITS[self.word_size],
+                           BYTE_ORDER_FROM_NAME[self.byte_order], 0, 0,
+                           self.offset, self.size)
+
+    @classmethod
+    def from_elf(cls, elf, name: str = DEFAULT_NAME, offset: int = 0) -> "Record":
+        """Record describing the ELF image ``elf`` (size = its length).
+        Raises :class:`FatElfInputError` when ``elf`` is not a usable ELF."""
+        t = elf_target(elf, name, FatElfInputError)
+        return cls(t.machine, t.osabi, t.osabi_version, t.word_size, t.byte_order,
+                   offset, len(elf))
+
+
+class RawRecord(NamedTuple):
+    """A record exactly as stored (codes, not friendly units)."""
+
+    machine: int
+    osabi: int
+    osabi_version: int
+    word_size: int
+    byte_order: int
+    reserved0: int
+    reserved1: int
+    offset: int
+    size: int
+
+
+class RawHeader(NamedTuple):
+    magic: int
+    version: int
+    record_count: int
+    reserved: int
+    records: tuple[RawRecord, ...]
+
+
+def read_table(data, name: str = DEFAULT_NAME) -> RawHeader:
+    """Decode header and record table without judging their contents.
+
+    Only checks what is needed to decode them: the magic, version 1 and that
+    the table fits in ``data``.  Raises :class:`FatElfFormatError`.
+    """
+    n = len(data)
+    if n < HEADER_SIZE:
+        raise FatElfFormatError(f"{name}: header: file is {n} bytes, shorter than "
+                                f"the {HEADER_SIZE}-byte FatELF header")
+    magic, version, count, reserved = HEADER.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise FatElfFormatError(f"{name}: header: magic {magic:#010x} is not the "
+                                f"FatELF magic {MAGIC:#010x}")
+    if version != VERSION:
+        raise FatElfFormatError(f"{name}: header: version {version} is not supported "
+                                f"(only version {VERSION} is defined)")
+    need = table_size(count)
+    if n < need:
+        raise FatElfFormatError(f"{name}: header: record_count {count} needs a "
+                                f"{need:#x}-byte header and record table but the file "
+                                f"has {n:#x} bytes")
+    records = tuple(RawRecord(*RECORD.unpack_from(data, table_size(i)))
+                    for i in range(count))
+    return RawHeader(magic, version, count, reserved, records)
+
+
+def _check_record(name: str, i: int, raw: RawRecord, file_size: int,
+                  table_end: int, alignment: int) -> Record:
+    where = f"{name}: record {i}"
+    if raw.reserved0 or raw.reserved1:
+        field = "reserved0" if raw.reserved0 else "reserved1"
+        raise FatElfFormatError(f"{where}: {field} {getattr(raw, field):#04x} is not zero")
+    if raw.word_size not in WORD_SIZE_CODES:
+        raise FatElfFormatError(f"{where}: word_size {raw.word_size} is neither "
+                                f"1 (32-bit) nor 2 (64-bit)")
+    if raw.byte_order not in BYTE_ORDER_CODES:
+        raise FatElfFormatError(f"{where}: byte_order {raw.byte_order} is neither "
+                                f"0 (big endian) nor 1 (little endian)")
+    if raw.size == 0:
+        raise FatElfFormatError(f"{where}: size 0 at offset {raw.offset:#x} holds no ELF")
+    if raw.offset < table_end:
+        raise FatElfFormatError(f"{where}: offset {raw.offset:#x} lies inside the header "
+                                f"and record table (which end at {table_end:#x})")
+    if raw.offset + raw.size > file_size:
+        raise FatElfFormatError(f"{where}: offset {raw.offset:#x} + size {raw.size:#x} "
+                                f"lies outside the file ({file_size:#x} bytes)")
+    if raw.offset % alignment:
+        raise FatElfFormatError(f"{where}: offset {raw.offset:#x} is not aligned to "
+                                f"{alignment:#x} bytes")
+    bits = WORD_SIZE_CODES[raw.word_size]
+    if bits == 32 and raw.offset + raw.size > 0xFFFFFFFF:
+        raise FatElfFormatError(f"{where}: 32-bit ELF at offset {raw.offset:#x} + size "
+                                f"{raw.size:#x} ends past 4 GiB")
+    return Record(raw.machine, raw.osabi, raw.osabi_version, bits,
+                  BYTE_ORDER_CODES[raw.byte_order], raw.offset, raw.size)
+
+
+def _check_payload(name: str, i: int, rec: Record, payload: bytes) -> None:
+    where = f"{name}: record {i}"
+    t = elf_target(payload, f"{where}: payload at offset {rec.offset:#x}", FatElfFormatError)
+    ws = WORD_SIZE_FROM_BITS
+    bo = BYTE_ORDER_FROM_NAME
+    mismatches = (
+        ("word_size", rec.word_size != t.word_size,
+         f"{ws[rec.word_size]} ({rec.word_size}-bit)", "EI_CLASS",
+         f"{ws[t.word_size]} ({t.word_size}-bit)"),
+        ("byte_order", rec.byte_order != t.byte_order,
+         f"{bo[rec.byte_order]} ({rec.byte_order} endian)", "EI_DATA",
+         f"{EI_DATA_FROM_NAME[t.byte_order]} ({t.byte_order} endian)"),
+        ("machine", rec.machine != t.machine, str(rec.machine), "e_machine", str(t.machine)),
+        ("osabi", rec.osabi != t.osabi, str(rec.osabi), "EI_OSABI", str(t.osabi)),
+        ("osabi_version", rec.osabi_version != t.osabi_version, str(rec.osabi_version),
+         "EI_ABIVERSION", str(t.osabi_version)),
+    )
+    for field, bad, mine, elf_field, theirs in mismatches:
+        if bad:
+            raise FatElfFormatError(f"{where}: {field} {mine} disagrees with the ELF "
+                                    f"header's {elf_field} {theirs}")
+
+
+RecordRef = Union[int, Record]
+
+
+class FatElf:
+    """A parsed, fully validated FatELF bundle.
+
+    ``records`` lists the records in table order; ``data`` is the whole file
+    and ``name`` the label used in error messages.
+    """
+
+    def __init__(self, data: bytes, records: list[Record], name: str = DEFAULT_NAME):
+        self.data = data
+        self.records = records
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"FatElf(name={self.name!r}, arches={self.arches!r})"
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @classmethod
+    def parse(cls, data, name: str = DEFAULT_NAME, *, alignment: int = PAGE_SIZE) -> "FatElf":
+        """Parse and validate ``data`` (bytes-like).
+
+        Checks: magic, version 1, reserved byte 0, at least one record, the
+        record table inside the file, every record's reserved bytes, codes,
+        non-zero size, placement after the table and inside the file,
+        ``alignment`` of its offset (pass 1 to disable), no overlap between
+        records, no two records for one target, and that each payload is an
+        ELF whose header agrees with its record (``e_machine`` is read in the
+        payload's own byte order).  Raises :class:`FatElfFormatError`.
+        """
+        data = bytes(data)
+        raw = read_table(data, name)
+        if raw.reserved:
+            raise FatElfFormatError(f"{name}: header: reserved {raw.reserved:#04x} is not zero")
+        if raw.record_count == 0:
+            raise FatElfFormatError(f"{name}: header: record_count 0; a FatELF holds at "
+                                    f"least one ELF")
+        table_end = table_size(raw.record_count)
+        records = [_check_record(name, i, r, len(data), table_end, alignment)
+                   for i, r in enumerate(raw.records)]
+        order = sorted(range(len(records)), key=lambda i: (records[i].offset, i))
+        for a, b in zip(order, order[1:]):
+            ra, rb = records[a], records[b]
+            if ra.end > rb.offset:
+                first, second = min(a, b), max(a, b)
+                r1, r2 = records[first], records[second]
+                raise FatElfFormatError(
+                    f"{name}: record {second}: offset {r2.offset:#x} + size {r2.size:#x} "
+                    f"overlaps record {first} (offset {r1.offset:#x} + size {r1.size:#x})")
+        seen: dict[tuple, int] = {}
+        for i, rec in enumerate(records):
+            if rec.target in seen:
+                raise FatElfFormatError(
+                    f"{name}: record {i}: target {rec.describe()} duplicates record "
+                    f"{seen[rec.target]}")
+            seen[rec.target] = i
+        for i, rec in enumerate(records):
+            _check_payload(name, i, rec, data[rec.offset:rec.end])
+        return cls(data, records, name)
+
+    # -- access ---------------------------------------------------------------
+
+    @property
+    def arches(self) -> list[str]:
+        """Architecture names of the records, in table order."""
+        return [r.arch for r in self.records]
+
+    @property
+    def payload_end(self) -> int:
+        """Offset just past the furthest ELF image."""
+        return max(r.end for r in self.records)
+
+    @property
+    def trailer(self) -> bytes:
+        """Bytes after the last ELF image (empty for bundles ``join`` makes)."""
+        return self.data[self.payload_end:]
+
+    def index(self, record_or_index: RecordRef) -> int:
+        """Table index of a record given as index or :class:`Record`."""
+        if isinstance(record_or_index, Record):
+            for i, rec in enumerate(self.records):
+                if rec == record_or_index:
+                    return i
+            raise FatElfSelectError(f"{self.name}: record {record_or_index.describe()} "
+                                    f"at offset {record_or_index.offset:#x} is not in "
+                                    f"this bundle")
+        i = record_or_index
+        if not isinstance(i, int) or not 0 <= i < len(self.records):
+            raise FatElfSelectError(f"{self.name}: record {i!r} does not exist (the bundle "
+                                    f"has {len(self.records)} records)")
+        return i
+
+    def payload(self, record_or_index: RecordRef) -> bytes:
+        """Exact bytes of one ELF image."""
+        rec = self.records[self.index(record_or_index)]
+        return self.data[rec.offset:rec.end]
+
+    def split(self) -> list[tuple[Record, bytes]]:
+        """Every record with its ELF image, in table order."""
+        return [(rec, self.data[rec.offset:rec.end]) for rec in self.records]
+
+    def find(self, arch: str | None = None, *, machine: int | None = None,
+             word_size: int | None = None, byte_order: str | None = "little") -> Record:
+        """The record a loader for the given target would pick.
+
+        Give either ``arch`` (a name from :data:`fatelf.arches.ARCHES`, an
+        alias, optionally with a ``_be``/``_le`` suffix that overrides
+        ``byte_order``) or ``machine`` (e_machine) with an optional
+        ``word_size`` in bits; with neither, the host architecture is used.
+        ``byte_order=None`` accepts either order.  Only records whose OSABI is
+        0 (none), 3 (Linux) or 255 (standalone) qualify; the first qualifying
+        record in table order wins.  Raises :class:`FatElfSelectError`, listing
+        the bundle's architectures, when nothing matches.
+        """
+        if arch is not None and (machine is not None or word_size is not None):
+            raise FatElfSelectError(f"{self.name}: give either an architecture name "
+                                    f"or machine/word_size, not both")
+        if machine is None:
+            machine, word_size, order = parse_arch(arch if arch is not None else host_arch())
+            if order is not None:
+                byte_order = order
+        for rec in self.records:
+            if (rec.machine == machine
+                    and (word_size is None or rec.word_size == word_size)
+                    and (byte_order is None or rec.byte_order == byte_order)
+                    and rec.osabi in RUNTIME_OSABIS):
+                return rec
+        wanted = arch_name(machine, word_size, byte_order or "little") if word_size else \
+            f"machine {machine}"
+        held = ", ".join(
+            r.arch if r.osabi in RUNTIME_OSABIS else f"{r.arch} (OSABI {osabi_name(r.osabi)})"
+            for r in self.records)
+        raise FatElfSelectError(
+            f"{self.name}: no record for {wanted} (machine {machine}, "
+            f"{f'{word_size}-bit' if word_size else 'any word size'}, "
+            f"{byte_order + ' endian' if byte_order else 'any byte order'}, "
+            f"OSABI none/linux/standalone); the bundle holds: {held}")
+
+    def select(self, arch: str | None = None, *, machine: int | None = None,
+               word_size: int | None = None, byte_order: str | None = "little") -> bytes:
+        """Bytes of the ELF :meth:`find` picks."""
+        return self.payload(self.find(arch, machine=machine, word_size=word_size,
+                                      byte_order=byte_order))
+
+
+def read(path: str | os.PathLike) -> FatElf:
+    """Read and validate the FatELF file at ``path`` (errors name ``path``)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    return FatElf.parse(data, name=os.fspath(path))
+
+
+def select(data, arch: str | None = None, *, machine: int | None = None,
+           word_size: int | None = None, byte_order: str | None = "little",
+           name: str = DEFAULT_NAME):
+    """The ELF for a target: ``data`` itself when it is not a FatELF (no
+    magic), otherwise the payload :meth:`FatElf.find` picks."""
+    if not is_fatelf(data):
+        return data
+    return FatElf.parse(data, name).select(arch, machine=machine, word_size=word_size,
+                                           byte_order=byte_order)
+
+
+def split(data, name: str = DEFAULT_NAME) -> list[tuple[Record, bytes]]:
+    """Validate ``data`` and return ``[(Record, elf bytes), ...]`` in table order."""
+    return FatElf.parse(data, name).split()
