@@ -1,0 +1,54 @@
+"""aarch64: AAPCS64.
+
+Relocations (RELA) as handled by IREE's
+``runtime/src/iree/hal/local/elf/arch/arm_64.c``; numbers and formulas from
+the ELF for the Arm 64-bit Architecture psABI. Integer arguments in x0-x7;
+result in x0; return address in x30 (lr).
+"""
+
+from unicorn import UC_ARCH_ARM64, UC_MODE_ARM
+from unicorn import arm64_const as A64
+
+from .base import Arch, CallingConvention, reloc_table, words
+
+
+def _init(uc) -> None:
+    # FP/SIMD is enabled by default in unicorn's aarch64 CPU.
+    pass
+
+
+RELOCATIONS = reloc_table({
+    257: ("R_AARCH64_ABS64", 8, lambda S, A, P, B: S + A),
+    260: ("R_AARCH64_PREL64", 8, lambda S, A, P, B: S + A - P),
+    1025: ("R_AARCH64_GLOB_DAT", 8, lambda S, A, P, B: S + A),
+    1026: ("R_AARCH64_JUMP_SLOT", 8, lambda S, A, P, B: S + A),
+    1027: ("R_AARCH64_RELATIVE", 8, lambda S, A, P, B: B + A),
+})
+
+ARCH = Arch(
+    name="aarch64",
+    aliases=("arm64", "arm_64"),
+    host_names=("aarch64", "arm64"),
+    machine=183,
+    elf_class=64,
+    rel_tags="rela",
+    relocations=RELOCATIONS,
+    cc=CallingConvention(
+        arg_regs=tuple(getattr(A64, "UC_ARM64_REG_X%d" % i) for i in range(8)),
+        ret_reg=A64.UC_ARM64_REG_X0,
+        sp_reg=A64.UC_ARM64_REG_SP,
+        pc_reg=A64.UC_ARM64_REG_PC,
+        link_reg=A64.UC_ARM64_REG_X30,
+    ),
+    uc_arch=UC_ARCH_ARM64,
+    uc_mode=UC_MODE_ARM,
+    uc_init=_init,
+    import_thunk=words(
+        0xAA0003F0,  # mov x16, x0
+        0xAA0103E0,  # mov x0, x1
+        0xAA0203E1,  # mov x1, x2
+        0xAA0303E2,  # mov x2, x3
+        0xD61F0200,  # br x16
+    ),
+    return_insn=words(0xD65F03C0),  # ret
+)

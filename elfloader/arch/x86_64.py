@@ -1,0 +1,59 @@
+"""x86_64: System V AMD64 psABI.
+
+Relocations (RELA, ``DT_RELA`` and ``DT_JMPREL``) as handled by IREE's
+``runtime/src/iree/hal/local/elf/arch/x86_64.c``; numbers and formulas from
+the psABI. Integer arguments in rdi, rsi, rdx, rcx, r8, r9; result in rax;
+the call pushes the return address.
+"""
+
+from unicorn import UC_ARCH_X86, UC_MODE_64
+from unicorn import x86_const as X
+
+from .base import Arch, CallingConvention, reloc_table
+
+
+def _init(uc) -> None:
+    # SSE is usable out of the box in unicorn's 64-bit mode.
+    pass
+
+
+RELOCATIONS = reloc_table({
+    1: ("R_X86_64_64", 8, lambda S, A, P, B: S + A),
+    2: ("R_X86_64_PC32", 4, lambda S, A, P, B: S + A - P, "signed"),
+    5: ("R_X86_64_COPY", 8, lambda S, A, P, B: S),
+    6: ("R_X86_64_GLOB_DAT", 8, lambda S, A, P, B: S),
+    7: ("R_X86_64_JUMP_SLOT", 8, lambda S, A, P, B: S),
+    8: ("R_X86_64_RELATIVE", 8, lambda S, A, P, B: B + A),
+    10: ("R_X86_64_32", 4, lambda S, A, P, B: S + A, "unsigned"),
+    11: ("R_X86_64_32S", 4, lambda S, A, P, B: S + A, "signed"),
+    24: ("R_X86_64_PC64", 8, lambda S, A, P, B: S + A - P),
+})
+
+ARCH = Arch(
+    name="x86_64",
+    aliases=("amd64", "x64", "x86-64"),
+    host_names=("x86_64", "AMD64", "amd64"),
+    machine=62,
+    elf_class=64,
+    rel_tags="rela",
+    relocations=RELOCATIONS,
+    cc=CallingConvention(
+        arg_regs=(X.UC_X86_REG_RDI, X.UC_X86_REG_RSI, X.UC_X86_REG_RDX,
+                  X.UC_X86_REG_RCX, X.UC_X86_REG_R8, X.UC_X86_REG_R9),
+        ret_reg=X.UC_X86_REG_RAX,
+        sp_reg=X.UC_X86_REG_RSP,
+        pc_reg=X.UC_X86_REG_RIP,
+        link_reg=None,
+    ),
+    uc_arch=UC_ARCH_X86,
+    uc_mode=UC_MODE_64,
+    uc_init=_init,
+    import_thunk=bytes.fromhex(
+        "4889f8"    # mov rax, rdi
+        "4889f7"    # mov rdi, rsi
+        "4889d6"    # mov rsi, rdx
+        "4889ca"    # mov rdx, rcx
+        "ffe0"      # jmp rax
+    ),
+    return_insn=bytes.fromhex("c3"),  # ret
+)

@@ -1,0 +1,46 @@
+"""Backends: where guest memory lives and how guest code runs."""
+
+from __future__ import annotations
+
+from .. import arch as arch_registry
+from ..arch import Arch
+from .base import (PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE, Backend,
+                   as_int32)
+
+KINDS = ("auto", "native", "emulated")
+
+
+def open_backend(arch: Arch | str | None = None, kind: str = "auto",
+                 **options) -> Backend:
+    """Create a backend for ``arch``.
+
+    Args:
+        arch: an :class:`Arch` or name; None means the host architecture.
+        kind: ``"native"``, ``"emulated"`` or ``"auto"`` (native when ``arch``
+            is the host architecture, else emulated).
+        options: passed to the backend (``timeout`` for the emulated one).
+
+    Raises:
+        ArchitectureMismatchError: native asked for a foreign architecture.
+        UnsupportedElfError: unknown architecture name or kind.
+    """
+    from ..errors import UnsupportedElfError
+    if isinstance(arch, str):
+        arch = arch_registry.by_name(arch)
+    host = arch_registry.host()
+    if arch is None:
+        arch = host
+    if kind == "auto":
+        kind = "native" if arch is host and host is not None else "emulated"
+    if kind == "native":
+        from .native import NativeBackend
+        return NativeBackend(arch)
+    if kind == "emulated":
+        from .emulated import EmulatedBackend
+        return EmulatedBackend(arch, **options)
+    raise UnsupportedElfError(f"unknown backend {kind!r}; use one of "
+                              f"{', '.join(KINDS)}", field="backend", value=kind)
+
+
+__all__ = ["Backend", "open_backend", "as_int32", "PROT_NONE", "PROT_READ",
+           "PROT_WRITE", "PROT_EXEC", "KINDS"]

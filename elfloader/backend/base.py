@@ -1,0 +1,140 @@
+"""The interface every backend implements.
+
+A backend owns an address space of one architecture: it allocates and
+protects memory, copies bytes in and out, calls functions with the C calling
+convention and turns Python callables into C function pointers. Everything
+above it (the ELF loader, the executable library and plugin ABIs) is written
+once against this interface.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Callable
+
+import numpy as np
+
+from ..arch import Arch
+
+PROT_NONE, PROT_READ, PROT_WRITE, PROT_EXEC = 0, 1, 2, 4
+
+
+def prot_str(prot: int) -> str:
+    return "".join(c if prot & b else "-" for c, b in
+                   (("r", PROT_READ), ("w", PROT_WRITE), ("x", PROT_EXEC)))
+
+
+class Backend(abc.ABC):
+    """An address space and a CPU of one architecture.
+
+    Attributes:
+        arch: the :class:`~elfloader.arch.Arch` whose code runs here.
+        kind: ``"native"`` or ``"emulated"``.
+        page_size: granularity of :meth:`reserve` and :meth:`protect`, bytes.
+    """
+
+    kind: str
+    arch: Arch
+    page_size: int
+
+    @property
+    def pointer_size(self) -> int:
+        return self.arch.pointer_size
+
+    # --- memory -----------------------------------------------------------
+    @abc.abstractmethod
+    def reserve(self, size: int, align: int = 0) -> int:
+        """Map ``size`` bytes (rounded up to :attr:`page_size`), zeroed and
+        read/write, aligned to ``align`` bytes (a power of two; at least a
+        page); returns the address. Never executable."""
+
+    @abc.abstractmethod
+    def alloc(self, size: int, align: int = 16) -> int:
+        """Allocate ``size`` zeroed read/write bytes aligned to ``align``."""
+
+    @abc.abstractmethod
+    def release(self, address: int) -> None:
+        """Free memory returned by :meth:`reserve`, :meth:`alloc` or
+        :meth:`place_code`."""
+
+    @abc.abstractmethod
+    def read(self, address: int, size: int) -> bytes:
+        """Copy ``size`` bytes out of the address space."""
+
+    @abc.abstractmethod
+    def write(self, address: int, data) -> None:
+        """Copy bytes-like ``data`` into the address space (ignores the page
+        protection, like a debugger would)."""
+
+    @abc.abstractmethod
+    def protect(self, address: int, size: int, prot: int) -> None:
+        """Set the protection of a page-aligned range of a reservation to a
+        combination of PROT_READ/WRITE/EXEC. Writable and executable together
+        is refused."""
+
+    def place_code(self, code: bytes) -> int:
+        """Put machine code in fresh memory and make it read+execute.
+
+        Returns the address of the first instruction."""
+        size = -(-len(code) // self.page_size) * self.page_size
+        address = self.reserve(size)
+        self.write(address, code)
+        self.protect(address, size, PROT_READ | PROT_EXEC)
+        return address
+
+    def read_cstring(self, address: int, limit: int = 4096) -> str:
+        """Read a NUL-terminated UTF-8 string of at most ``limit`` bytes."""
+        out = bytearray()
+        while len(out) < limit:
+            chunk = self.read(address + len(out), min(64, limit - len(out)))
+            end = chunk.find(b"\0")
+            if end >= 0:
+                out += chunk[:end]
+                return out.decode("utf-8", "replace")
+            out += chunk
+        return out.decode("utf-8", "replace")
+
+    def alloc_bytes(self, data: bytes, align: int = 16) -> int:
+        """Allocate and fill; returns the address."""
+        address = self.alloc(max(len(data), 1), align)
+        if data:
+            self.write(address, data)
+        return address
+
+    # --- arrays -----------------------------------------------------------
+    @abc.abstractmethod
+    def map_array(self, array: np.ndarray) -> tuple[int, Callable[[], None]]:
+        """Make a C-contiguous array visible to guest code.
+
+        Returns ``(address, finish)``; call ``finish()`` after the guest has
+        run to bring its writes back into ``array`` and free any copy. The
+        native backend hands out the array's own memory (zero copy)."""
+
+    # --- calls ------------------------------------------------------------
+    @abc.abstractmethod
+    def call(self, address: int, *args: int) -> int:
+        """Call ``address`` with integer/pointer arguments in the C calling
+        convention; returns the integer result register, unsigned, pointer
+        width. Interpret narrower results with :func:`as_int32`."""
+
+    @abc.abstractmethod
+    def callback(self, function: Callable[..., int], nargs: int) -> int:
+        """A C function pointer that calls ``function(*int_args) -> int``.
+
+        Exceptions raised by ``function`` are re-raised by the :meth:`call`
+        that reached it. The pointer lives as long as the backend."""
+
+    def close(self) -> None:
+        """Release everything the backend holds."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def as_int32(value: int) -> int:
+    """Low 32 bits of a result register as a signed C ``int``."""
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value & 0x80000000 else value

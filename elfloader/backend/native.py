@@ -1,0 +1,182 @@
+"""Native backend: guest code runs on this CPU, in this process.
+
+Memory comes from ``mmap``; protections are set with ``mprotect`` and are
+never writable and executable at the same time. Calls go through ctypes.
+Only the host architecture can run here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+from typing import Callable
+
+import numpy as np
+
+from .. import arch as arch_registry
+from ..arch import Arch
+from ..errors import ArchitectureMismatchError, BackendError
+from .base import PROT_EXEC, PROT_WRITE, Backend, prot_str
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_mmap = _libc.mmap
+_mmap.restype = ctypes.c_void_p
+_mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                  ctypes.c_int, ctypes.c_long]
+_mprotect = _libc.mprotect
+_mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_munmap = _libc.munmap
+_munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+_WORD = ctypes.c_uint64 if ctypes.sizeof(ctypes.c_void_p) == 8 else ctypes.c_uint32
+
+
+class NativeBackend(Backend):
+    """Runs host-architecture code in this process.
+
+    Args:
+        arch: the architecture the caller expects; must be the host's.
+
+    Raises:
+        ArchitectureMismatchError: ``arch`` is not the host architecture; the
+            message suggests the emulated backend.
+    """
+
+    kind = "native"
+
+    def __init__(self, arch: Arch | None = None):
+        host = arch_registry.host()
+        if host is None:
+            raise ArchitectureMismatchError(
+                "this host's architecture has no native support; use "
+                "backend='emulated'", field="backend", value="native")
+        if arch is not None and arch is not host:
+            raise ArchitectureMismatchError(
+                f"{arch.name} code cannot run natively on this {host.name} "
+                f"host; use the emulated backend (backend='emulated', "
+                f"--backend=emulated)", field="arch", value=arch.name)
+        self.arch = host
+        self.page_size = mmap.PAGESIZE
+        self._maps: dict[int, int] = {}        # address -> size (mmap)
+        self._buffers: dict[int, object] = {}  # address -> ctypes buffer
+        self._callbacks: list = []
+        self._fn_cache: dict[tuple[int, int], Callable] = {}
+        self._fn_types: dict[int, type] = {}
+        self._pending: BaseException | None = None
+
+    # --- memory -----------------------------------------------------------
+    def reserve(self, size: int, align: int = 0) -> int:
+        page = self.page_size
+        size = max(page, -(-size // page) * page)
+        align = max(align, page)
+        extra = align - page
+        addr = _mmap(None, size + extra, mmap.PROT_READ | mmap.PROT_WRITE,
+                     mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+        if addr is None or addr == _MAP_FAILED:
+            err = ctypes.get_errno()
+            raise BackendError(f"mmap of {size} bytes failed: {os.strerror(err)}",
+                               field="reserve", value=size)
+        start = (addr + align - 1) & ~(align - 1)
+        if start > addr:
+            _munmap(addr, start - addr)
+        if start + size < addr + size + extra:
+            _munmap(start + size, addr + size + extra - start - size)
+        self._maps[start] = size
+        return start
+
+    def alloc(self, size: int, align: int = 16) -> int:
+        buf = ctypes.create_string_buffer(size + align)
+        addr = ctypes.addressof(buf)
+        addr = (addr + align - 1) & ~(align - 1)
+        self._buffers[addr] = buf
+        return addr
+
+    def release(self, address: int) -> None:
+        size = self._maps.pop(address, None)
+        if size is not None:
+            _munmap(address, size)
+        else:
+            self._buffers.pop(address, None)
+
+    def read(self, address: int, size: int) -> bytes:
+        return ctypes.string_at(address, size)
+
+    def write(self, address: int, data) -> None:
+        data = bytes(data)
+        ctypes.memmove(address, data, len(data))
+
+    def protect(self, address: int, size: int, prot: int) -> None:
+        if prot & PROT_WRITE and prot & PROT_EXEC:
+            raise BackendError("refusing a writable and executable mapping",
+                               field="protect", value=prot_str(prot))
+        flags = 0
+        if prot & 1:
+            flags |= mmap.PROT_READ
+        if prot & PROT_WRITE:
+            flags |= mmap.PROT_WRITE
+        if prot & PROT_EXEC:
+            flags |= mmap.PROT_EXEC
+        if _mprotect(address, size, flags) != 0:
+            err = ctypes.get_errno()
+            raise BackendError(f"mprotect({address:#x}, {size:#x}, "
+                               f"{prot_str(prot)}) failed: {os.strerror(err)}",
+                               field="protect", value=prot_str(prot))
+
+    def map_array(self, array: np.ndarray):
+        if not array.flags.c_contiguous:
+            raise BackendError("arrays must be C-contiguous", field="binding",
+                               value=array.shape)
+        return array.ctypes.data if array.size else self.alloc(16), _noop
+
+    # --- calls ------------------------------------------------------------
+    def _fn_type(self, n: int):
+        t = self._fn_types.get(n)
+        if t is None:
+            t = self._fn_types[n] = ctypes.CFUNCTYPE(_WORD, *([_WORD] * n))
+        return t
+
+    def call(self, address: int, *args: int) -> int:
+        key = (address, len(args))
+        fn = self._fn_cache.get(key)
+        if fn is None:
+            fn = self._fn_cache[key] = self._fn_type(len(args))(address)
+        mask = (1 << (8 * ctypes.sizeof(_WORD))) - 1
+        result = fn(*[a & mask for a in args])
+        if self._pending is not None:
+            exc, self._pending = self._pending, None
+            raise exc
+        return result
+
+    def callback(self, function: Callable[..., int], nargs: int) -> int:
+        mask = (1 << (8 * ctypes.sizeof(_WORD))) - 1
+
+        def trampoline(*args):
+            try:
+                return int(function(*args) or 0) & mask
+            except BaseException as exc:  # re-raised by call()
+                if self._pending is None:
+                    self._pending = exc
+                return 0
+
+        cfn = self._fn_type(nargs)(trampoline)
+        self._callbacks.append(cfn)
+        return ctypes.cast(cfn, ctypes.c_void_p).value
+
+    def close(self) -> None:
+        for addr, size in list(self._maps.items()):
+            _munmap(addr, size)
+        self._maps.clear()
+        self._buffers.clear()
+        self._fn_cache.clear()
+
+    @property
+    def mapped_bytes(self) -> int:
+        """Bytes currently mapped by :meth:`reserve` (for leak checks)."""
+        return sum(self._maps.values())
+
+
+def _noop() -> None:
+    pass

@@ -1,0 +1,67 @@
+"""Error types raised by :mod:`elfloader`.
+
+Every error derives from :class:`ElfError` and carries the file name, the
+field that was checked and the offending value, so a message reads like
+``kernel.so: e_machine: 0x0028 is not a supported architecture``.
+"""
+
+from __future__ import annotations
+
+
+class ElfError(Exception):
+    """Base class of every error raised by :mod:`elfloader`.
+
+    Attributes:
+        name: the file (or ``<memory>``) the error is about.
+        field: the ELF field or loader step that failed, e.g. ``e_machine``.
+        value: the offending value, if any.
+    """
+
+    def __init__(self, message: str, *, name: str | None = None,
+                 field: str | None = None, value=None):
+        self.name = name
+        self.field = field
+        self.value = value
+        parts = []
+        if name:
+            parts.append(name)
+        if field:
+            parts.append(field)
+        parts.append(message)
+        super().__init__(": ".join(parts))
+
+
+class ElfFormatError(ElfError):
+    """The bytes are not a well-formed ELF image (header, tables, ranges)."""
+
+
+class UnsupportedElfError(ElfError):
+    """A well-formed ELF that this loader does not handle (class, byte order,
+    machine, type, dynamic tag)."""
+
+
+class RelocationError(ElfError):
+    """A relocation that cannot be applied (unknown type, place outside the
+    image, bad symbol index, value that does not fit)."""
+
+
+class SymbolNotFoundError(ElfError):
+    """An exported symbol looked up by name is not in the dynamic symbol table."""
+
+
+class UndefinedSymbolError(ElfError):
+    """The image imports symbols: embedded ELFs must be self-contained."""
+
+
+class BackendError(ElfError):
+    """Memory or call failure inside a backend."""
+
+
+class ArchitectureMismatchError(BackendError):
+    """The image's architecture cannot run on the chosen backend (for the
+    native backend: it is not the host architecture)."""
+
+
+class EmulationError(BackendError):
+    """The emulated CPU stopped on a fault (invalid memory access, invalid
+    instruction, time limit) while running guest code."""
