@@ -1,0 +1,13 @@
+"""The IREE CPU executable ABI on top of :mod:`elfloader`: executable
+libraries (query, exports, imports, workgroup dispatch), executable plugins
+and the plugin manager."""
+
+from . import abi
+from .errors import (DispatchError, ExportNotFoundError, HalCpuError,
+                     LibraryError, PluginError, PluginSpecError,
+                     PluginStatusError, UnresolvedImportError)
+from .library import Executable, Export
+
+__all__ = ["Executable", "Export", "abi", "HalCpuError", "LibraryError",
+           "ExportNotFoundError", "DispatchError", "UnresolvedImportError",
+           "PluginError", "PluginStatusError", "PluginSpecError"]
