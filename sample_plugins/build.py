@@ -53,7 +53,7 @@ class Arch:
     elfclass: int  # 32 or 64
 
 
-# Order here is the order of records in the .sos bundles.
+# Build order (fatelf.join sorts the bundle's records by target itself).
 ARCHES: tuple[Arch, ...] = (
     Arch("x86_64", ("-target", "x86_64-freestanding-none"), "EM_X86_64", 64),
     Arch("aarch64", ("-target", "aarch64-freestanding-none"), "EM_AARCH64", 64),
@@ -279,8 +279,8 @@ def build_fat(out_dir: Path, singles: dict[str, bytes]) -> dict[str, bytes]:
         raise BuildError(f"fatelf.join is not available: {e}") from e
     written = {}
     for variant in VARIANTS:
-        records = [singles[f"{variant}_{arch.name}.so"] for arch in ARCHES]
-        data = join(records)
+        names = [f"{variant}_{arch.name}.so" for arch in ARCHES]
+        data = join([singles[n] for n in names], names=names)
         name = f"{variant}.sos"
         (out_dir / name).write_bytes(data)
         written[name] = data
