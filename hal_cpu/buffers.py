@@ -1,0 +1,127 @@
+"""Binding specs and buffer-view text, spelled as IREE's tools spell them.
+
+Specs (``--binding=``, ``--input=``): ``4xf32=1,2,3,4`` (values, comma or
+space separated), ``4xf32=0`` (splat), ``2x8xi32`` (zero filled),
+``@file.npy`` (a numpy file, via :func:`numpy.load`) and ``4xf32=@file.bin``
+(raw little-endian bytes). Output is IREE's buffer-view form:
+``4xf32=100 400 900 1600``, ``2x2xi32=[1 2][3 4]``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .errors import HalCpuError
+
+DTYPES = {
+    "i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32,
+    "i64": np.int64, "si8": np.int8, "si16": np.int16, "si32": np.int32,
+    "si64": np.int64, "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32,
+    "ui64": np.uint64, "f16": np.float16, "f32": np.float32, "f64": np.float64,
+}
+_NAMES = {np.dtype(v): k for k, v in reversed(list(DTYPES.items()))}
+_SHAPE = re.compile(r"^((?:\d+x)*)([a-z]+\d+)$")
+
+
+class BindingSpecError(HalCpuError):
+    """A binding/input spec string that cannot be parsed."""
+
+
+def dtype_name(dtype) -> str:
+    """IREE element type name of a numpy dtype (``f32``, ``ui8``...)."""
+    try:
+        return _NAMES[np.dtype(dtype)]
+    except KeyError:
+        raise BindingSpecError(f"dtype {np.dtype(dtype)} has no IREE element "
+                               "type", field="dtype", value=str(dtype)) from None
+
+
+def parse_binding(spec: str) -> np.ndarray:
+    """Array for one binding spec (see the module docstring).
+
+    Raises:
+        BindingSpecError: unknown element type, wrong value count, unreadable
+            file; the message quotes the spec.
+    """
+    def fail(msg, value=spec):
+        return BindingSpecError(msg, name=repr(spec), field="binding", value=value)
+
+    if spec.startswith("@"):
+        try:
+            arr = np.load(spec[1:], allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise fail(f"cannot read numpy file: {exc}") from None
+        return np.ascontiguousarray(arr)
+    head, sep, body = spec.partition("=")
+    m = _SHAPE.match(head.strip())
+    if not m:
+        raise fail("expected SHAPExTYPE[=VALUES], e.g. 4xf32=1,2,3,4")
+    dims = [int(d) for d in m.group(1).split("x") if d]
+    if m.group(2) not in DTYPES:
+        raise fail(f"unknown element type {m.group(2)!r}; known: "
+                   f"{', '.join(DTYPES)}", m.group(2))
+    dtype = np.dtype(DTYPES[m.group(2)])
+    count = int(np.prod(dims, dtype=np.int64)) if dims else 1
+    if not sep or not body.strip():
+        return np.zeros(dims, dtype)
+    body = body.strip()
+    if body.startswith("@"):
+        try:
+            raw = open(body[1:], "rb").read()
+        except OSError as exc:
+            raise fail(f"cannot read {body[1:]}: {exc.strerror}") from None
+        if len(raw) < count * dtype.itemsize:
+            raise fail(f"{body[1:]} has {len(raw)} bytes, "
+                       f"{count * dtype.itemsize} needed")
+        return np.frombuffer(raw, dtype, count).reshape(dims).copy()
+    tokens = [t for t in re.split(r"[\s,\[\]]+", body) if t]
+    try:
+        values = np.array([_parse_value(t, dtype) for t in tokens], dtype)
+    except (ValueError, OverflowError) as exc:
+        raise fail(f"bad value: {exc}") from None
+    if values.size == 1:
+        return np.full(dims, values[0], dtype)
+    if values.size != count:
+        raise fail(f"{values.size} values given for {count} elements")
+    return values.reshape(dims)
+
+
+def _parse_value(token: str, dtype: np.dtype):
+    if dtype.kind == "f":
+        return float(token)
+    if dtype.kind == "b":
+        return token.lower() in ("1", "true")
+    return int(token, 0)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, (float, np.floating)):
+        return f"{float(v):g}"
+    if isinstance(v, (bool, np.bool_)):
+        return "1" if v else "0"
+    return str(int(v))
+
+
+def format_buffer_view(array: np.ndarray, max_elements: int = 1024) -> str:
+    """IREE's text form of an array: ``2x2xf32=[1 2][3 4]``.
+
+    Elements past ``max_elements`` are elided with ``...``.
+    """
+    prefix = "x".join([str(d) for d in array.shape] + [dtype_name(array.dtype)])
+    flat = array.reshape(-1)
+    shown = [_fmt(v) for v in flat[:max_elements]]
+    more = flat.size > max_elements
+    if array.ndim <= 1:
+        return f"{prefix}={' '.join(shown)}{'...' if more else ''}"
+    row = array.shape[-1]
+
+    def nest(level, start):
+        if level == array.ndim - 1:
+            cells = shown[start:start + row]
+            return "[" + " ".join(cells) + "]" if cells else ""
+        step = int(np.prod(array.shape[level + 1:]))
+        return "".join(nest(level + 1, start + i * step)
+                       for i in range(array.shape[level]))
+    return f"{prefix}={nest(0, 0)}{'...' if more else ''}"
