@@ -371,6 +371,9 @@ class FatElf:
         if arch is not None and (machine is not None or word_size is not None):
             raise FatElfSelectError(f"{self.name}: give either an architecture name "
                                     f"or machine/word_size, not both")
+        if machine is None and word_size is not None:
+            raise FatElfSelectError(f"{self.name}: word_size {word_size} needs a machine "
+                                    f"number (or give an architecture name instead)")
         if machine is None:
             machine, word_size, order = parse_arch(arch if arch is not None else host_arch())
             if order is not None:

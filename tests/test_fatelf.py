@@ -320,6 +320,8 @@ def test_find_variants(elfs):
         fat.find("vax")
     with pytest.raises(FatElfError, match="either"):
         fat.find("x86_64", machine=62)
+    with pytest.raises(FatElfError, match="word_size 32 needs a machine"):
+        fat.find(word_size=32)
 
 
 def test_find_defaults_to_host(elfs):

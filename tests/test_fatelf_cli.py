@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import fatelf
-from fatelf import FatElf
 
 REPO = Path(__file__).resolve().parent.parent
 C_SOURCE = "int fatelf_test_add(int a, int b) { return a + b; }\n"
