@@ -1,0 +1,576 @@
+"""Executable plugins and the plugin manager.
+
+A plugin provides the functions that executables import
+(iree/hal/local/executable_plugin.h, v0.1): ``iree_hal_executable_plugin_query``
+returns a header (version, name, description, features, sanitizer) and the
+``load``/``unload``/``resolve`` entry points. Three kinds are supported:
+
+* embedded ELF (``x.sos``, ``embedded:x.so``): loaded by :mod:`elfloader`
+  into the manager's backend, natively or emulated;
+* system library (any other path): loaded with the platform's loader through
+  ctypes, host architecture only;
+* Python: a mapping of import names to callables ``fn(params, context) ->
+  int``, where ``params`` is a :class:`ParamsView` of the guest memory.
+
+:class:`PluginManager` keeps registration order and resolves imports newest
+registration first; names starting with ``?`` are optional and resolve to
+NULL with the MISSING_OPTIONAL bit, as IREE's
+``executable_plugin_manager.c`` does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+from typing import Callable, Mapping, Sequence
+from urllib.parse import parse_qsl
+
+import elfloader
+from elfloader import Backend, open_backend
+
+from . import abi
+from .errors import (PluginError, PluginSpecError, PluginStatusError,
+                     UnresolvedImportError)
+from .memory import GuestView, ptr_array
+
+
+# --- specs -------------------------------------------------------------------
+class PluginSpec:
+    """A parsed ``--executable_plugin`` value.
+
+    ``path.sos`` or ``embedded:path`` -> kind ``embedded``; any other path ->
+    kind ``system``. A ``?key=value&k2=v2`` suffix gives load parameters
+    (percent-decoded).
+
+    Raises:
+        PluginSpecError: empty path or a malformed parameter list.
+    """
+
+    def __init__(self, text: str):
+        self.text = text
+        body = text
+        self.kind = "system"
+        if body.startswith("embedded:"):
+            self.kind, body = "embedded", body[len("embedded:"):]
+        path, sep, query = body.partition("?")
+        if path.endswith(".sos"):
+            self.kind = "embedded"
+        if not path:
+            raise PluginSpecError("no plugin path", name=repr(text),
+                                  field="path", value=text)
+        self.path = path
+        self.params: list[tuple[str, str]] = []
+        if sep:
+            try:
+                self.params = parse_qsl(query, keep_blank_values=True,
+                                        strict_parsing=True)
+            except ValueError:
+                raise PluginSpecError(
+                    f"malformed parameters {query!r}; expected "
+                    "key=value&key2=value2", name=repr(text), field="params",
+                    value=query) from None
+
+    def __repr__(self):
+        return f"PluginSpec({self.kind}, {self.path!r}, {self.params})"
+
+
+# --- the Python side of guest memory ----------------------------------------
+class ParamsView:
+    """Readable/writable view of an import's params struct (and anything it
+    points to) in the backend's memory.
+
+    Attributes:
+        address: guest address of the params struct.
+        pointer_size: 4 or 8; ``size_t`` and pointers have this width.
+    """
+
+    def __init__(self, backend: Backend, address: int):
+        self.backend, self.address = backend, address
+        self.pointer_size = backend.pointer_size
+
+    def read(self, offset: int, size: int) -> bytes:
+        return self.backend.read(self.address + offset, size)
+
+    def write(self, offset: int, data) -> None:
+        self.backend.write(self.address + offset, bytes(data))
+
+    def unpack(self, fmt: str, offset: int = 0) -> tuple:
+        """``struct.unpack`` of little-endian ``fmt`` at ``offset``; ``P``
+        and ``N`` are pointer / size_t sized."""
+        fmt = "<" + fmt.replace("P", self._w).replace("N", self._w)
+        return struct.unpack(fmt, self.read(offset, struct.calcsize(fmt)))
+
+    @property
+    def _w(self) -> str:
+        return "Q" if self.pointer_size == 8 else "I"
+
+    def fields(self, fmt: str) -> tuple:
+        """Fields of the whole struct laid out with C alignment, e.g.
+        ``"PNPNPNNN"`` for three (pointer, size_t) pairs and two size_t."""
+        out, off = [], 0
+        for code in fmt:
+            c = self._w if code in "PN" else code
+            size = struct.calcsize("<" + c)
+            off += -off % size
+            out.append(struct.unpack("<" + c, self.read(off, size))[0])
+            off += size
+        return tuple(out)
+
+    def array(self, address: int, dtype, count: int):
+        """Copy of ``count`` elements of ``dtype`` at guest ``address``."""
+        import numpy as np
+        dtype = np.dtype(dtype)
+        return np.frombuffer(self.backend.read(address, dtype.itemsize * count),
+                             dtype).copy()
+
+    def store(self, address: int, array) -> None:
+        """Write a numpy array's bytes at guest ``address``."""
+        import numpy as np
+        self.backend.write(address, np.ascontiguousarray(array).tobytes())
+
+
+# --- host allocator ----------------------------------------------------------
+class HostAllocator:
+    """``iree_hal_executable_plugin_allocator_t`` served from the backend:
+    MALLOC/CALLOC/REALLOC/FREE through one C-callable ``ctl`` function."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+        self.sizes: dict[int, int] = {}
+        self.ctl = backend.callback(self._ctl, 4)
+        layout = abi.PLUGIN_ENVIRONMENT.layout(backend.pointer_size)
+        self.environment = backend.alloc_bytes(layout.pack(**{
+            "host_allocator.self": 0, "host_allocator.ctl": self.ctl}))
+
+    def _ctl(self, _self, command, params, inout_ptr) -> int:
+        be, ps = self.backend, self.backend.pointer_size
+        word = "<Q" if ps == 8 else "<I"
+        old = struct.unpack(word, be.read(inout_ptr, ps))[0]
+        if command == abi.ALLOCATOR_FREE:
+            if old in self.sizes:
+                del self.sizes[old]
+                be.release(old)
+            return 0
+        if command not in (abi.ALLOCATOR_MALLOC, abi.ALLOCATOR_CALLOC,
+                           abi.ALLOCATOR_REALLOC) or not params:
+            return abi.STATUS_CODES.index("INVALID_ARGUMENT")
+        size = struct.unpack(word, be.read(params, ps))[0]
+        if size > 1 << 30:
+            return abi.STATUS_CODES.index("RESOURCE_EXHAUSTED")
+        new = be.alloc(max(size, 1))
+        self.sizes[new] = size
+        if command == abi.ALLOCATOR_REALLOC and old in self.sizes:
+            keep = min(size, self.sizes.pop(old))
+            be.write(new, be.read(old, keep))
+            be.release(old)
+        be.write(inout_ptr, struct.pack(word, new))
+        return 0
+
+    def close(self) -> None:
+        for addr in list(self.sizes):
+            self.backend.release(addr)
+        self.sizes.clear()
+        self.backend.release(self.environment)
+
+
+# --- plugins -------------------------------------------------------------------
+class Plugin:
+    """A registered plugin. Attributes: ``name``, ``kind``, ``description``,
+    ``version``, ``features``, ``sanitizer``, ``params`` (load parameters)."""
+
+    kind = "?"
+    name = description = ""
+    version = features = 0
+    sanitizer = "none"
+
+    def resolve_into(self, manager: "PluginManager", batch: "_Batch") -> tuple[int, int]:
+        """Fill unresolved entries of ``batch``; returns (status code,
+        resolution bits)."""
+        raise NotImplementedError
+
+    def unload(self) -> None:
+        pass
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name!r} ({self.kind})>"
+
+
+class _Batch:
+    """Guest arrays for one resolve call: names, out_fn_ptrs, out_fn_contexts."""
+
+    def __init__(self, backend: Backend, names: Sequence[str]):
+        self.backend, self.names = backend, list(names)
+        ps = backend.pointer_size
+        self.strings = [backend.alloc_bytes(n.encode() + b"\0") for n in names]
+        n = len(names)
+        self.names_addr = backend.alloc_bytes(ptr_array(ps, self.strings))
+        self.fns_addr = backend.alloc_bytes(bytes(ps * n))
+        self.ctx_addr = backend.alloc_bytes(bytes(ps * n))
+
+    def read(self) -> tuple[list[int], list[int]]:
+        ps, n = self.backend.pointer_size, len(self.names)
+        code = "Q" if ps == 8 else "I"
+        fns = list(struct.unpack(f"<{n}{code}", self.backend.read(self.fns_addr, ps * n)))
+        ctx = list(struct.unpack(f"<{n}{code}", self.backend.read(self.ctx_addr, ps * n)))
+        return fns, ctx
+
+    def write(self, fns: list[int], ctx: list[int]) -> None:
+        ps = self.backend.pointer_size
+        self.backend.write(self.fns_addr, ptr_array(ps, fns))
+        self.backend.write(self.ctx_addr, ptr_array(ps, ctx))
+
+    def free(self) -> None:
+        for a in self.strings + [self.names_addr, self.fns_addr, self.ctx_addr]:
+            self.backend.release(a)
+
+
+class NativeAbiPlugin(Plugin):
+    """A plugin whose code speaks the C ABI: embedded ELF or system library.
+
+    Queries the plugin, checks its version, loads it with the manager's host
+    allocator and parameters, and calls its ``resolve``/``unload``.
+    """
+
+    def __init__(self, manager: "PluginManager", query: int, label: str,
+                 params: Sequence[tuple[str, str]], view: GuestView):
+        self.manager, self.label, self.params = manager, label, list(params)
+        be, ps = manager.backend, manager.backend.pointer_size
+        self.self_ptr = None
+        result = be.call(query, abi.PLUGIN_VERSION, 0)
+        if result == 0:
+            raise PluginError(f"{abi.PLUGIN_QUERY} returned NULL for version "
+                              f"{abi.PLUGIN_VERSION:#x}", name=label,
+                              field="max_version", value=abi.PLUGIN_VERSION)
+        lib = view.struct(abi.PLUGIN_V0, result, "plugin")
+        header = view.struct(abi.PLUGIN_HEADER, lib["header"], "plugin.header")
+        self.version = header["version"]
+        if self.version > abi.PLUGIN_VERSION:
+            raise PluginError(f"plugin version {self.version:#x} is newer than "
+                              f"the supported version {abi.PLUGIN_VERSION:#x}",
+                              name=label, field="header.version",
+                              value=self.version)
+        self.name = view.string(header["name"], "header.name") or label
+        self.description = view.string(header["description"],
+                                       "header.description") or ""
+        self.features = header["features"]
+        self.sanitizer = abi.SANITIZERS.get(header["sanitizer"],
+                                            str(header["sanitizer"]))
+        for fn in ("load", "unload", "resolve"):
+            if lib[fn]:
+                view.check(lib[fn], 1, f"plugin.{fn}")
+        if not lib["resolve"]:
+            raise PluginError("plugin has no resolve function", name=label,
+                              field="plugin.resolve", value=0)
+        self._unload, self._resolve = lib["unload"], lib["resolve"]
+        self._load(lib["load"])
+
+    def _status(self, value: int, what: str) -> None:
+        code = value & abi.PLUGIN_STATUS_CODE_MASK
+        if code:
+            name = abi.status_name(code)
+            raise PluginStatusError(f"{what} returned {name} ({code})",
+                                    name=self.name or self.label, field=what,
+                                    value=code, code=code, code_name=name)
+
+    def _load(self, load_fn: int) -> None:
+        be, ps = self.manager.backend, self.manager.backend.pointer_size
+        temps = []
+
+        def keep(data):
+            temps.append(be.alloc_bytes(data))
+            return temps[-1]
+
+        try:
+            pair = abi.STRING_PAIR.layout(ps)
+            pairs = b"".join(pair.pack(**{
+                "key.data": keep(k.encode() + b"\0"), "key.size": len(k.encode()),
+                "value.data": keep(v.encode() + b"\0"), "value.size": len(v.encode())})
+                for k, v in self.params)
+            pairs_addr = keep(pairs) if pairs else 0
+            out_self = keep(bytes(ps))
+            if load_fn:
+                self._status(be.call(load_fn, self.manager.allocator.environment,
+                                     len(self.params), pairs_addr, out_self), "load")
+            self.self_ptr = struct.unpack("<Q" if ps == 8 else "<I",
+                                          be.read(out_self, ps))[0]
+        finally:
+            for a in temps:
+                be.release(a)
+
+    def resolve_into(self, manager, batch):
+        be, ps = manager.backend, manager.backend.pointer_size
+        params = be.alloc_bytes(abi.RESOLVE_PARAMS.layout(ps).pack(
+            count=len(batch.names), symbol_names=batch.names_addr,
+            out_fn_ptrs=batch.fns_addr, out_fn_contexts=batch.ctx_addr))
+        out = be.alloc_bytes(bytes(4))
+        try:
+            status = be.call(self._resolve, self.self_ptr, params, out)
+            resolution = struct.unpack("<I", be.read(out, 4))[0]
+        finally:
+            be.release(params)
+            be.release(out)
+        return status & abi.PLUGIN_STATUS_CODE_MASK, resolution
+
+    def unload(self) -> None:
+        if self.self_ptr is not None and self._unload:
+            ptr, self.self_ptr = self.self_ptr, None
+            self.manager.backend.call(self._unload, ptr)
+
+
+class EmbeddedPlugin(NativeAbiPlugin):
+    """A plugin ELF/FatELF loaded by :mod:`elfloader` into the manager's
+    backend (native or emulated)."""
+
+    kind = "embedded"
+
+    def __init__(self, manager, source, params=()):
+        self.module = elfloader.load(source, backend=manager.backend)
+        try:
+            m = self.module
+            view = GuestView(manager.backend, m.base + m.image.vaddr_min,
+                             m.base + m.image.vaddr_max, m.name, PluginError)
+            super().__init__(manager, m.lookup(abi.PLUGIN_QUERY), m.name,
+                             params, view)
+        except BaseException:
+            self.module.close()
+            raise
+
+    def unload(self) -> None:
+        try:
+            super().unload()
+        finally:
+            self.module.close()
+
+
+class SystemPlugin(NativeAbiPlugin):
+    """A host shared library loaded with the platform's loader (ctypes);
+    runs only with the native backend."""
+
+    kind = "system"
+
+    def __init__(self, manager, path, params=()):
+        if manager.backend.kind != "native":
+            raise PluginError(
+                f"system library plugins run on the host only; this manager "
+                f"runs {manager.backend.arch.name} code emulated (use an "
+                f"embedded .sos plugin instead)", name=os.fspath(path),
+                field="kind", value="system")
+        try:
+            self.lib = ctypes.CDLL(os.path.abspath(os.fspath(path)))
+            query = ctypes.cast(getattr(self.lib, abi.PLUGIN_QUERY),
+                                ctypes.c_void_p).value
+        except OSError as exc:
+            raise PluginError(f"cannot load system library: {exc}",
+                              name=os.fspath(path), field="path",
+                              value=os.fspath(path)) from None
+        except AttributeError:
+            raise PluginError(f"no exported {abi.PLUGIN_QUERY}",
+                              name=os.fspath(path), field="symbol",
+                              value=abi.PLUGIN_QUERY) from None
+        # A system library lives anywhere in the process; no range to check.
+        view = GuestView(manager.backend, 0, 1 << 64, os.fspath(path), PluginError)
+        super().__init__(manager, query, os.fspath(path), params, view)
+
+
+class PythonPlugin(Plugin):
+    """Imports implemented in Python, callable from native or emulated code.
+
+    Args:
+        functions: import name -> ``fn(params: ParamsView, context: int) ->
+            int`` (0 for success).
+        name: plugin name for messages.
+        context: value passed as each import's context.
+    """
+
+    kind = "python"
+
+    def __init__(self, manager, functions: Mapping[str, Callable], name="python",
+                 context: int = 0):
+        self.name, self.description = name, "Python callables"
+        self.version = abi.PLUGIN_VERSION
+        self.params = []
+        be = manager.backend
+        self.context = context
+        self.pointers = {}
+        for sym, fn in functions.items():
+            if not callable(fn):
+                raise PluginError(f"{sym!r} is not callable", name=name,
+                                  field="functions", value=sym)
+            self.pointers[sym] = be.callback(self._wrap(be, fn), 3)
+
+    @staticmethod
+    def _wrap(backend, fn):
+        def call(params, context, _reserved):
+            return fn(ParamsView(backend, params), context)
+        return call
+
+    def resolve_into(self, manager, batch):
+        fns, ctx = batch.read()
+        resolution, missing = 0, False
+        for i, name in enumerate(batch.names):
+            if fns[i]:
+                continue
+            optional = name.startswith("?")
+            ptr = self.pointers.get(name[1:] if optional else name)
+            if ptr:
+                fns[i], ctx[i] = ptr, self.context
+            elif optional:
+                resolution |= abi.PLUGIN_RESOLUTION_MISSING_OPTIONAL
+            else:
+                missing = True
+        batch.write(fns, ctx)
+        return (abi.STATUS_CODES.index("NOT_FOUND") if missing else 0), resolution
+
+
+# --- manager -------------------------------------------------------------------
+class PluginManager:
+    """Registered plugins sharing one backend.
+
+    Args:
+        arch: architecture of the executables to serve (name or Arch; None:
+            host).
+        backend: ``"auto"``/``"native"``/``"emulated"`` or a Backend.
+
+    Raises:
+        elfloader.ArchitectureMismatchError: native for a foreign arch.
+    """
+
+    def __init__(self, arch=None, backend="auto", **options):
+        self._owns = not isinstance(backend, Backend)
+        self.backend = backend if not self._owns else open_backend(arch, backend,
+                                                                   **options)
+        self.allocator = HostAllocator(self.backend)
+        self.plugins: list[Plugin] = []
+
+    @classmethod
+    def from_specs(cls, specs: Sequence[str], arch=None, backend="auto"):
+        """A manager with each ``--executable_plugin`` spec registered in order."""
+        parsed = [PluginSpec(s) for s in specs]
+        manager = cls(arch, backend)
+        try:
+            for spec in parsed:
+                manager.register_spec(spec)
+        except BaseException:
+            manager.close()
+            raise
+        return manager
+
+    def _register(self, make) -> Plugin:
+        plugin = make()
+        self.plugins.append(plugin)
+        return plugin
+
+    def register_spec(self, spec: str | PluginSpec) -> Plugin:
+        """Register a plugin from a spec string (see :class:`PluginSpec`)."""
+        if isinstance(spec, str):
+            spec = PluginSpec(spec)
+        if spec.kind == "embedded":
+            return self.register_embedded(spec.path, spec.params)
+        return self.register_system(spec.path, spec.params)
+
+    def register_embedded(self, source, params: Sequence[tuple[str, str]] = ()):
+        """Load an embedded ELF/FatELF plugin (path or bytes)."""
+        return self._register(lambda: EmbeddedPlugin(self, source, params))
+
+    def register_system(self, path, params: Sequence[tuple[str, str]] = ()):
+        """Load a host shared library plugin (native backend only)."""
+        return self._register(lambda: SystemPlugin(self, path, params))
+
+    def register_python(self, functions: Mapping[str, Callable],
+                        name: str = "python", context: int = 0):
+        """Register Python callables as imports."""
+        return self._register(lambda: PythonPlugin(self, functions, name, context))
+
+    def resolve(self, names: Sequence[str]) -> tuple[list[int], list[int]]:
+        """Function pointers and contexts for import ``names``.
+
+        Scans plugins newest registration first; a plugin answering OK ends
+        the scan unless it reports MISSING_OPTIONAL; NOT_FOUND moves on.
+
+        Raises:
+            UnresolvedImportError: required names nobody provides (all listed,
+                with the plugins searched).
+            PluginStatusError: a plugin's resolve failed otherwise.
+        """
+        if not names:
+            return [], []
+        batch = _Batch(self.backend, names)
+        try:
+            all_required = False
+            for plugin in reversed(self.plugins):
+                code, resolution = plugin.resolve_into(self, batch)
+                if code == 0:
+                    all_required = True
+                    if resolution & abi.PLUGIN_RESOLUTION_MISSING_OPTIONAL:
+                        continue
+                    break
+                if abi.status_name(code) != "NOT_FOUND":
+                    name = abi.status_name(code)
+                    raise PluginStatusError(f"resolve returned {name} ({code})",
+                                            name=plugin.name, field="resolve",
+                                            value=code, code=code, code_name=name)
+            fns, ctx = batch.read()
+        finally:
+            batch.free()
+        missing = [n for n, f in zip(names, fns) if not f and not n.startswith("?")]
+        if missing or (not all_required and any(not n.startswith("?") for n in names)):
+            searched = [p.name for p in reversed(self.plugins)]
+            raise UnresolvedImportError(
+                f"missing required imports {', '.join(missing)}; searched "
+                f"{', '.join(searched) or 'no plugins'}", field="imports",
+                value=missing, missing=missing, searched=searched)
+        return fns, ctx
+
+    def unregister(self, plugin: Plugin) -> None:
+        self.plugins.remove(plugin)
+        plugin.unload()
+
+    def close(self) -> None:
+        """Unload every plugin, newest first, and release the backend if the
+        manager created it."""
+        while self.plugins:
+            self.plugins.pop().unload()
+        self.allocator.close()
+        if self._owns:
+            self.backend.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def inspect_plugin(path, *, arch=None, backend="auto", resolve=()) -> str:
+    """Text describing an embedded plugin and how it resolves ``resolve``."""
+    image = elfloader.read_image(path, arch=arch, backend=backend)
+    with PluginManager(image.arch, backend) as manager:
+        plugin = manager.register_embedded(path)
+        lines = [
+            f"file:         {path}",
+            f"architecture: {image.arch.name} ({manager.backend.kind})",
+            f"plugin:       {plugin.name} (version {plugin.version:#x})",
+            f"description:  {plugin.description}",
+            f"features:     {plugin.features:#x}"
+            + "".join(f" {n}" for bit, n in ((abi.PLUGIN_FEATURE_STANDALONE,
+                                             "STANDALONE"),
+                                            (abi.PLUGIN_FEATURE_FULL_STATUS,
+                                             "FULL_STATUS"))
+                      if plugin.features & bit),
+            f"sanitizer:    {plugin.sanitizer}",
+        ]
+        if resolve:
+            lines.append("resolve:")
+            batch = _Batch(manager.backend, resolve)
+            try:
+                code, resolution = plugin.resolve_into(manager, batch)
+                fns, ctx = batch.read()
+            finally:
+                batch.free()
+            lines.append(f"  status {abi.status_name(code)}, resolution "
+                         f"{resolution:#x}")
+            for n, f, c in zip(resolve, fns, ctx):
+                lines.append(f"  {n}: " + (f"fn={f:#x} context={c:#x}" if f
+                                           else "unresolved"))
+        return "\n".join(lines)
