@@ -63,7 +63,7 @@ import numpy as np
 __all__ = [
     "PROGRAMS_DIR", "ARCHES", "TRIPLES", "BASE_FLAGS", "VARIANT_NAMES",
     "ProgramSpec", "PROGRAMS",
-    "Compiled", "compile_program", "host_arch", "iree_compile_version",
+    "Compiled", "compile_program", "compile_many", "host_arch", "iree_compile_version",
     "EvaluationError", "BindingRef", "Dispatch", "FillStep", "CopyStep",
     "ResultRef", "ProgramPlan", "plan_program", "plan_dispatches",
     "run_plan", "reference_run",
@@ -191,7 +191,8 @@ class Compiled:
     arch: str
     vmfb: Path
     hal_mlir: Path
-    #: every embedded ELF that iree-compile dumped (one per hal.executable)
+    #: every embedded ELF that iree-compile dumped (one per hal.executable;
+    #: none for a program without dispatches)
     so_files: tuple[Path, ...]
     #: public function names of the module, in order of appearance
     functions: tuple[str, ...]
@@ -258,8 +259,11 @@ def compile_program(mlir_path: Union[str, os.PathLike], arch: str,
                     extra_flags: Sequence[str] = ()) -> Compiled:
     """Compile an MLIR program for ``arch`` into ``out_dir/<stem>-<arch>/``.
 
-    Runs iree-compile twice: once to a vmfb while dumping the embedded ELF
-    binaries, once with ``--compile-to=hal`` for the host-side IR.  The result
+    Produces ``<stem>.vmfb``, ``binaries/*.so`` (the embedded ELFs, via
+    ``--iree-hal-dump-executable-binaries-to``) and ``<stem>.hal.mlir`` (the
+    host-side IR, identical to ``--compile-to=hal`` output; taken from the same
+    run's ``--dump-compilation-phases-to`` output, falling back to a second
+    ``--compile-to=hal`` run if that phase is missing).  The result
     directory carries a stamp (hash of source text, flags and compiler
     version); a matching directory is reused, so passing a session-wide cache
     directory makes repeated calls cheap.
@@ -284,10 +288,19 @@ def compile_program(mlir_path: Union[str, os.PathLike], arch: str,
         try:
             tdump = tmp / "binaries"
             tdump.mkdir()
+            phases = tmp / "phases"
+            # One run gives the vmfb, the dumped ELFs and (as a compilation
+            # phase) the HAL-level IR of that very compile.
             _run_compile([_iree_compile(), str(mlir_path), "-o", str(tmp / vmfb.name),
-                          *flags, f"--iree-hal-dump-executable-binaries-to={tdump}"])
-            _run_compile([_iree_compile(), str(mlir_path), "--compile-to=hal",
-                          "-o", str(tmp / hal.name), *flags])
+                          *flags, f"--iree-hal-dump-executable-binaries-to={tdump}",
+                          f"--dump-compilation-phases-to={phases}"])
+            hal_phase = sorted(phases.glob("*.hal.mlir"))
+            if len(hal_phase) == 1:
+                os.replace(hal_phase[0], tmp / hal.name)
+            else:
+                _run_compile([_iree_compile(), str(mlir_path), "--compile-to=hal",
+                              "-o", str(tmp / hal.name), *flags])
+            shutil.rmtree(phases, ignore_errors=True)
             (tmp / "stamp.txt").write_text(key)
             if dest.exists():
                 shutil.rmtree(dest)
@@ -302,10 +315,20 @@ def compile_program(mlir_path: Union[str, os.PathLike], arch: str,
                 shutil.rmtree(tmp, ignore_errors=True)
 
     so_files = tuple(sorted(dump.glob("*.so")))
-    if not so_files:
-        raise RuntimeError(f"iree-compile dumped no executable binaries for {mlir_path}")
     return Compiled(source=mlir_path, arch=arch, vmfb=vmfb, hal_mlir=hal,
                     so_files=so_files, functions=_public_functions(hal.read_text()))
+
+
+def compile_many(jobs: Iterable[tuple[Union[str, os.PathLike], str]],
+                 out_dir: Union[str, os.PathLike], *, max_workers: int | None = None,
+                 extra_flags: Sequence[str] = ()) -> list[Compiled]:
+    """compile_program for several (mlir_path, arch) pairs, in parallel."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = list(jobs)
+    with ThreadPoolExecutor(max_workers or os.cpu_count() or 2) as pool:
+        return list(pool.map(lambda j: compile_program(j[0], j[1], out_dir,
+                                                       extra_flags=extra_flags), jobs))
 
 
 # ---------------------------------------------------------------------------
@@ -990,8 +1013,7 @@ class _Evaluator:
         r = {
             "addi": lambda: ua + ub, "subi": lambda: ua - ub, "muli": lambda: ua * ub,
             "divsi": lambda: _tdiv(sa, sb), "divui": lambda: ua // ub,
-            "ceildivsi": lambda: -_tdiv(-sa, sb) if (sa % sb and (sa > 0) == (sb > 0))
-            else _tdiv(sa, sb),
+            "ceildivsi": lambda: -((-sa) // sb),
             "ceildivui": lambda: -((-ua) // ub),
             "floordivsi": lambda: sa // sb,
             "remsi": lambda: sa - sb * _tdiv(sa, sb), "remui": lambda: ua % ub,

@@ -1,0 +1,455 @@
+"""Tests of tests/iree_tools.py: compiling the test programs with iree-compile,
+evaluating the HAL-level IR into dispatch plans, and IREE's runtime as the
+reference."""
+
+from __future__ import annotations
+
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import iree_tools as it  # noqa: E402
+
+TEST_ARCHES = ("x86_64", "aarch64", "riscv64")
+HOST = it.host_arch()
+
+# e_machine of each architecture's ELF header
+E_MACHINE = {"x86_64": 62, "aarch64": 183, "riscv64": 243, "x86_32": 3,
+             "arm32": 40, "riscv32": 243}
+
+
+@pytest.fixture(scope="module")
+def all_compiled(tmp_path_factory):
+    """Every program compiled for TEST_ARCHES (in parallel), keyed by (name, arch)."""
+    import os
+    cache = os.environ.get("PKR_COMPILE_CACHE")
+    cache = Path(cache) if cache else tmp_path_factory.mktemp("iree-tools")
+    keys = [(n, a) for n in it.PROGRAMS for a in dict.fromkeys(TEST_ARCHES + (HOST,))]
+    done = it.compile_many([(it.PROGRAMS[n].path, a) for n, a in keys], cache)
+    return dict(zip(keys, done))
+
+
+def _f32_bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+# ---------------------------------------------------------------------------
+# compiling
+
+def test_triples_cover_all_arches():
+    assert set(it.TRIPLES) == set(it.ARCHES) == set(it.VARIANT_NAMES)
+    for flags in it.TRIPLES.values():
+        assert any(f.startswith("--iree-llvmcpu-target-triple=") for f in flags)
+
+
+def test_programs_have_documented_public_function():
+    for spec in it.PROGRAMS.values():
+        text = spec.path.read_text()
+        assert f"Public function: @{spec.function}(" in text
+        assert f"func.func @{spec.function}(" in text
+
+
+@pytest.mark.parametrize("arch", TEST_ARCHES)
+@pytest.mark.parametrize("name", list(it.PROGRAMS))
+def test_program_compiles(all_compiled, name, arch):
+    c = all_compiled[(name, arch)]
+    spec = it.PROGRAMS[name]
+    assert c.vmfb.is_file() and c.hal_mlir.is_file()
+    assert c.functions == (spec.function,)
+    assert len(c.so_files) == 1          # one hal.executable per program
+    so = c.so_files[0]
+    head = so.read_bytes()[:20]
+    assert head[:4] == b"\x7fELF"
+    assert head[4] == (2 if arch in ("x86_64", "aarch64", "riscv64") else 1)
+    assert int.from_bytes(head[18:20], "little") == E_MACHINE[arch]
+    assert so.name.endswith(f"_{it.VARIANT_NAMES[arch]}.so")
+
+    inputs = spec.make_inputs(np.random.default_rng(0))
+    ds = it.plan_dispatches(c, inputs)
+    assert len(ds) == spec.num_dispatches
+    for d in ds:
+        assert d.so_path == so
+        assert d.variant == it.VARIANT_NAMES[arch]
+        assert d.export_name.encode() in so.read_bytes()
+        assert len(d.workgroup_count) == 3 and all(n >= 1 for n in d.workgroup_count)
+        assert all(0 <= k < 2**32 for k in d.constants)
+
+
+def test_compile_is_cached(all_compiled, tmp_path):
+    spec = it.PROGRAMS["scale_dyn"]
+    a = it.compile_program(spec.path, "x86_64", tmp_path)
+    mtime = a.vmfb.stat().st_mtime_ns
+    b = it.compile_program(spec.path, "x86_64", tmp_path)
+    assert a == b and b.vmfb.stat().st_mtime_ns == mtime
+
+
+def test_compile_error_is_reported(tmp_path):
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> { return %b : tensor<4xf32> }\n")
+    with pytest.raises(RuntimeError, match="iree-compile failed"):
+        it.compile_program(bad, "x86_64", tmp_path / "out")
+
+
+# ---------------------------------------------------------------------------
+# the plans of the programs
+
+def test_plan_static_single_dispatch(all_compiled):
+    c = all_compiled[("matmul", "x86_64")]
+    lhs, rhs = it.PROGRAMS["matmul"].make_inputs(np.random.default_rng(0))
+    plan = it.plan_program(c, [lhs, rhs])
+    (d,) = plan.dispatches
+    assert d.export_name == "matmul_dispatch_0_matmul_37x29x53_f32"
+    assert d.executable == "matmul_dispatch_0"
+    assert d.constants == []
+    assert d.bindings[:2] == [it.BindingRef("input", 0, 0, 37 * 53 * 4),
+                              it.BindingRef("input", 1, 0, 53 * 29 * 4)]
+    out = d.bindings[2]
+    assert out.kind == "buffer" and plan.buffers[out.ref] == 37 * 29 * 4
+    (res,) = plan.results
+    assert res.storage == out and res.shape == (37, 29) and res.dtype == np.float32
+
+
+@pytest.mark.parametrize("arch", TEST_ARCHES)
+def test_plan_dynamic_shape_constants(all_compiled, arch):
+    c = all_compiled[("scale_dyn", arch)]
+    spec = it.PROGRAMS["scale_dyn"]
+    rng = np.random.default_rng(0)
+    got = {}
+    for n in (0, 1000, 4096, 4097, 5000, 100_000):
+        inputs = spec.make_inputs(rng, n=n, s=1.75)
+        (d,) = it.plan_dispatches(c, inputs)
+        # constants: bits of the f32 scalar, then the dim as two 32-bit halves
+        assert d.constants == [_f32_bits(1.75), n, 0]
+        assert d.bindings == [it.BindingRef("input", 0, 0, 4 * n),
+                              it.BindingRef("buffer", "transient_buffer", 0, 4 * n)]
+        got[n] = d.workgroup_count
+    # the host code computes ceil(n / 4096) workgroups along x
+    assert got == {0: (0, 1, 1), 1000: (1, 1, 1), 4096: (1, 1, 1), 4097: (2, 1, 1),
+                   5000: (2, 1, 1), 100_000: (25, 1, 1)}
+
+
+def test_plan_big_dim_uses_high_constant(all_compiled):
+    c = all_compiled[("scale_dyn", "x86_64")]
+    # only shapes are looked at, so a broadcast view stands in for a huge array
+    x = np.broadcast_to(np.float32(0), (2**32 + 5,))
+    (d,) = it.plan_dispatches(c, [x, -2.0])
+    assert d.constants == [_f32_bits(-2.0), 5, 1]
+
+
+def test_plan_two_dispatches_share_transient_buffer(all_compiled):
+    c = all_compiled[("mm_rowsum", "x86_64")]
+    inputs = it.PROGRAMS["mm_rowsum"].make_inputs(np.random.default_rng(0))
+    plan = it.plan_program(c, inputs)
+    d0, d1 = plan.dispatches
+    assert d0.so_path == d1.so_path and d0.executable == "mm_rowsum_linked"
+    assert d0.export_name == "mm_rowsum_dispatch_0_matmul_37x29x53_f32"
+    assert d1.export_name == "mm_rowsum_dispatch_1_reduction_37x29_f32"
+    (buf, size), = plan.buffers.items()
+    assert d0.bindings[2] == it.BindingRef("buffer", buf, 0, size)
+    assert d1.bindings == [it.BindingRef("buffer", buf, 0, size)] * 2
+    r, m = plan.results
+    assert (r.shape, m.shape) == ((37,), (37, 29))
+    assert r.storage.ref == m.storage.ref == buf
+    spans = sorted((x.storage.offset, x.storage.offset + x.storage.length) for x in (r, m))
+    assert spans[0][1] <= spans[1][0] <= spans[1][1] <= size
+
+
+def test_plan_checks_input_shapes(all_compiled):
+    c = all_compiled[("matmul", "x86_64")]
+    with pytest.raises(ValueError, match="input1"):
+        it.plan_program(c, [np.zeros((37, 53), np.float32), np.zeros((53, 30), np.float32)])
+    with pytest.raises(ValueError, match="element type"):
+        it.plan_program(c, [np.zeros((37, 53), np.float64), np.zeros((53, 29), np.float32)])
+    with pytest.raises(ValueError, match="takes 2 arguments"):
+        it.plan_program(c, [np.zeros((37, 53), np.float32)])
+
+
+# ---------------------------------------------------------------------------
+# the reference runtime, and run_plan with a numpy stand-in for our runtime
+
+def _tolerance(name):
+    return dict(rtol=1e-4, atol=1e-4) if name in ("matmul", "mm_rowsum", "sum_last") \
+        else dict(rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", list(it.PROGRAMS))
+def test_reference_run_matches_numpy(all_compiled, name):
+    c = all_compiled[(name, HOST)]
+    spec = it.PROGRAMS[name]
+    inputs = spec.make_inputs(np.random.default_rng(7))
+    got = it.reference_run(c.vmfb, spec.function, inputs)
+    want = spec.numpy_reference(inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, **_tolerance(name))
+
+
+def test_reference_run_dynamic_sizes(all_compiled):
+    c = all_compiled[("scale_dyn", HOST)]
+    spec = it.PROGRAMS["scale_dyn"]
+    for n in (1, 4097, 9000):
+        inputs = spec.make_inputs(np.random.default_rng(n), n=n, s=np.float32(-0.5))
+        (g,) = it.reference_run(c.vmfb, "scale_dyn", inputs)
+        np.testing.assert_allclose(g, spec.numpy_reference(inputs)[0], rtol=1e-6)
+
+
+def _numpy_kernel(name, inputs):
+    """A run_dispatch stand-in for single-dispatch programs: reads the input
+    bindings (shaped like ``inputs``), takes scalars from the push constants,
+    writes the numpy result into the last binding."""
+    spec = it.PROGRAMS[name]
+    tensors = [x for x in inputs if hasattr(x, "shape")]
+
+    def run(dispatch, bindings):
+        args = [b.view(t.dtype).reshape(t.shape) for t, b in zip(tensors, bindings)]
+        if name == "scale_dyn":
+            assert dispatch.constants[1:] == [args[0].size, 0]
+            args.append(struct.unpack("<f", struct.pack("<I", dispatch.constants[0]))[0])
+        (out,) = spec.numpy_reference(args)
+        bindings[-1][:] = np.ascontiguousarray(out).view(np.uint8).reshape(-1)
+    return run
+
+
+@pytest.mark.parametrize("name", [n for n, s in it.PROGRAMS.items() if s.num_dispatches == 1])
+def test_run_plan_plumbing_with_numpy_kernels(all_compiled, name):
+    c = all_compiled[(name, HOST)]
+    spec = it.PROGRAMS[name]
+    kw = {"n": 3001, "s": 0.25} if name == "scale_dyn" else {}
+    inputs = spec.make_inputs(np.random.default_rng(3), **kw)
+    got = it.run_plan(it.plan_program(c, inputs), inputs, _numpy_kernel(name, inputs),
+                      fill_byte=0xCD)
+    ref = it.reference_run(c.vmfb, spec.function, inputs)
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, **_tolerance(name))
+
+
+XFER = """
+func.func @xfer(%a: tensor<100xf32>, %b: tensor<?xf32>) -> (tensor<100xf32>, tensor<100xf32>, tensor<?xf32>, tensor<200xf32>) {
+  %c = arith.constant dense<1.5> : tensor<100xf32>
+  %cat = tensor.concat dim(0) %a, %a : (tensor<100xf32>, tensor<100xf32>) -> tensor<200xf32>
+  return %c, %a, %b, %cat : tensor<100xf32>, tensor<100xf32>, tensor<?xf32>, tensor<200xf32>
+}
+"""
+
+
+def test_transfers_and_returned_inputs(tmp_path):
+    src = tmp_path / "xfer.mlir"
+    src.write_text(XFER)
+    c = it.compile_program(src, HOST, tmp_path / "out")
+    rng = np.random.default_rng(5)
+    inputs = [rng.standard_normal(100).astype(np.float32),
+              rng.standard_normal(17).astype(np.float32)]
+    plan = it.plan_program(c, inputs)
+    assert not plan.dispatches
+    kinds = {type(s).__name__ for s in plan.steps}
+    assert kinds == {"FillStep", "CopyStep"}
+    assert plan.results[1].storage.kind == "input" and plan.results[2].storage.ref == 1
+    with pytest.raises(it.EvaluationError, match="transfers"):
+        it.plan_dispatches(c, inputs)
+
+    def no_dispatch(d, b):
+        raise AssertionError("no dispatch expected")
+    got = it.run_plan(plan, inputs, no_dispatch, fill_byte=0xCD)
+    ref = it.reference_run(c.vmfb, "xfer", inputs)
+    assert [g.shape for g in got] == [r.shape for r in ref]
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(g, r)
+
+
+# ---------------------------------------------------------------------------
+# the evaluator on hand-written IR
+
+def _hal(body: str, args: str = "%arg0: !hal.buffer_view", extra: str = "") -> str:
+    return f"""#map = affine_map<()[s0, s1] -> (s0 ceildiv 16 + s1 * 2)>
+module {{
+{extra}
+  util.func public @f({args}) -> !hal.buffer_view attributes {{iree.abi.stub, iree.reflection = {{d = "x {{ y"}}}} {{
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c64 = arith.constant 64 : index
+    %__dev = util.global.load immutable @__device_0 : !hal.device
+    %exe = util.global.load immutable @__exe : !hal.executable
+    %buffer = hal.buffer_view.buffer<%arg0 : !hal.buffer_view> : !hal.buffer
+    %transient_buffer = hal.device.queue.alloca<%__dev : !hal.device> affinity(%c0) wait(%c0) signal(%c0) pool(%c0) type(%c0) usage(%c0) flags("None") : !hal.buffer{{%c64}}
+    %cmd = hal.command_buffer.create device(%__dev : !hal.device) mode(OneShot) categories("Transfer|Dispatch") affinity(%c0) : !hal.command_buffer
+    %function_id = hal.executable.lookup.function target(%exe : !hal.executable) function(@ex::@embedded_elf_x86_64::@ex_fn) : i64
+{body}
+    hal.device.queue.execute<%__dev : !hal.device> affinity(%c0) wait(%c0) signal(%c0) commands(%cmd) flags("None")
+    %et = hal.element_type<f32> : i32
+    %enc = hal.encoding_type<dense_row_major> : i32
+    %view = hal.buffer_view.create buffer(%transient_buffer : !hal.buffer)[%c0, %c64] shape([%c1]) type(%et) encoding(%enc) : !hal.buffer_view
+    util.return %view : !hal.buffer_view
+  }}
+}}
+"""
+
+
+def _dispatch_of(tmp_path, consts_ir: str, consts: list[str], inputs, wg="%c1, %c1, %c1",
+                 args="%arg0: !hal.buffer_view", extra=""):
+    body = consts_ir + f"""
+    hal.command_buffer.dispatch<%cmd : !hal.command_buffer> target(%exe : !hal.executable)[%function_id] workgroups([{wg}]) constants([{", ".join(consts)}]) bindings([
+      (%buffer : !hal.buffer)[%c0, %c64],
+      (%transient_buffer : !hal.buffer)[%c1, %c64]
+    ]) flags("None")"""
+    p = tmp_path / "t.hal.mlir"
+    p.write_text(_hal(body, args, extra))
+    (d,) = it.plan_dispatches(p, inputs)
+    return d
+
+
+ARITH_CASES = [
+    # (ops producing %r : i32, expected uint32)
+    ("%a = arith.constant -7 : i32\n%b = arith.constant 2 : i32\n%r = arith.divsi %a, %b : i32", -3),
+    ("%a = arith.constant -7 : i32\n%b = arith.constant 2 : i32\n%r = arith.floordivsi %a, %b : i32", -4),
+    ("%a = arith.constant -7 : i32\n%b = arith.constant 2 : i32\n%r = arith.ceildivsi %a, %b : i32", -3),
+    ("%a = arith.constant 7 : i32\n%b = arith.constant 2 : i32\n%r = arith.ceildivsi %a, %b : i32", 4),
+    ("%a = arith.constant 7 : i32\n%b = arith.constant -2 : i32\n%r = arith.ceildivsi %a, %b : i32", -3),
+    ("%a = arith.constant -7 : i32\n%b = arith.constant -2 : i32\n%r = arith.ceildivsi %a, %b : i32", 4),
+    ("%a = arith.constant 7 : i32\n%b = arith.constant 2 : i32\n%r = arith.ceildivui %a, %b : i32", 4),
+    ("%a = arith.constant -7 : i32\n%b = arith.constant 2 : i32\n%r = arith.divui %a, %b : i32", (2**32 - 7) // 2),
+    ("%a = arith.constant -7 : i32\n%b = arith.constant 3 : i32\n%r = arith.remsi %a, %b : i32", -1),
+    ("%a = arith.constant -7 : i32\n%b = arith.constant 3 : i32\n%r = arith.remui %a, %b : i32", (2**32 - 7) % 3),
+    ("%a = arith.constant 2147483647 : i32\n%b = arith.constant 1 : i32\n%r = arith.addi %a, %b : i32", 2**31),
+    ("%a = arith.constant 5 : i32\n%b = arith.constant 9 : i32\n%r = arith.subi %a, %b : i32", -4),
+    ("%a = arith.constant 65536 : i32\n%b = arith.constant 65537 : i32\n%r = arith.muli %a, %b overflow<nsw> : i32", 65536),
+    ("%a = arith.constant -8 : i32\n%b = arith.constant 1 : i32\n%r = arith.shrui %a, %b : i32", (2**32 - 8) >> 1),
+    ("%a = arith.constant -8 : i32\n%b = arith.constant 1 : i32\n%r = arith.shrsi %a, %b : i32", -4),
+    ("%a = arith.constant 3 : i32\n%b = arith.constant 30 : i32\n%r = arith.shli %a, %b : i32", 2**31 + 2**30),
+    ("%a = arith.constant 12 : i32\n%b = arith.constant 10 : i32\n%r = arith.andi %a, %b : i32", 8),
+    ("%a = arith.constant 12 : i32\n%b = arith.constant 10 : i32\n%r = arith.ori %a, %b : i32", 14),
+    ("%a = arith.constant 12 : i32\n%b = arith.constant 10 : i32\n%r = arith.xori %a, %b : i32", 6),
+    ("%a = arith.constant -1 : i32\n%b = arith.constant 3 : i32\n%r = arith.maxsi %a, %b : i32", 3),
+    ("%a = arith.constant -1 : i32\n%b = arith.constant 3 : i32\n%r = arith.minsi %a, %b : i32", -1),
+    ("%a = arith.constant -1 : i32\n%b = arith.constant 3 : i32\n%r = arith.maxui %a, %b : i32", -1),
+    ("%a = arith.constant -1 : i32\n%b = arith.constant 3 : i32\n%r = arith.minui %a, %b : i32", 3),
+    ("%a = arith.constant 1.5 : f32\n%r = arith.bitcast %a : f32 to i32", _f32_bits(1.5)),
+    ("%a = arith.constant 0x7FC00000 : f32\n%r = arith.bitcast %a : f32 to i32", 0x7FC00000),
+    ("%a = arith.constant -1 : i64\n%r = arith.trunci %a : i64 to i32", -1),
+    ("%a = arith.constant 4294967298 : i64\n%r = arith.trunci %a : i64 to i32", 2),
+    ("%a = arith.constant -2 : i32\n%x = arith.extsi %a : i32 to i64\n%s = arith.constant 32 : i64\n"
+     "%y = arith.shrui %x, %s : i64\n%r = arith.trunci %y : i64 to i32", -1),
+    ("%a = arith.constant -2 : i32\n%x = arith.extui %a : i32 to i64\n%s = arith.constant 32 : i64\n"
+     "%y = arith.shrui %x, %s : i64\n%r = arith.trunci %y : i64 to i32", 0),
+    ("%a = arith.constant -2 : index\n%r = arith.index_cast %a : index to i32", -2),
+    ("%a = arith.constant -2 : i32\n%x = arith.index_castui %a : i32 to index\n"
+     "%r = arith.index_cast %x : index to i32", -2),
+    ("%a = arith.constant 100 : index\n%b = arith.constant 3 : index\n%x = affine.apply #map()[%a, %b]\n"
+     "%r = arith.index_cast %x : index to i32", 7 + 6),
+    ("%a = arith.constant 100 : index\n%x = affine.apply affine_map<(d0)[s0] -> (d0 floordiv 8 - s0 mod 3)>(%a)[%a]\n"
+     "%r = arith.index_cast %x : index to i32", 12 - 1),
+    ("%a = arith.constant 100 : index\n%x = affine.min affine_map<(d0) -> (d0, 64)>(%a)\n"
+     "%r = arith.index_cast %x : index to i32", 64),
+    ("%t = arith.constant true\n%a = arith.constant 1 : i32\n%b = arith.constant 2 : i32\n"
+     "%r = arith.select %t, %a, %b : i32", 1),
+    ("%t = arith.constant false\n%a = arith.constant 1 : i32\n%b = arith.constant 2 : i32\n"
+     "%r = arith.select %t, %a, %b : i32", 2),
+]
+
+
+@pytest.mark.parametrize("ops,expected", ARITH_CASES,
+                         ids=[c[0].splitlines()[-1].split("=")[1].split()[0] + f"-{i}"
+                              for i, c in enumerate(ARITH_CASES)])
+def test_evaluator_arith(tmp_path, ops, expected):
+    d = _dispatch_of(tmp_path, "\n".join("    " + l for l in ops.splitlines()), ["%r"],
+                     [np.zeros(16, np.float32)])
+    assert d.constants == [expected & 0xFFFFFFFF]
+
+
+@pytest.mark.parametrize("pred,a,b,want", [
+    ("eq", 3, 3, 1), ("ne", 3, 3, 0), ("slt", -1, 0, 1), ("ult", -1, 0, 0),
+    ("sle", 2, 2, 1), ("ule", -1, 1, 0), ("sgt", 0, -1, 1), ("ugt", -1, 0, 1),
+    ("sge", -5, -4, 0), ("uge", -4, -5, 1),
+])
+def test_evaluator_cmpi(tmp_path, pred, a, b, want):
+    ops = f"""    %a = arith.constant {a} : index
+    %b = arith.constant {b} : index
+    %p = arith.cmpi {pred}, %a, %b : index
+    %x = arith.select %p, %c1, %c0 : index
+    %r = arith.index_cast %x : index to i32"""
+    assert _dispatch_of(tmp_path, ops, ["%r"], [np.zeros(16, np.float32)]).constants == [want]
+
+
+def test_evaluator_dims_scalars_and_workgroups(tmp_path):
+    ops = """    %d = hal.buffer_view.dim<%arg0 : !hal.buffer_view>[1] : index
+    %wx = arith.ceildivui %d, %c64 : index
+    %r = arith.index_cast %d : index to i32
+    %s = arith.bitcast %arg1 : f32 to i32"""
+    d = _dispatch_of(tmp_path, ops, ["%s", "%r", "%arg2"], [np.zeros((2, 130), np.float32), 0.5, -3],
+                     wg="%wx, %d, %c1",
+                     args="%arg0: !hal.buffer_view, %arg1: f32, %arg2: i32")
+    assert d.workgroup_count == (3, 130, 1)
+    assert d.constants == [_f32_bits(0.5), 130, 2**32 - 3]
+    assert d.export_name == "ex_fn" and d.executable == "ex"
+    assert d.bindings == [it.BindingRef("input", 0, 0, 64),
+                          it.BindingRef("buffer", "transient_buffer", 1, 64)]
+
+
+def test_evaluator_control_flow(tmp_path):
+    ops = """    %d = hal.buffer_view.dim<%arg0 : !hal.buffer_view>[0] : index
+    %big = arith.cmpi ugt, %d, %c64 : index
+    cf.cond_br %big, ^bb1, ^bb2(%c1 : index)
+  ^bb1:  // pred: ^bb0
+    %two = arith.constant 2 : index
+    cf.br ^bb2(%two : index)
+  ^bb2(%n: index):  // 2 preds: ^bb0, ^bb1
+    %r = arith.index_cast %n : index to i32"""
+    assert _dispatch_of(tmp_path, ops, ["%r"], [np.zeros(100, np.float32)]).constants == [2]
+    assert _dispatch_of(tmp_path, ops, ["%r"], [np.zeros(10, np.float32)]).constants == [1]
+
+
+def test_evaluator_unknown_op_is_named(tmp_path):
+    ops = """    %u = foo.mystery %c1 : index
+    %v = arith.addi %u, %c1 : index
+    %r = arith.index_cast %v : index to i32"""
+    with pytest.raises(it.EvaluationError, match="foo.mystery"):
+        _dispatch_of(tmp_path, ops, ["%r"], [np.zeros(16, np.float32)])
+    # an unknown op whose value is not needed is harmless
+    ops_ok = "    %u = foo.mystery %c1 : index\n    %r = arith.constant 9 : i32"
+    assert _dispatch_of(tmp_path, ops_ok, ["%r"], [np.zeros(16, np.float32)]).constants == [9]
+
+
+def test_evaluator_unknown_op_in_workgroups(tmp_path):
+    ops = "    %w = hal.device.query.something %c1 : index\n    %r = arith.constant 0 : i32"
+    with pytest.raises(it.EvaluationError, match="hal.device.query.something"):
+        _dispatch_of(tmp_path, ops, ["%r"], [np.zeros(16, np.float32)], wg="%w, %c1, %c1")
+
+
+def test_evaluator_memoized_command_buffer(tmp_path):
+    extra = """  util.global private @__f_memo : !hal.command_buffer
+  util.func private @__f_memo_apply() -> !hal.command_buffer {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c8 = arith.constant 8 : index
+    %c2 = arith.constant 2 : index
+    %exe = util.global.load immutable @__exe : !hal.executable
+    %cmd = hal.command_buffer.create device(%c0 : !hal.device) mode("None") categories("Transfer|Dispatch") affinity(%c0) bindings(%c2) : !hal.command_buffer
+    %function_id = hal.executable.lookup.function target(%exe : !hal.executable) function(@ex2::@embedded_elf_x86_64::@memo_fn) : i64
+    hal.command_buffer.dispatch<%cmd : !hal.command_buffer> target(%exe : !hal.executable)[%function_id] workgroups([%c2, %c1, %c1]) bindings([
+      (%c1 : index)[%c8, %c8],
+      (%c0 : index)[%c0, %c8]
+    ]) flags("None")
+    util.return %cmd : !hal.command_buffer
+  }
+  util.initializer {
+    %0 = util.call @__f_memo_apply() : () -> !hal.command_buffer
+    util.global.store %0, @__f_memo : !hal.command_buffer
+    util.return
+  }"""
+    body = """    %memo = util.global.load immutable @__f_memo : !hal.command_buffer
+    %c16 = arith.constant 16 : index
+    hal.device.queue.execute.indirect<%__dev : !hal.device> affinity(%c0) wait(%c0) signal(%c0) commands(%memo) bindings([
+      (%buffer : !hal.buffer)[%c0, %c64],
+      (%transient_buffer : !hal.buffer)[%c16, %c16]
+    ]) flags("None")"""
+    p = tmp_path / "m.hal.mlir"
+    p.write_text(_hal(body, extra=extra))
+    (d,) = it.plan_dispatches(p, [np.zeros(16, np.float32)])
+    assert d.export_name == "memo_fn" and d.workgroup_count == (2, 1, 1)
+    assert d.bindings == [it.BindingRef("buffer", "transient_buffer", 24, 8),
+                          it.BindingRef("input", 0, 0, 8)]
