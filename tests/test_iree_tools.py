@@ -453,3 +453,51 @@ def test_evaluator_memoized_command_buffer(tmp_path):
     assert d.export_name == "memo_fn" and d.workgroup_count == (2, 1, 1)
     assert d.bindings == [it.BindingRef("buffer", "transient_buffer", 24, 8),
                           it.BindingRef("input", 0, 0, 8)]
+
+
+# ---------------------------------------------------------------------------
+# the bundled samples of hal_cpu/samples
+
+SAMPLES = Path(__file__).resolve().parent.parent / "hal_cpu" / "samples"
+
+
+def _manifest():
+    import json
+    return json.loads((SAMPLES / "manifest.json").read_text())
+
+
+def test_sample_manifest_matches_files():
+    import hashlib
+    m = _manifest()
+    assert m["format"] == 1 and set(m["arches"]) == set(it.ARCHES)
+    assert set(m["kernels"]) == {"mul_add", "matmul", "sum_last"}
+    for name, k in m["kernels"].items():
+        roles = [b["role"] for b in k["bindings"]]
+        assert roles.count("output") == 1 and roles[-1] == "output"
+        assert k["reference"] in ("mul_add", "matmul", "sum_last")
+        for b in k["bindings"]:
+            assert b["length"] == int(np.prod(b["shape"])) * np.dtype(b["dtype"]).itemsize
+        for arch, p in k["per_arch"].items():
+            data = (SAMPLES / p["file"]).read_bytes()
+            assert len(data) == p["size"]
+            assert hashlib.sha256(data).hexdigest() == p["sha256"]
+            assert int.from_bytes(data[18:20], "little") == E_MACHINE[arch]
+            assert k["export"].encode() in data
+            assert len(p["workgroup_count"]) == 3 and min(p["workgroup_count"]) >= 1
+
+
+def test_samples_rebuild_identically(tmp_path):
+    """The committed x86_64 samples are what build_samples.py produces now."""
+    import importlib.util
+    import json
+    spec = importlib.util.spec_from_file_location("build_samples", SAMPLES / "build_samples.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--out", str(tmp_path), "--arch", HOST,
+                     "--build-dir", str(tmp_path / "build")]) == 0
+    new = json.loads((tmp_path / "manifest.json").read_text())
+    old = _manifest()
+    for name, k in new["kernels"].items():
+        assert k["export"] == old["kernels"][name]["export"]
+        assert k["bindings"] == old["kernels"][name]["bindings"]
+        assert k["per_arch"][HOST] == old["kernels"][name]["per_arch"][HOST]
