@@ -185,6 +185,7 @@ class ElfModule:
     Attributes:
         base: address the image's virtual address 0 maps to (load bias).
         exports: exported (GLOBAL/WEAK, defined) symbol name -> address.
+        unreferenced_undefined: undefined symbols no relocation uses.
 
     Raises:
         ElfError subclasses for every malformed or unsupported input; on any
@@ -247,8 +248,9 @@ class ElfModule:
                 off = seg.vaddr - img.vaddr_min
                 buf[off:off + seg.filesz] = img.data[seg.offset:seg.offset + seg.filesz]
         dyn = self._parse_dynamic()
-        self._check_no_imports()
-        self._relocate(dyn)
+        tables = self._reloc_tables(dyn)
+        self._check_imports(tables)
+        self._relocate(tables)
         self.backend.write(self._reservation, buf)
         self._protect()
         self.exports = self._collect_exports()
@@ -309,14 +311,25 @@ class ElfModule:
         self._syms = cls.unpack_all("sym", self._buf, symoff, count)
         return dyn
 
-    def _check_no_imports(self) -> None:
-        undefined = [self._string(s["st_name"], f"dynsym[{i}].st_name")
+    def _check_imports(self, tables) -> None:
+        """Reject undefined symbols that a relocation binds to: embedded ELFs
+        must be self-contained. An undefined symbol nothing refers to (armv7
+        objects name the EHABI personality ``__aeabi_unwind_cpp_pr0`` that
+        way) binds to nothing; it is kept in :attr:`unreferenced_undefined`."""
+        cls, kind = self.image.cls, self.arch.rel_tags
+        referenced = set()
+        for _, off, count in tables:
+            for r in cls.unpack_all(kind, self._buf, off, count):
+                referenced.add(cls.r_sym(r["r_info"]))
+        undefined = {i: self._string(s["st_name"], f"dynsym[{i}].st_name")
                      for i, s in enumerate(self._syms)
-                     if i and s["st_shndx"] == SHN_UNDEF and s["st_name"]]
-        if undefined:
+                     if i and s["st_shndx"] == SHN_UNDEF and s["st_name"]}
+        imported = [n for i, n in undefined.items() if i in referenced]
+        if imported:
             raise self._err(UndefinedSymbolError, "the image imports undefined "
-                            f"symbols {', '.join(undefined)}; embedded ELFs must "
-                            "be self-contained", "dynsym", undefined)
+                            f"symbols {', '.join(imported)}; embedded ELFs must "
+                            "be self-contained", "dynsym", imported)
+        self.unreferenced_undefined = sorted(undefined.values())
 
     def _reloc_tables(self, dyn) -> list[tuple[str, int, int]]:
         """(kind, image offset, count) of each relocation table to apply."""
@@ -347,12 +360,12 @@ class ElfModule:
                         nbytes // entsize))
         return out
 
-    def _relocate(self, dyn) -> None:
+    def _relocate(self, tables) -> None:
         arch, cls, buf = self.arch, self.image.cls, self._buf
         vmin, B = self.image.vaddr_min, self.base
         kind = arch.rel_tags
         mask = arch.word_mask
-        for tag, off, count in self._reloc_tables(dyn):
+        for tag, off, count in tables:
             for i, r in enumerate(cls.unpack_all(kind, buf, off, count)):
                 rtype = cls.r_type(r["r_info"])
                 if rtype == 0:

@@ -2,8 +2,9 @@
 
 A :class:`CStruct` lists its fields with C types; :meth:`CStruct.layout`
 computes offsets with the natural alignment rules of the C ABIs used here
-(every scalar aligned to its size, the struct to its largest member) for
-4- or 8-byte pointers. Both backends read and write the same bytes.
+(every scalar aligned to its size, except 64-bit integers on i386, which
+are 4-byte aligned; the struct to its largest member) for 4- or 8-byte
+pointers. Both backends read and write the same bytes.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class Layout:
         offsets: field name -> byte offset (nested fields as ``outer.inner``).
     """
 
-    def __init__(self, cstruct: "CStruct", ptr_size: int):
+    def __init__(self, cstruct: "CStruct", ptr_size: int, int64_align: int = 8):
         self.name = cstruct.name
         self.ptr_size = ptr_size
         self.offsets: dict[str, int] = {}
@@ -35,7 +36,7 @@ class Layout:
             if isinstance(ctype, tuple):
                 ctype, count = ctype
             if isinstance(ctype, CStruct):
-                sub = ctype.layout(ptr_size)
+                sub = ctype.layout(ptr_size, int64_align)
                 pad = -off % sub.align
                 fmt += "x" * pad
                 off += pad
@@ -50,14 +51,14 @@ class Layout:
                 continue
             code = _SCALARS.get(ctype) or ("Q" if ptr_size == 8 else "I")
             size = struct.calcsize(code)
-            pad = -off % size
+            pad = -off % min(size, int64_align)
             fmt += "x" * pad
             off += pad
             self.offsets[name] = off
             self._fields.append((name, code, count))
             fmt += f"{count}{code}" if count > 1 else code
             off += size * count
-            align = max(align, size)
+            align = max(align, min(size, int64_align))
         fmt += "x" * (-off % align)
         self._fmt = fmt
         self._struct = struct.Struct(fmt)
@@ -107,8 +108,10 @@ class CStruct:
         self.source = source
 
     @lru_cache(maxsize=None)
-    def layout(self, ptr_size: int) -> Layout:
-        return Layout(self, ptr_size)
+    def layout(self, ptr_size: int, int64_align: int = 8) -> Layout:
+        """Layout for ``ptr_size``-byte pointers and 64-bit integers aligned
+        to ``int64_align`` bytes (pass ``*arch.c_abi``)."""
+        return Layout(self, ptr_size, int64_align)
 
     def __hash__(self):
         return id(self)

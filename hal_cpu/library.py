@@ -135,7 +135,7 @@ class Executable:
         view = self.view = GuestView(be, mod.base + mod.image.vaddr_min,
                                      mod.base + mod.image.vaddr_max, self.path)
         query = mod.lookup(abi.LIBRARY_QUERY)
-        env_layout = abi.ENVIRONMENT.layout(ps)
+        env_layout = abi.ENVIRONMENT.layout(*be.arch.c_abi)
         self._env = self._alloc(bytes(env_layout.size))
         result = be.call(query, abi.LIBRARY_VERSION, self._env)
         if result == 0:
@@ -217,7 +217,7 @@ class Executable:
         if thunk:
             self._allocs.append(thunk)
         constants = self._alloc(bytes(4 * max(self.constant_count, 1)))
-        env = abi.ENVIRONMENT.layout(ps).pack(
+        env = abi.ENVIRONMENT.layout(*be.arch.c_abi).pack(
             constants=constants, import_thunk=thunk,
             import_funcs=self._alloc(ptr_array(ps, funcs)) if names else 0,
             import_contexts=self._alloc(ptr_array(ps, contexts)) if names else 0)
@@ -251,7 +251,8 @@ class Executable:
 
         Args:
             export: ordinal or name.
-            workgroup_count: (x, y, z), each >= 1 (x, y < 2**32, z < 2**16).
+            workgroup_count: (x, y, z), x, y < 2**32, z < 2**16; a zero
+                count runs no workgroup.
             bindings: C-contiguous numpy arrays or writable buffers, in
                 binding order; results land in them (zero copy natively).
             constants: uint32 push constants (ints in [0, 2**32)).
@@ -267,11 +268,11 @@ class Executable:
         exp = self.export(export)
         where = dict(name=self.path)
         wc = tuple(int(v) for v in workgroup_count)
-        if len(wc) != 3 or min(wc) < 1 or wc[0] >= 1 << 32 or \
+        if len(wc) != 3 or min(wc) < 0 or wc[0] >= 1 << 32 or \
                 wc[1] >= 1 << 32 or wc[2] >= 1 << 16:
-            raise DispatchError(f"workgroup count {wc} must be three positive "
-                                "integers (z < 65536)", field="workgroup_count",
-                                value=wc, **where)
+            raise DispatchError(f"workgroup count {wc} must be three "
+                                "non-negative integers (z < 65536)",
+                                field="workgroup_count", value=wc, **where)
         if len(bindings) < exp.binding_count:
             raise DispatchError(f"export {exp.label} declares {exp.binding_count} "
                                 f"bindings, {len(bindings)} given",
@@ -294,6 +295,8 @@ class Executable:
             raise DispatchError("constants must fit uint32", field="constants",
                                 value=consts, **where)
         arrays = [_as_binding(b, i) for i, b in enumerate(bindings)]
+        if 0 in wc:
+            return  # an empty grid runs nothing, as in IREE
         wsize = tuple(workgroup_size) if workgroup_size else exp.workgroup_size
         self._run(exp, wc, wsize, arrays, consts, processor_id)
 
@@ -313,7 +316,7 @@ class Executable:
                 ptrs.append(addr)
                 finishers.append(finish)
             lengths = [a.nbytes for a in arrays]
-            state = abi.DISPATCH_STATE.layout(ps).pack(
+            state = abi.DISPATCH_STATE.layout(*be.arch.c_abi).pack(
                 workgroup_size_x=wsize[0], workgroup_size_y=wsize[1],
                 workgroup_size_z=wsize[2], constant_count=len(consts),
                 workgroup_count_x=wc[0], workgroup_count_y=wc[1],
@@ -325,7 +328,7 @@ class Executable:
             state_addr = alloc(state)
             local = alloc(bytes(exp.local_memory_size)) \
                 if exp.local_memory_pages else 0
-            wg_layout = abi.WORKGROUP_STATE.layout(ps)
+            wg_layout = abi.WORKGROUP_STATE.layout(*be.arch.c_abi)
             wg_addr = alloc(wg_layout.pack(processor_id=processor_id,
                                            local_memory=local,
                                            local_memory_size=exp.local_memory_size))

@@ -32,7 +32,7 @@ class GuestView:
                              field=what, value=address)
 
     def struct(self, cstruct: CStruct, address: int, what: str) -> dict:
-        layout = cstruct.layout(self.ptr_size)
+        layout = cstruct.layout(*self.backend.arch.c_abi)
         self.check(address, layout.size, what)
         return layout.unpack(self.backend.read(address, layout.size))
 
@@ -46,7 +46,7 @@ class GuestView:
         return list(struct.unpack(f"<{count}{code}", self.backend.read(address, size)))
 
     def structs(self, cstruct: CStruct, address: int, count: int, what: str) -> list[dict]:
-        layout = cstruct.layout(self.ptr_size)
+        layout = cstruct.layout(*self.backend.arch.c_abi)
         if count == 0:
             return []
         self.check(address, layout.size * count, what)

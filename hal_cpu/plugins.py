@@ -139,7 +139,7 @@ class HostAllocator:
         self.backend = backend
         self.sizes: dict[int, int] = {}
         self.ctl = backend.callback(self._ctl, 4)
-        layout = abi.PLUGIN_ENVIRONMENT.layout(backend.pointer_size)
+        layout = abi.PLUGIN_ENVIRONMENT.layout(*backend.arch.c_abi)
         self.environment = backend.alloc_bytes(layout.pack(**{
             "host_allocator.self": 0, "host_allocator.ctl": self.ctl}))
 
@@ -282,7 +282,7 @@ class NativeAbiPlugin(Plugin):
             return temps[-1]
 
         try:
-            pair = abi.STRING_PAIR.layout(ps)
+            pair = abi.STRING_PAIR.layout(*be.arch.c_abi)
             pairs = b"".join(pair.pack(**{
                 "key.data": keep(k.encode() + b"\0"), "key.size": len(k.encode()),
                 "value.data": keep(v.encode() + b"\0"), "value.size": len(v.encode())})
@@ -300,7 +300,7 @@ class NativeAbiPlugin(Plugin):
 
     def resolve_into(self, manager, batch):
         be, ps = manager.backend, manager.backend.pointer_size
-        params = be.alloc_bytes(abi.RESOLVE_PARAMS.layout(ps).pack(
+        params = be.alloc_bytes(abi.RESOLVE_PARAMS.layout(*be.arch.c_abi).pack(
             count=len(batch.names), symbol_names=batch.names_addr,
             out_fn_ptrs=batch.fns_addr, out_fn_contexts=batch.ctx_addr))
         out = be.alloc_bytes(bytes(4))

@@ -202,7 +202,7 @@ def test_too_few_bindings_or_constants(compiled):
         with pytest.raises(DispatchError, match="declares .* constants"):
             exe.dispatch(0, (1, 1, 1), arrays, [0] * (exp.constant_count - 1))
         with pytest.raises(DispatchError, match="workgroup count"):
-            exe.dispatch(0, (0, 1, 1), arrays, [0] * exp.constant_count)
+            exe.dispatch(0, (-1, 1, 1), arrays, [0] * exp.constant_count)
 
 
 def test_foreign_arch_refused_natively():

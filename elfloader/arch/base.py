@@ -76,6 +76,8 @@ class Arch:
             (iree/hal/local/executable_library.h, import_thunk).
         return_insn: machine code of a plain function return.
         host_names: ``platform.machine()`` values meaning this architecture.
+        int64_align: alignment of 64-bit integers inside C structs (4 on
+            i386, 8 elsewhere).
     """
 
     name: str
@@ -90,6 +92,7 @@ class Arch:
     import_thunk: bytes
     return_insn: bytes
     uc_cpu: int | None = None
+    int64_align: int = 8
     aliases: tuple[str, ...] = ()
     host_names: tuple[str, ...] = ()
 
@@ -97,6 +100,11 @@ class Arch:
     def pointer_size(self) -> int:
         """Pointer width in bytes (4 or 8)."""
         return self.elf_class // 8
+
+    @property
+    def c_abi(self) -> tuple[int, int]:
+        """(pointer size, 64-bit integer alignment): the key of struct layouts."""
+        return self.pointer_size, self.int64_align
 
     @property
     def word_mask(self) -> int:
