@@ -6,11 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import elfloader
 import iree_tools
 from dispatching import PlanRunner
 
-ARCHES_64 = ["x86_64", "aarch64", "riscv64"]
+ARCHES = ["x86_64", "aarch64", "riscv64", "x86_32", "arm32", "riscv32"]
 PROGRAMS = ["mul_add", "matmul", "sum_last", "scale_dyn", "add_i32", "mm_rowsum"]
+
+# iree-compile 3.13 leaves the fmaf libcall of tanh's polynomial unresolved
+# for generic i686 and armv7 (no hardware fma): the calls land one byte past
+# .text. IREE's own runtime would jump there too; ours must stop with a
+# typed error instead of crashing.
+BROKEN = {("mm_rowsum", "x86_32"), ("mm_rowsum", "arm32")}
 
 
 def run_program(compiled, name, arch, backend, rng, **params):
@@ -23,7 +30,7 @@ def run_program(compiled, name, arch, backend, rng, **params):
         outs = iree_tools.run_plan(plan, inputs, runner)
     finally:
         runner.close()
-    assert runner.calls == len(plan.dispatches) >= 1
+    assert runner.calls == len(plan.dispatches)
     return inputs, outs, spec.numpy_reference(inputs), plan
 
 
@@ -37,22 +44,26 @@ def check(outs, expected):
             np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("arch", ARCHES_64)
+@pytest.mark.parametrize("arch", ARCHES)
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_program_matches_numpy(compiled, rng, name, arch):
+    if (name, arch) in BROKEN:
+        with pytest.raises(elfloader.EmulationError, match="outside|unmapped|non-executable"):
+            run_program(compiled, name, arch, "auto", rng)
+        return
     _, outs, expected, _ = run_program(compiled, name, arch, "auto", rng)
     check(outs, expected)
 
 
-@pytest.mark.parametrize("n", [1, 999, 5000])
-def test_dynamic_shape_constants(compiled, rng, n):
+@pytest.mark.parametrize("arch", ["x86_64", "riscv64", "arm32"])
+@pytest.mark.parametrize("n", [0, 1, 999, 5000])
+def test_dynamic_shape_constants(compiled, rng, n, arch):
     """The dynamic-shape dispatch takes its size and scalar as constants;
     the workgroup count follows the size as the HAL IR computes it."""
-    inputs, outs, expected, plan = run_program(compiled, "scale_dyn", "riscv64",
-                                               "emulated", rng, n=n, s=-0.5)
+    inputs, outs, expected, plan = run_program(compiled, "scale_dyn", arch,
+                                               "auto", rng, n=n, s=-0.5)
     (d,) = plan.dispatches
-    assert d.constants, "scale_dyn must pass push constants"
-    assert n in d.constants
+    assert d.constants[1] == n and d.workgroup_count[0] == -(-n // 4096)
     check(outs, expected)
 
 
