@@ -1042,6 +1042,14 @@ class _Evaluator:
             return _Unknown(op.name, op.text)
         return int(_CMPI[pred](_wrap(vals[0], w), _wrap(vals[1], w), w))
 
+    def op_util_align(self, op, env):
+        """``util.align %v, %a``: %v rounded up to a multiple of %a."""
+        vals = self._args(op, env)
+        if vals is None:
+            return self._poison_from(op, env)
+        value, align = vals
+        return -(-value // align) * align
+
     def op_arith_select(self, op, env):
         names = self._operands(op)
         c = env.get(names[0])
