@@ -1,0 +1,153 @@
+"""``hal-cpu`` from the command line, with .npy files and FatELF bundles."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fatelf
+import iree_tools
+from conftest import PREBUILT, ROOT
+
+ARCHES_64 = ["x86_64", "aarch64", "riscv64"]
+
+
+def hal_cpu(*args, check=True):
+    proc = subprocess.run([sys.executable, "-m", "hal_cpu", *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def matmul_bundle(compiled, tmp_path_factory):
+    """A FatELF holding the matmul executable for x86_64, aarch64, riscv64."""
+    elfs = [compiled("matmul", a).so_files[0].read_bytes() for a in ARCHES_64]
+    path = tmp_path_factory.mktemp("bundle") / "matmul.sos"
+    path.write_bytes(fatelf.join(elfs))
+    return path
+
+
+def _matmul_args(compiled, arch, tmp_path):
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((37, 53)).astype(np.float32)
+    b = rng.standard_normal((53, 29)).astype(np.float32)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    comp = compiled("matmul", arch)
+    (d,) = iree_tools.plan_dispatches(comp, [a, b])
+    wc = ",".join(map(str, d.workgroup_count))
+    return a, b, d, [f"--function={d.export_name}", f"--workgroup_count={wc}",
+                     f"--binding=@{tmp_path / 'a.npy'}",
+                     f"--binding=@{tmp_path / 'b.npy'}", "--binding=37x29xf32",
+                     f"--output=2=@{tmp_path / 'c.npy'}"]
+
+
+@pytest.mark.parametrize("arch", ARCHES_64)
+def test_run_with_npy_files(compiled, tmp_path, arch):
+    a, b, d, args = _matmul_args(compiled, arch, tmp_path)
+    proc = hal_cpu("run", compiled("matmul", arch).so_files[0], *args)
+    np.testing.assert_allclose(np.load(tmp_path / "c.npy"), a @ b, rtol=1e-4,
+                               atol=1e-4)
+    assert proc.stdout.splitlines()[2].startswith("37x29xf32=[")
+
+
+@pytest.mark.parametrize("arch,backend", [("x86_64", "native"),
+                                          ("x86_64", "emulated"),
+                                          ("aarch64", "emulated"),
+                                          ("riscv64", "emulated")])
+def test_run_from_three_arch_bundle(compiled, matmul_bundle, tmp_path, arch,
+                                    backend):
+    a, b, d, args = _matmul_args(compiled, arch, tmp_path)
+    hal_cpu("run", matmul_bundle, f"--arch={arch}", f"--backend={backend}", *args)
+    np.testing.assert_allclose(np.load(tmp_path / "c.npy"), a @ b, rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_bundle_without_the_arch(compiled, tmp_path):
+    elf = compiled("matmul", "aarch64").so_files[0].read_bytes()
+    bundle = tmp_path / "one.sos"
+    bundle.write_bytes(fatelf.join([elf]))
+    proc = hal_cpu("inspect", bundle, "--arch=riscv64", check=False)
+    assert proc.returncode == 1
+    assert "aarch64" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_run_prints_buffer_views(compiled):
+    so = compiled("mul_add", "x86_64").so_files[0]
+    # Workgroups past the data are skipped by the kernel's own bounds.
+    proc = hal_cpu("run", so, "--entry_point=0", "--workgroup_count=3,1,1",
+                   "--binding=10007xf32=2", "--binding=10007xf32=3",
+                   "--binding=10007xf32")
+    lines = proc.stdout.splitlines()
+    assert lines[2].startswith("10007xf32=8 8 8")
+
+
+def test_inspect_library_and_plugin(compiled):
+    out = hal_cpu("inspect", compiled("scale_dyn", "riscv64").so_files[0]).stdout
+    assert "riscv64" in out and "scale_dyn_dispatch_0" in out
+    assert "constants=3" in out
+    out = hal_cpu("inspect", PREBUILT / "standalone.sos", "--arch=arm32",
+                  "--resolve", "simple_mul_workgroup", "--resolve",
+                  "?missing_fn").stdout
+    assert "sample_standalone" in out and "STANDALONE" in out
+    assert "simple_mul_workgroup: fn=" in out and "?missing_fn: unresolved" in out
+
+
+def test_run_with_plugin(compile_cache, tmp_path):
+    comp = iree_tools.compile_program(ROOT / "sample_plugins" /
+                                      "standalone_example.mlir", "aarch64",
+                                      compile_cache)
+    a = np.arange(100, dtype=np.float32)
+    (d, _) = iree_tools.plan_dispatches(comp, [a, a], "mixed_invocation")
+    proc = hal_cpu("run", comp.so_files[0], f"--function={d.export_name}",
+                   "--workgroup_count=" + ",".join(map(str, d.workgroup_count)),
+                   *[f"--constant={c}" for c in d.constants],
+                   "--binding=100xf32=3", "--binding=100xf32=4",
+                   "--binding=100xf32",
+                   f"--executable_plugin={PREBUILT / 'standalone.sos'}")
+    assert proc.stdout.splitlines()[2].startswith("100xf32=12 12 12")
+
+
+@pytest.mark.parametrize("args,words", [
+    (["run", "missing.so", "--entry_point=0"], "No such file"),
+    (["run", "pyproject.toml", "--entry_point=0"], "e_ident"),
+    (["run", "hal_cpu/samples/mul_add_aarch64.so", "--entry_point=0",
+      "--backend=native"], "emulated"),
+    (["run", "hal_cpu/samples/mul_add_x86_64.so", "--entry_point=0",
+      "--binding=4xq9=1"], "unknown element type"),
+    (["run", "hal_cpu/samples/mul_add_x86_64.so", "--function=nope"], "no export"),
+    (["run", "hal_cpu/samples/mul_add_x86_64.so", "--entry_point=0",
+      "--executable_plugin=x.sos?bias"], "malformed parameters"),
+])
+def test_errors_are_one_line(args, words):
+    proc = hal_cpu(*args, check=False)
+    assert proc.returncode == 1
+    assert words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_iree_run_module_accepts_our_join(compile_cache, tmp_path):
+    """IREE's runtime loads a bundle that our join made from our plugin ELFs
+    for x86_64, aarch64 and riscv64."""
+    elfs = [(PREBUILT / f"standalone_{a}.so").read_bytes() for a in ARCHES_64]
+    bundle = tmp_path / "three.sos"
+    bundle.write_bytes(fatelf.join(elfs))
+    comp = iree_tools.compile_program(ROOT / "sample_plugins" /
+                                      "standalone_example.mlir", "x86_64",
+                                      compile_cache)
+    proc = subprocess.run(["iree-run-module", "--device=local-sync",
+                           f"--module={comp.vmfb}", "--function=mixed_invocation",
+                           "--input=8xf32=2", "--input=8xf32=4",
+                           f"--executable_plugin={bundle}"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "8xf32=12 12 12 12 12 12 12 12" in proc.stdout
+
+
+def test_demo():
+    proc = hal_cpu("demo")
+    assert "21 of 21 sample dispatches match numpy" in proc.stdout
