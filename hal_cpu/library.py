@@ -302,43 +302,52 @@ class Executable:
 
     def _run(self, exp: Export, wc, wsize, arrays, consts, processor_id) -> None:
         be, ps = self.backend, self.backend.pointer_size
-        allocs, finishers = [], []
-
-        def alloc(data):
-            addr = be.alloc_bytes(data)
-            allocs.append(addr)
-            return addr
-
+        abi_key = be.arch.c_abi
+        finishers, scratch = [], None
         try:
             ptrs = []
             for a in arrays:
                 addr, finish = be.map_array(a)
                 ptrs.append(addr)
                 finishers.append(finish)
-            lengths = [a.nbytes for a in arrays]
-            state = abi.DISPATCH_STATE.layout(*be.arch.c_abi).pack(
+            # One scratch block per dispatch: workgroup state, dispatch state,
+            # constants, binding pointers and lengths, local memory.
+            wg_layout = abi.WORKGROUP_STATE.layout(*abi_key)
+            state_layout = abi.DISPATCH_STATE.layout(*abi_key)
+            parts = [wg_layout.size, state_layout.size, 4 * len(consts),
+                     ps * len(arrays), ps * len(arrays), exp.local_memory_size]
+            offsets, total = [], 0
+            for size in parts:
+                offsets.append(total)
+                total += -(-size // 64) * 64
+            scratch = be.alloc(max(total, 64), 64)
+            wg_addr, state_addr, c_addr, p_addr, l_addr, local = \
+                [scratch + o for o in offsets]
+            block = bytearray(total)
+            state = state_layout.pack(
                 workgroup_size_x=wsize[0], workgroup_size_y=wsize[1],
                 workgroup_size_z=wsize[2], constant_count=len(consts),
                 workgroup_count_x=wc[0], workgroup_count_y=wc[1],
                 workgroup_count_z=wc[2], max_concurrency=1,
-                binding_count=len(arrays),
-                constants=alloc(struct.pack(f"<{len(consts)}I", *consts)),
-                binding_ptrs=alloc(ptr_array(ps, ptrs)),
-                binding_lengths=alloc(ptr_array(ps, lengths)))
-            state_addr = alloc(state)
-            local = alloc(bytes(exp.local_memory_size)) \
-                if exp.local_memory_pages else 0
-            wg_layout = abi.WORKGROUP_STATE.layout(*be.arch.c_abi)
-            wg_addr = alloc(wg_layout.pack(processor_id=processor_id,
-                                           local_memory=local,
-                                           local_memory_size=exp.local_memory_size))
+                binding_count=len(arrays), constants=c_addr,
+                binding_ptrs=p_addr, binding_lengths=l_addr)
+            for off, data in ((offsets[1], state),
+                              (offsets[2], struct.pack(f"<{len(consts)}I", *consts)),
+                              (offsets[3], ptr_array(ps, ptrs)),
+                              (offsets[4], ptr_array(ps, [a.nbytes for a in arrays]))):
+                block[off:off + len(data)] = data
+            wg = wg_layout.pack(processor_id=processor_id,
+                                local_memory=local if exp.local_memory_pages else 0,
+                                local_memory_size=exp.local_memory_size)
+            block[:len(wg)] = wg
+            be.write(scratch, block)
             ids = struct.Struct("<IIH")
             write, call, fn, env = be.write, be.call, exp.address, self._env
             for z, y, x in itertools.product(range(wc[2]), range(wc[1]),
                                              range(wc[0])):
                 write(wg_addr, ids.pack(x, y, z))
                 ret = call(fn, env, state_addr, wg_addr)
-                if as_int32(ret):
+                if ret & 0xFFFFFFFF:
                     raise DispatchError(
                         f"export {exp.label} returned {as_int32(ret)} in "
                         f"workgroup ({x}, {y}, {z})", name=self.path,
@@ -346,8 +355,8 @@ class Executable:
         finally:
             for finish in finishers:
                 finish()
-            for addr in allocs:
-                be.release(addr)
+            if scratch is not None:
+                be.release(scratch)
 
     # --- lifetime ---------------------------------------------------------
     def close(self) -> None:
