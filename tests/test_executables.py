@@ -87,3 +87,22 @@ def test_x86_64_matches_iree_run_module(compiled, name):
     for got, want in zip(outs, ref):
         assert got.shape == want.shape
         assert got.tobytes() == np.ascontiguousarray(want).tobytes()
+
+
+@pytest.mark.parametrize("name", ["matmul", "sum_last"])
+def test_x86_64_matches_iree_run_module_cli(compiled, tmp_path, name):
+    """The same comparison through the iree-run-module command itself."""
+    import subprocess
+    inputs, outs, _, _ = run_program(compiled, name, "x86_64", "native",
+                                     np.random.default_rng(4))
+    args = []
+    for i, x in enumerate(inputs):
+        np.save(tmp_path / f"in{i}.npy", x)
+        args.append(f"--input=@{tmp_path / f'in{i}.npy'}")
+    proc = subprocess.run(
+        ["iree-run-module", "--device=local-sync",
+         f"--module={compiled(name, 'x86_64').vmfb}",
+         f"--function={iree_tools.PROGRAMS[name].function}", *args,
+         f"--output=@{tmp_path / 'out.npy'}"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert np.load(tmp_path / "out.npy").tobytes() == outs[0].tobytes()
