@@ -19,9 +19,9 @@ from .arch import Arch
 from .backend import PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE, Backend
 from .elf import (CLASSES, DT, ELF_MAGIC, ELFDATA2LSB, ELFDATA2MSB, ET_DYN,
                   EV_CURRENT, PF_R, PF_W, PF_X, PT_DYNAMIC, PT_GNU_RELRO,
-                  PT_LOAD, SHN_UNDEF, STB_GLOBAL, STB_WEAK, ElfClass,
+                  PT_LOAD, SHN_UNDEF, STB_GLOBAL, STB_WEAK,
                   elf_hash_nchain, gnu_hash_symbol_count)
-from .errors import (ElfError, ElfFormatError, RelocationError,
+from .errors import (ElfFormatError, RelocationError,
                      SymbolNotFoundError, UndefinedSymbolError,
                      UnsupportedElfError)
 
@@ -241,7 +241,7 @@ class ElfModule:
 
     # --- steps ------------------------------------------------------------
     def _load(self) -> None:
-        img, cls = self.image, self.image.cls
+        img = self.image
         buf = self._buf = bytearray(self.size)
         for seg in img.segments:
             if seg.filesz:

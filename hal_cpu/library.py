@@ -13,7 +13,6 @@ workgroup state laid out for the image's pointer width.
 from __future__ import annotations
 
 import itertools
-import os
 import struct
 from dataclasses import dataclass
 from typing import Sequence
@@ -130,7 +129,7 @@ class Executable:
         return addr
 
     def _query(self, plugins) -> None:
-        be, ps = self.backend, self.backend.pointer_size
+        be = self.backend
         mod = self.module
         view = self.view = GuestView(be, mod.base + mod.image.vaddr_min,
                                      mod.base + mod.image.vaddr_max, self.path)

@@ -235,7 +235,7 @@ class NativeAbiPlugin(Plugin):
     def __init__(self, manager: "PluginManager", query: int, label: str,
                  params: Sequence[tuple[str, str]], view: GuestView):
         self.manager, self.label, self.params = manager, label, list(params)
-        be, ps = manager.backend, manager.backend.pointer_size
+        be = manager.backend
         self.self_ptr = None
         result = be.call(query, abi.PLUGIN_VERSION, 0)
         if result == 0:
@@ -299,7 +299,7 @@ class NativeAbiPlugin(Plugin):
                 be.release(a)
 
     def resolve_into(self, manager, batch):
-        be, ps = manager.backend, manager.backend.pointer_size
+        be = manager.backend
         params = be.alloc_bytes(abi.RESOLVE_PARAMS.layout(*be.arch.c_abi).pack(
             count=len(batch.names), symbol_names=batch.names_addr,
             out_fn_ptrs=batch.fns_addr, out_fn_contexts=batch.ctx_addr))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -47,3 +49,46 @@ def elementwise_so(compiled) -> Path:
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+# --- tiny real ELFs built with zig, for the FatELF tests ----------------------
+C_SOURCE = "int fatelf_test_add(int a, int b) { return a + b; }\n"
+C_SOURCE_V2 = "int fatelf_test_add(int a, int b) { return a * b + 7; }\n"
+ZIG_TARGETS = {  # our arch name -> zig target cpu
+    "x86_64": "x86_64",
+    "aarch64": "aarch64",
+    "riscv64": "riscv64",
+    "x86_32": "x86",
+    "arm32": "arm",
+    "riscv32": "riscv32",
+    "aarch64_be": "aarch64_be",
+}
+
+
+def _zig(args, cwd):
+    subprocess.run([sys.executable, "-m", "ziglang", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+def _build_so(workdir: Path, cpu: str, source: str, out: str) -> Path:
+    path = workdir / out
+    if not path.exists():
+        _zig(["cc", "-target", f"{cpu}-freestanding-none", "-fPIC", "-ffreestanding",
+              "-nostdlib", "-O2", "-c", "-o", f"{out}.o", source], workdir)
+        _zig(["ld.lld", "-shared", "-o", out, f"{out}.o"], workdir)
+    return path
+
+
+@pytest.fixture(scope="session")
+def elf_files(tmp_path_factory) -> dict[str, Path]:
+    """arch name -> path of a tiny real ELF for each of ZIG_TARGETS, plus
+    ``x86_64_v2`` (same target, other code)."""
+    pytest.importorskip("ziglang")
+    workdir = tmp_path_factory.mktemp("fatelf-elfs")
+    (workdir / "a.c").write_text(C_SOURCE)
+    (workdir / "b.c").write_text(C_SOURCE_V2)
+    jobs = {name: (cpu, "a.c", f"{name}.so") for name, cpu in ZIG_TARGETS.items()}
+    jobs["x86_64_v2"] = ("x86_64", "b.c", "x86_64_v2.so")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {k: pool.submit(_build_so, workdir, *v) for k, v in jobs.items()}
+        return {k: f.result() for k, f in futures.items()}

@@ -44,7 +44,6 @@ the source, flags and compiler version is reused).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import os
@@ -56,7 +55,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+from typing import Any, Callable, Iterable, Sequence, Union
 
 import numpy as np
 

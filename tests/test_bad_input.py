@@ -148,7 +148,6 @@ def test_missing_query_symbol():
 
 def _library_header_file_offset(path) -> int:
     with Executable(path) as exe:
-        ps = exe.backend.pointer_size
         # Re-run the query to find the header pointer.
         from hal_cpu import abi
         lib = exe.backend.call(exe.module.lookup(abi.LIBRARY_QUERY),

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import platform
 import random
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -16,49 +13,13 @@ from hypothesis import strategies as st
 import fatelf
 from fatelf import FatElf, FatElfError, FatElfFormatError, FatElfInputError, Record
 
-# --------------------------------------------------------------------------
-# Real ELFs: one tiny shared object per target, compiled once per session.
-
-C_SOURCE = "int fatelf_test_add(int a, int b) { return a + b; }\n"
-C_SOURCE_V2 = "int fatelf_test_add(int a, int b) { return a * b + 7; }\n"
-ZIG_TARGETS = {  # our arch name -> zig target cpu
-    "x86_64": "x86_64",
-    "aarch64": "aarch64",
-    "riscv64": "riscv64",
-    "x86_32": "x86",
-    "arm32": "arm",
-    "riscv32": "riscv32",
-    "aarch64_be": "aarch64_be",
-}
-
-
-def _zig(args, cwd):
-    subprocess.run([sys.executable, "-m", "ziglang", *args], cwd=cwd, check=True,
-                   capture_output=True)
-
-
-def _build_so(workdir: Path, cpu: str, source: str, out: str) -> bytes:
-    path = workdir / out
-    if not path.exists():
-        _zig(["cc", "-target", f"{cpu}-freestanding-none", "-fPIC", "-ffreestanding",
-              "-nostdlib", "-O2", "-c", "-o", f"{out}.o", source], workdir)
-        _zig(["ld.lld", "-shared", "-o", out, f"{out}.o"], workdir)
-    return path.read_bytes()
+from conftest import ZIG_TARGETS
 
 
 @pytest.fixture(scope="session")
-def elfs(tmp_path_factory) -> dict[str, bytes]:
+def elfs(elf_files) -> dict[str, bytes]:
     """arch name -> ELF bytes, plus ``x86_64_v2`` (same target, other code)."""
-    pytest.importorskip("ziglang")
-    workdir = tmp_path_factory.getbasetemp() / "fatelf-elfs"
-    workdir.mkdir(exist_ok=True)
-    (workdir / "a.c").write_text(C_SOURCE)
-    (workdir / "b.c").write_text(C_SOURCE_V2)
-    jobs = {name: (cpu, "a.c", f"{name}.so") for name, cpu in ZIG_TARGETS.items()}
-    jobs["x86_64_v2"] = ("x86_64", "b.c", "x86_64_v2.so")
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        futures = {k: pool.submit(_build_so, workdir, *v) for k, v in jobs.items()}
-        return {k: f.result() for k, f in futures.items()}
+    return {k: p.read_bytes() for k, p in elf_files.items()}
 
 
 def with_osabi(elf: bytes, osabi: int, version: int = 0) -> bytes:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -13,41 +12,8 @@ import pytest
 import fatelf
 
 REPO = Path(__file__).resolve().parent.parent
-C_SOURCE = "int fatelf_test_add(int a, int b) { return a + b; }\n"
-C_SOURCE_V2 = "int fatelf_test_add(int a, int b) { return a * b + 7; }\n"
-ZIG_TARGETS = {"x86_64": "x86_64", "aarch64": "aarch64", "riscv64": "riscv64",
-               "x86_32": "x86"}
-
-
-def _zig(args, cwd):
-    subprocess.run([sys.executable, "-m", "ziglang", *args], cwd=cwd, check=True,
-                   capture_output=True)
-
-
-def _build_so(workdir: Path, cpu: str, source: str, out: str) -> bytes:
-    path = workdir / out
-    if not path.exists():
-        _zig(["cc", "-target", f"{cpu}-freestanding-none", "-fPIC", "-ffreestanding",
-              "-nostdlib", "-O2", "-c", "-o", f"{out}.o", source], workdir)
-        _zig(["ld.lld", "-shared", "-o", out, f"{out}.o"], workdir)
-    return path.read_bytes()
-
-
-@pytest.fixture(scope="session")
-def elf_files(tmp_path_factory) -> dict[str, Path]:
-    """arch name -> path of a real ELF; ``x86_64_v2`` has the x86_64 target
-    but other code.  Shares the build directory with test_fatelf.py."""
-    pytest.importorskip("ziglang")
-    workdir = tmp_path_factory.getbasetemp() / "fatelf-elfs"
-    workdir.mkdir(exist_ok=True)
-    (workdir / "a.c").write_text(C_SOURCE)
-    (workdir / "b.c").write_text(C_SOURCE_V2)
-    jobs = {name: (cpu, "a.c", f"{name}.so") for name, cpu in ZIG_TARGETS.items()}
-    jobs["x86_64_v2"] = ("x86_64", "b.c", "x86_64_v2.so")
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        for f in [pool.submit(_build_so, workdir, *v) for v in jobs.values()]:
-            f.result()
-    return {name: workdir / out for name, (_, _, out) in jobs.items()}
+# The bundle used by the CLI tests: four architectures.
+ZIG_TARGETS = ("x86_64", "aarch64", "riscv64", "x86_32")
 
 
 @pytest.fixture()

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import elfloader
 import iree_tools
 from conftest import PREBUILT, ROOT
 from dispatching import PlanRunner

@@ -9,7 +9,7 @@ backends only read these tables; they never branch on the architecture.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 # Relocation formulas take S (symbol address), A (addend), P (place address)
