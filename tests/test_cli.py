@@ -13,6 +13,7 @@ import iree_tools
 from conftest import PREBUILT, ROOT
 
 ARCHES_64 = ["x86_64", "aarch64", "riscv64"]
+ALL_ARCHES = ARCHES_64 + ["x86_32", "arm32", "riscv32"]
 
 
 def hal_cpu(*args, check=True):
@@ -25,8 +26,8 @@ def hal_cpu(*args, check=True):
 
 @pytest.fixture(scope="module")
 def matmul_bundle(compiled, tmp_path_factory):
-    """A FatELF holding the matmul executable for x86_64, aarch64, riscv64."""
-    elfs = [compiled("matmul", a).so_files[0].read_bytes() for a in ARCHES_64]
+    """A FatELF holding the matmul executable for all six architectures."""
+    elfs = [compiled("matmul", a).so_files[0].read_bytes() for a in ALL_ARCHES]
     path = tmp_path_factory.mktemp("bundle") / "matmul.sos"
     path.write_bytes(fatelf.join(elfs))
     return path
@@ -59,8 +60,10 @@ def test_run_with_npy_files(compiled, tmp_path, arch):
 @pytest.mark.parametrize("arch,backend", [("x86_64", "native"),
                                           ("x86_64", "emulated"),
                                           ("aarch64", "emulated"),
-                                          ("riscv64", "emulated")])
-def test_run_from_three_arch_bundle(compiled, matmul_bundle, tmp_path, arch,
+                                          ("riscv64", "emulated"),
+                                          ("x86_32", "auto"), ("arm32", "auto"),
+                                          ("riscv32", "auto")])
+def test_run_from_bundle(compiled, matmul_bundle, tmp_path, arch,
                                     backend):
     a, b, d, args = _matmul_args(compiled, arch, tmp_path)
     hal_cpu("run", matmul_bundle, f"--arch={arch}", f"--backend={backend}", *args)
