@@ -111,13 +111,20 @@ def _file_arch(args):
 def cmd_inspect(args) -> int:
     from .library import Executable
     from . import abi
+    from .plugins import inspect_plugin
     arch = _file_arch(args)
-    module = elfloader.load(args.file, arch=arch, backend=args.backend)
+    try:
+        module = elfloader.load(args.file, arch=arch, backend=args.backend)
+    except elfloader.UnsupportedElfError as exc:
+        if exc.field != "DT_NEEDED":
+            raise
+        # Linked against system libraries: only a system plugin can be that.
+        print(inspect_plugin(args.file, resolve=args.resolve, system=True))
+        return 0
     is_plugin = abi.PLUGIN_QUERY in module.exports
     module.close()
     module.backend.close()
     if is_plugin:
-        from .plugins import inspect_plugin
         print(inspect_plugin(args.file, arch=arch, backend=args.backend,
                              resolve=args.resolve))
         return 0

@@ -542,14 +542,21 @@ class PluginManager:
         self.close()
 
 
-def inspect_plugin(path, *, arch=None, backend="auto", resolve=()) -> str:
-    """Text describing an embedded plugin and how it resolves ``resolve``."""
-    image = elfloader.read_image(path, arch=arch, backend=backend)
-    with PluginManager(image.arch, backend) as manager:
-        plugin = manager.register_embedded(path)
+def inspect_plugin(path, *, arch=None, backend="auto", resolve=(),
+                   system: bool = False) -> str:
+    """Text describing a plugin (embedded, or a host system library when
+    ``system``) and how it resolves the names in ``resolve``."""
+    if system:
+        arch = elfloader.arch.host()
+    else:
+        arch = elfloader.read_image(path, arch=arch, backend=backend).arch
+    with PluginManager(arch, "native" if system else backend) as manager:
+        plugin = (manager.register_system(path) if system
+                  else manager.register_embedded(path))
         lines = [
             f"file:         {path}",
-            f"architecture: {image.arch.name} ({manager.backend.kind})",
+            f"kind:         {plugin.kind}",
+            f"architecture: {arch.name} ({manager.backend.kind})",
             f"plugin:       {plugin.name} (version {plugin.version:#x})",
             f"description:  {plugin.description}",
             f"features:     {plugin.features:#x}"

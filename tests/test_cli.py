@@ -99,6 +99,9 @@ def test_inspect_library_and_plugin(compiled):
                   "?missing_fn").stdout
     assert "sample_standalone" in out and "STANDALONE" in out
     assert "simple_mul_workgroup: fn=" in out and "?missing_fn: unresolved" in out
+    out = hal_cpu("inspect", PREBUILT / "system_plugin_x86_64.so", "--resolve",
+                  "system_mul_workgroup").stdout
+    assert "kind:         system" in out and "system_mul_workgroup: fn=" in out
 
 
 def test_run_with_plugin(compile_cache, tmp_path):
