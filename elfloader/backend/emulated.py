@@ -24,6 +24,9 @@ from .base import PROT_EXEC, PROT_READ, PROT_WRITE, Backend, prot_str
 _ARENA_START = 0x0001_0000
 _ARENA_END = 0x7FFF_0000
 _STACK_SIZE = 1 << 20
+_HEAP_CHUNK = 1 << 20       # small allocations come from 1 MiB chunks
+_HEAP_LIMIT = 256 << 10     # larger ones get their own mapping
+_HEAP_GRAIN = 64
 _TRAMPOLINE_SLOT = 16
 _TRAMPOLINE_SLOTS = 256
 
@@ -78,6 +81,9 @@ class EmulatedBackend(Backend):
         self.page_size = max(4096, self.uc.ctl_get_page_size())
         self._free: list[tuple[int, int]] = [(_ARENA_START, _ARENA_END)]
         self._maps: dict[int, int] = {}
+        self._heap_free: list[tuple[int, int]] = []   # (address, size)
+        self._heap_live: dict[int, int] = {}          # address -> size
+        self._heap_chunks: set[int] = set()
         self._callbacks: dict[int, tuple[Callable, int]] = {}
         self._pending: BaseException | None = None
         self._depth = 0
@@ -130,10 +136,42 @@ class EmulatedBackend(Backend):
         return addr
 
     def alloc(self, size: int, align: int = 16) -> int:
-        # Page granular: allocations are few (per dispatch or per load).
-        return self.reserve(max(size, 1))
+        # Small blocks come from long-lived chunks: mapping and unmapping
+        # guest memory is slow and makes unicorn drop its translated code.
+        if size > _HEAP_LIMIT or align > _HEAP_GRAIN:
+            return self.reserve(max(size, 1), align)
+        size = max(_HEAP_GRAIN, -(-size // _HEAP_GRAIN) * _HEAP_GRAIN)
+        for i, (addr, free) in enumerate(self._heap_free):
+            if free >= size:
+                if free == size:
+                    del self._heap_free[i]
+                else:
+                    self._heap_free[i] = (addr + size, free - size)
+                break
+        else:
+            addr = self.reserve(_HEAP_CHUNK)
+            self._heap_chunks.add(addr)
+            self._heap_free.append((addr + size, _HEAP_CHUNK - size))
+        self._heap_live[addr] = size
+        self.uc.mem_write(addr, bytes(size))
+        return addr
+
+    def _heap_release(self, address: int) -> None:
+        size = self._heap_live.pop(address)
+        blocks = sorted(self._heap_free + [(address, size)])
+        merged = [blocks[0]]
+        for a, s in blocks[1:]:
+            last_a, last_s = merged[-1]
+            if last_a + last_s == a:
+                merged[-1] = (last_a, last_s + s)
+            else:
+                merged.append((a, s))
+        self._heap_free = merged
 
     def release(self, address: int) -> None:
+        if address in self._heap_live:
+            self._heap_release(address)
+            return
         size = self._maps.pop(address, None)
         if size is None:
             return
@@ -237,10 +275,15 @@ class EmulatedBackend(Backend):
         self.arch.emu_callback_return(uc, result)
 
     def close(self) -> None:
+        self._heap_live.clear()
+        self._heap_free.clear()
+        self._heap_chunks.clear()
         for addr in list(self._maps):
             self.release(addr)
 
     @property
     def mapped_bytes(self) -> int:
-        """Bytes currently mapped (for leak checks)."""
-        return sum(self._maps.values())
+        """Bytes currently held: mappings plus live small allocations, not
+        counting the free space of allocation chunks (for leak checks)."""
+        chunks = len(self._heap_chunks) * _HEAP_CHUNK
+        return sum(self._maps.values()) - chunks + sum(self._heap_live.values())
