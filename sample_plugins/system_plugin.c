@@ -16,22 +16,7 @@
  */
 #include <stdlib.h>
 
-#include "plugin_abi.h"
-
-#define TILE_SIZE 64
-
-typedef struct {
-  const float* binding0;
-  size_t binding0_offset;
-  const float* binding1;
-  size_t binding1_offset;
-  float* binding2;
-  size_t binding2_offset;
-  size_t dim;
-  size_t tid;
-  uint32_t processor_id;
-  const uint64_t* processor_data;
-} mul_params_t;
+#include "mul_params.h"
 
 typedef struct {
   /* Number of workgroup calls made through this instance. */
