@@ -19,17 +19,19 @@ from .errors import (ArchitectureMismatchError, BackendError, ElfError,
                      UnsupportedElfError)
 from .module import ElfImage, ElfModule
 
+arch_mod = arch  # the module, for functions whose ``arch`` argument hides it
+_FATELF_MAGIC = (0x1F0E70FA).to_bytes(4, "little")
 
-def read_image(source, *, arch: Arch | str | None = None, backend: str = "auto",
+
+def read_image(source, *, arch: Arch | str | None = None,
                name: str | None = None) -> ElfImage:
     """Read an ELF, or pick one out of a FatELF bundle, and verify it.
 
     Args:
         source: a path, or the file's bytes.
         arch: architecture wanted from a bundle (name or :class:`Arch`);
-            None means the host's. For a plain ELF it must match the file.
-        backend: ``"native"`` picks the host record of a bundle;
-            ``"emulated"``/``"auto"`` pick ``arch`` or the host's.
+            None means the host's. For a plain ELF, when given, it must
+            match the file.
         name: file name for messages (defaults to the path).
 
     Raises:
@@ -49,15 +51,11 @@ def read_image(source, *, arch: Arch | str | None = None, backend: str = "auto",
     want = arch_mod.by_name(arch) if isinstance(arch, str) else arch
     if data[:4] == _FATELF_MAGIC:
         import fatelf
-        host = arch_mod.host()
-        if backend == "native" or want is None:
-            pick = want or host
-            if pick is None:
-                raise ArchitectureMismatchError(
-                    "no architecture named and the host has none", name=name,
-                    field="arch")
-        else:
-            pick = want
+        pick = want or arch_mod.host()
+        if pick is None:
+            raise ArchitectureMismatchError(
+                "no architecture named and the host has none", name=name,
+                field="arch")
         data = fatelf.FatElf.parse(data, name=name).select(
             machine=pick.machine, word_size=pick.elf_class)
         name = f"{name}[{pick.name}]"
@@ -83,10 +81,9 @@ def load(source, *, arch: Arch | str | None = None, backend="auto",
         The loaded :class:`ElfModule`; ``module.backend`` is its backend.
     """
     if isinstance(backend, Backend):
-        image = read_image(source, arch=arch or backend.arch,
-                           backend=backend.kind)
+        image = read_image(source, arch=arch or backend.arch)
         return ElfModule(image, backend)
-    image = read_image(source, arch=arch, backend=backend)
+    image = read_image(source, arch=arch)
     be = open_backend(image.arch, backend, **options)
     try:
         return ElfModule(image, be)
@@ -94,9 +91,6 @@ def load(source, *, arch: Arch | str | None = None, backend="auto",
         be.close()
         raise
 
-
-arch_mod = arch
-_FATELF_MAGIC = (0x1F0E70FA).to_bytes(4, "little")
 
 __all__ = ["Arch", "Backend", "ElfImage", "ElfModule", "open_backend", "load",
            "read_image", "as_int32", "ElfError", "ElfFormatError",

@@ -104,7 +104,7 @@ def _plugins(args, arch_hint):
 
 def _file_arch(args):
     """Architecture the file will run as (for plugin managers)."""
-    image = elfloader.read_image(args.file, arch=args.arch, backend=args.backend)
+    image = elfloader.read_image(args.file, arch=args.arch)
     return image.arch
 
 

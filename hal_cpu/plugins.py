@@ -549,7 +549,7 @@ def inspect_plugin(path, *, arch=None, backend="auto", resolve=(),
     if system:
         arch = elfloader.arch.host()
     else:
-        arch = elfloader.read_image(path, arch=arch, backend=backend).arch
+        arch = elfloader.read_image(path, arch=arch).arch
     with PluginManager(arch, "native" if system else backend) as manager:
         plugin = (manager.register_system(path) if system
                   else manager.register_embedded(path))
