@@ -30,7 +30,7 @@
  * division, no struct copies or zero-fills the compiler could turn into
  * memcpy/memset calls, and no writable globals.
  */
-#include "mul_params.h"
+#include "sample_common.h"
 
 #ifndef PLUGIN_VARIANT
 #define PLUGIN_VARIANT 1
@@ -61,17 +61,6 @@ typedef struct {
   float bias;
   float scale;
 } instance_t;
-
-/* Computes the [begin, end) element range of workgroup `tid`. */
-static inline int tile_range(size_t dim, size_t tid, size_t* begin,
-                             size_t* end) {
-  size_t first = tid * TILE_SIZE;
-  if (first >= dim) return 0;
-  size_t last = dim - first > TILE_SIZE ? first + TILE_SIZE : dim;
-  *begin = first;
-  *end = last;
-  return 1;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Imports                                                                   */
@@ -125,13 +114,7 @@ static int param_scale_workgroup(void* params_ptr, void* context,
   return 0;
 }
 
-/* Table of what this plugin can resolve. */
-typedef struct {
-  const char* name;
-  plugin_import_fn_t fn;
-  int wants_instance; /* pass the instance as the import context */
-} export_entry_t;
-
+/* What this plugin can resolve. */
 static const export_entry_t kExports[] = {
     {"param_add_workgroup", param_add_workgroup, 1},
     {"param_scale_workgroup", param_scale_workgroup, 1},
@@ -142,14 +125,6 @@ static const export_entry_t kExports[] = {
 /* ------------------------------------------------------------------------ */
 /* Small libc-free helpers                                                   */
 /* ------------------------------------------------------------------------ */
-
-static int cstr_equal(const char* a, const char* b) {
-  while (*a && *a == *b) {
-    ++a;
-    ++b;
-  }
-  return *a == *b;
-}
 
 /* Compares a sized (non NUL terminated) string with a C string. */
 static int view_equals(iree_hal_executable_plugin_string_view_t view,
@@ -283,33 +258,8 @@ static void plugin_unload(void* self) {
 static iree_hal_executable_plugin_status_t plugin_resolve(
     void* self, const iree_hal_executable_plugin_resolve_params_v0_t* params,
     iree_hal_executable_plugin_resolution_t* out_resolution) {
-  iree_hal_executable_plugin_resolution_t resolution = 0;
-  int missing_required = 0;
-  for (size_t i = 0; i < params->count; ++i) {
-    if (params->out_fn_ptrs[i]) continue; /* another provider got it */
-    const char* name = params->symbol_names[i];
-    int optional = name[0] == '?';
-    if (optional) ++name;
-    const export_entry_t* found = NULL;
-    for (size_t j = 0; j < EXPORT_COUNT; ++j) {
-      if (cstr_equal(name, kExports[j].name)) {
-        found = &kExports[j];
-        break;
-      }
-    }
-    if (found) {
-      params->out_fn_ptrs[i] = (void*)found->fn;
-      params->out_fn_contexts[i] = found->wants_instance ? self : NULL;
-    } else if (optional) {
-      resolution |= IREE_HAL_EXECUTABLE_PLUGIN_RESOLUTION_MISSING_OPTIONAL;
-    } else {
-      missing_required = 1;
-    }
-  }
-  *out_resolution = resolution;
-  return plugin_status(missing_required
-                           ? IREE_HAL_EXECUTABLE_PLUGIN_STATUS_NOT_FOUND
-                           : IREE_HAL_EXECUTABLE_PLUGIN_STATUS_OK);
+  return resolve_from_table(kExports, EXPORT_COUNT, self, params,
+                            out_resolution);
 }
 
 #if PLUGIN_VARIANT == 2

@@ -16,7 +16,7 @@
  */
 #include <stdlib.h>
 
-#include "mul_params.h"
+#include "sample_common.h"
 
 typedef struct {
   /* Number of workgroup calls made through this instance. */
@@ -29,9 +29,8 @@ static int system_mul_workgroup(void* params_ptr, void* context,
   const mul_params_t* p = (const mul_params_t*)params_ptr;
   system_instance_t* instance = (system_instance_t*)context;
   if (instance) __atomic_fetch_add(&instance->calls, 1, __ATOMIC_RELAXED);
-  size_t begin = p->tid * TILE_SIZE;
-  if (begin >= p->dim) return 0;
-  size_t end = p->dim - begin > TILE_SIZE ? begin + TILE_SIZE : p->dim;
+  size_t begin, end;
+  if (!tile_range(p->dim, p->tid, &begin, &end)) return 0;
   const float* lhs = p->binding0 + p->binding0_offset;
   const float* rhs = p->binding1 + p->binding1_offset;
   float* out = p->binding2 + p->binding2_offset;
@@ -57,32 +56,15 @@ static iree_hal_executable_plugin_status_t system_load(
 
 static void system_unload(void* self) { free(self); }
 
+static const export_entry_t kExports[] = {
+    {"system_mul_workgroup", system_mul_workgroup, 1},
+};
+
 static iree_hal_executable_plugin_status_t system_resolve(
     void* self, const iree_hal_executable_plugin_resolve_params_v0_t* params,
     iree_hal_executable_plugin_resolution_t* out_resolution) {
-  iree_hal_executable_plugin_resolution_t resolution = 0;
-  int missing_required = 0;
-  for (size_t i = 0; i < params->count; ++i) {
-    if (params->out_fn_ptrs[i]) continue;
-    const char* name = params->symbol_names[i];
-    int optional = name[0] == '?';
-    if (optional) ++name;
-    const char* want = "system_mul_workgroup";
-    size_t k = 0;
-    while (name[k] && name[k] == want[k]) ++k;
-    if (name[k] == want[k]) {
-      params->out_fn_ptrs[i] = (void*)system_mul_workgroup;
-      params->out_fn_contexts[i] = self;
-    } else if (optional) {
-      resolution |= IREE_HAL_EXECUTABLE_PLUGIN_RESOLUTION_MISSING_OPTIONAL;
-    } else {
-      missing_required = 1;
-    }
-  }
-  *out_resolution = resolution;
-  return plugin_status(missing_required
-                           ? IREE_HAL_EXECUTABLE_PLUGIN_STATUS_NOT_FOUND
-                           : IREE_HAL_EXECUTABLE_PLUGIN_STATUS_OK);
+  return resolve_from_table(kExports, sizeof(kExports) / sizeof(kExports[0]),
+                            self, params, out_resolution);
 }
 
 static const iree_hal_executable_plugin_header_t kHeader = {
