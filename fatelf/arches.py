@@ -1,124 +1,230 @@
-"""Architecture names, ELF machine numbers and OSABI names.
+"""The project's one architecture table, and FatELF's names for targets.
 
-Machine numbers are the ELF ``e_machine`` values and OSABI numbers the
-``e_ident[EI_OSABI]`` values of the System V gABI ("ELF header", ch. 4).
+Every layer (``fatelf``, ``elfloader``, ``hal_cpu``, both command lines, the
+build scripts, the tests and the benchmarks) takes what it knows about an
+architecture from :data:`TABLE`: its name and aliases, its ELF identity
+(``e_machine``, class, byte order, ABI), the ``iree-compile`` flags that
+target it, the zig target that builds freestanding code for it, and the
+``platform.machine()`` values of hosts that run it.
 
-An architecture name stands for an (e_machine, word size) pair, e.g.
-``x86_64`` is (62, 64) and ``riscv32`` is (243, 32).  Records whose ELF is
-big-endian get a ``_be`` suffix (``aarch64_be``); :func:`parse_arch` accepts
-that suffix (and ``_le``) and turns it into a byte order.
+ELF machine and OSABI numbers are the ``e_machine`` and ``e_ident[EI_OSABI]``
+values of the System V gABI ("ELF header", ch. 4). An architecture name
+stands for an (e_machine, word size) pair, e.g. ``x86_64`` is (62, 64) and
+``riscv32`` is (243, 32). Records whose ELF is big-endian get a ``_be``
+suffix (``aarch64_be``); :func:`parse_arch` accepts that suffix (and
+``_le``) and turns it into a byte order.
 """
 
 from __future__ import annotations
 
 import platform
 import struct
-import sys
+from dataclasses import dataclass
 
 from .errors import FatElfSelectError
 
-#: Canonical architecture name -> (e_machine, word size in bits).
-ARCHES: dict[str, tuple[int, int]] = {
-    "x86_64": (62, 64),
-    "aarch64": (183, 64),
-    "riscv64": (243, 64),
-    "x86_32": (3, 32),
-    "arm32": (40, 32),
-    "riscv32": (243, 32),
-    "ppc32": (20, 32),
-    "ppc64": (21, 64),
-    "mips32": (8, 32),
-    "mips64": (8, 64),
-    "s390x": (22, 64),
-    "loongarch64": (258, 64),
-}
 
-#: Other spellings accepted by :func:`arch_target` -> canonical name.
-ALIASES: dict[str, str] = {
-    "amd64": "x86_64",
-    "x64": "x86_64",
-    "x86-64": "x86_64",
-    "arm64": "aarch64",
-    "rv64": "riscv64",
-    "x86": "x86_32",
-    "i386": "x86_32",
-    "i486": "x86_32",
-    "i586": "x86_32",
-    "i686": "x86_32",
-    "ia32": "x86_32",
-    "arm": "arm32",
-    "armv7": "arm32",
-    "armv7l": "arm32",
-    "armv7a": "arm32",
-    "armv6l": "arm32",
-    "armv8l": "arm32",
-    "armhf": "arm32",
-    "rv32": "riscv32",
-    "ppc": "ppc32",
-    "powerpc": "ppc32",
-    "ppc64le": "ppc64",
-    "powerpc64": "ppc64",
-    "powerpc64le": "ppc64",
-    "mips": "mips32",
-    "mipsel": "mips32",
-    "mips64el": "mips64",
-    "loong64": "loongarch64",
-}
+@dataclass(frozen=True)
+class ArchInfo:
+    """Identity of one architecture, and how the toolchains name it.
+
+    Attributes:
+        name: canonical name (``x86_64``, ``aarch64``, ``riscv64``,
+            ``x86_32``, ``arm32``, ``riscv32``...); also the FatELF name.
+        aliases: other accepted spellings, lower case (``amd64``, ``arm64``).
+        machine: ELF ``e_machine``.
+        elf_class: 32 or 64 (``EI_CLASS``); also the pointer width in bits.
+        byte_order: ``"little"`` or ``"big"`` (``EI_DATA``).
+        abi: the C ABI the runtime's code follows (psABI name and variant).
+        elf_flags: ``e_flags`` the supported toolchains emit (0 when the
+            psABI defines none).
+        runtime: True when :mod:`elfloader` can load and run its code.
+        iree_flags: ``iree-compile`` flags selecting this target
+            (``--iree-llvmcpu-target-triple=...`` and friends).
+        iree_variant: suffix of IREE's executable format and variant name
+            (``embedded-elf-<x>`` format, ``embedded_elf_<x>`` variant).
+        zig_flags: ``python -m ziglang cc`` flags building freestanding code.
+        host_names: ``platform.machine()`` values (lower case) of hosts whose
+            CPU runs this architecture's code.
+    """
+
+    name: str
+    machine: int
+    elf_class: int
+    aliases: tuple[str, ...] = ()
+    byte_order: str = "little"
+    abi: str = ""
+    elf_flags: int = 0
+    runtime: bool = False
+    iree_flags: tuple[str, ...] = ()
+    iree_variant: str = ""
+    zig_flags: tuple[str, ...] = ()
+    host_names: tuple[str, ...] = ()
+
+    @property
+    def pointer_size(self) -> int:
+        """Pointer width in bytes (4 or 8)."""
+        return self.elf_class // 8
+
+    @property
+    def iree_format(self) -> str:
+        """IREE's ``--executable_format`` value, e.g. ``embedded-elf-x86_64``."""
+        return "embedded-elf-" + self.iree_variant
+
+    @property
+    def target(self) -> tuple[int, int]:
+        """(e_machine, word size in bits): what a FatELF record matches."""
+        return self.machine, self.elf_class
+
+
+_GENERIC = ("--iree-llvmcpu-target-cpu=generic",)
+
+#: Every architecture the project names, the six it runs first.
+TABLE: tuple[ArchInfo, ...] = (
+    ArchInfo("x86_64", 62, 64, ("amd64", "x64", "x86-64"),
+             abi="System V AMD64", runtime=True,
+             iree_flags=("--iree-llvmcpu-target-triple=x86_64-pc-linux-elf",) + _GENERIC,
+             iree_variant="x86_64", zig_flags=("-target", "x86_64-freestanding-none"),
+             host_names=("x86_64", "amd64")),
+    ArchInfo("aarch64", 183, 64, ("arm64", "arm_64", "armv8"),
+             abi="AAPCS64", runtime=True,
+             iree_flags=("--iree-llvmcpu-target-triple=aarch64-pc-linux-elf",) + _GENERIC,
+             iree_variant="arm_64", zig_flags=("-target", "aarch64-freestanding-none"),
+             host_names=("aarch64", "arm64")),
+    ArchInfo("riscv64", 243, 64, ("rv64", "riscv_64"),
+             abi="RISC-V LP64D", elf_flags=0x5, runtime=True,  # RVC | FLOAT_ABI_DOUBLE
+             iree_flags=("--iree-llvmcpu-target-triple=riscv64-pc-linux-elf",
+                         "--iree-llvmcpu-target-cpu=generic-rv64",
+                         "--iree-llvmcpu-target-cpu-features=+m,+a,+f,+d,+c",
+                         "--iree-llvmcpu-target-abi=lp64d"),
+             iree_variant="riscv_64",
+             zig_flags=("-target", "riscv64-freestanding-none",
+                        "-mcpu=generic_rv64+m+a+f+d+c"),
+             host_names=("riscv64",)),
+    ArchInfo("x86_32", 3, 32, ("i386", "i486", "i586", "i686", "x86", "ia32", "x86_32"),
+             abi="System V i386 (cdecl)", runtime=True,
+             iree_flags=("--iree-llvmcpu-target-triple=i686-pc-linux-elf",) + _GENERIC,
+             iree_variant="x86_32", zig_flags=("-target", "x86-freestanding-none"),
+             host_names=("i386", "i486", "i586", "i686", "x86")),
+    ArchInfo("arm32", 40, 32, ("arm", "armv7", "armv7l", "armv7a", "armhf", "arm_32",
+                               "armv6l", "armv8l"),
+             abi="AAPCS hard-float (EABI5)", elf_flags=0x05000400, runtime=True,
+             iree_flags=("--iree-llvmcpu-target-triple=armv7a-pc-linux-elf",) + _GENERIC
+             + ("--iree-llvmcpu-target-float-abi=hard",),
+             iree_variant="arm_32",
+             zig_flags=("-target", "arm-freestanding-eabihf", "-mcpu=cortex_a15"),
+             host_names=("armv7l", "armv7", "armv8l", "armv6l", "arm")),
+    ArchInfo("riscv32", 243, 32, ("rv32", "riscv_32"),
+             abi="RISC-V ILP32", runtime=True,
+             iree_flags=("--iree-llvmcpu-target-triple=riscv32-pc-linux-elf",
+                         "--iree-llvmcpu-target-cpu=generic-rv32",
+                         "--iree-llvmcpu-target-cpu-features=+m,+f",
+                         "--iree-llvmcpu-target-abi=ilp32"),
+             iree_variant="riscv_32",
+             zig_flags=("-target", "riscv32-freestanding-none", "-mcpu=generic_rv32+m+f"),
+             host_names=("riscv32",)),
+    # Named for FatELF bundles only: the loader does not run these.
+    ArchInfo("ppc32", 20, 32, ("ppc", "powerpc"), byte_order="big"),
+    ArchInfo("ppc64", 21, 64, ("ppc64le", "powerpc64", "powerpc64le"),
+             host_names=("ppc64", "ppc64le")),
+    ArchInfo("mips32", 8, 32, ("mips", "mipsel"), host_names=("mips",)),
+    ArchInfo("mips64", 8, 64, ("mips64el",), host_names=("mips64",)),
+    ArchInfo("s390x", 22, 64, byte_order="big", host_names=("s390x",)),
+    ArchInfo("loongarch64", 258, 64, ("loong64",), host_names=("loongarch64",)),
+)
+
+#: Names of the architectures the runtime loads and runs, in table order.
+RUNTIME_ARCHES: tuple[str, ...] = tuple(a.name for a in TABLE if a.runtime)
+
+#: Canonical architecture name -> (e_machine, word size in bits).
+ARCHES: dict[str, tuple[int, int]] = {a.name: a.target for a in TABLE}
+
+#: Other spellings -> canonical name.
+ALIASES: dict[str, str] = {alias: a.name for a in TABLE for alias in a.aliases
+                           if alias != a.name}
+
+_BY_NAME: dict[str, ArchInfo] = {a.name: a for a in TABLE}
+for _a in TABLE:
+    for _n in _a.aliases:
+        _BY_NAME.setdefault(_n, _a)
+_BY_TARGET: dict[tuple[int, int], ArchInfo] = {a.target: a for a in TABLE}
 
 #: e_machine -> symbolic constant name (used by ``dump`` and ``info``).
 MACHINE_NAMES: dict[int, str] = {
-    0: "EM_NONE",
-    3: "EM_386",
-    8: "EM_MIPS",
-    20: "EM_PPC",
-    21: "EM_PPC64",
-    22: "EM_S390",
-    40: "EM_ARM",
-    62: "EM_X86_64",
-    183: "EM_AARCH64",
-    243: "EM_RISCV",
-    258: "EM_LOONGARCH",
+    0: "EM_NONE", 3: "EM_386", 8: "EM_MIPS", 20: "EM_PPC", 21: "EM_PPC64",
+    22: "EM_S390", 40: "EM_ARM", 62: "EM_X86_64", 183: "EM_AARCH64",
+    243: "EM_RISCV", 258: "EM_LOONGARCH",
 }
 
 #: e_ident[EI_OSABI] -> short name (gABI table; 0 is ELFOSABI_NONE/SYSV).
 OSABI_NAMES: dict[int, str] = {
-    0: "none",
-    1: "hpux",
-    2: "netbsd",
-    3: "linux",
-    4: "hurd",
-    6: "solaris",
-    7: "aix",
-    8: "irix",
-    9: "freebsd",
-    10: "tru64",
-    11: "modesto",
-    12: "openbsd",
-    13: "openvms",
-    14: "nsk",
-    15: "aros",
-    16: "fenixos",
-    17: "cloudabi",
-    18: "openvos",
-    97: "armabi",
-    255: "standalone",
+    0: "none", 1: "hpux", 2: "netbsd", 3: "linux", 4: "hurd", 6: "solaris",
+    7: "aix", 8: "irix", 9: "freebsd", 10: "tru64", 11: "modesto",
+    12: "openbsd", 13: "openvms", 14: "nsk", 15: "aros", 16: "fenixos",
+    17: "cloudabi", 18: "openvos", 97: "armabi", 255: "standalone",
 }
 
 #: OSABI values a runtime loader accepts when selecting a record: the ELF
 #: must either claim no OS, Linux, or be standalone (the IREE runtime's rule).
 RUNTIME_OSABIS: frozenset[int] = frozenset({0, 3, 255})
 
-_REVERSE: dict[tuple[int, int], str] = {v: k for k, v in ARCHES.items()}
+
+def known_names(runtime_only: bool = False) -> str:
+    """The accepted names, for error messages."""
+    arches = [a for a in TABLE if a.runtime or not runtime_only]
+    aliases = sorted(n for a in arches for n in a.aliases if n != a.name)
+    return ", ".join(a.name for a in arches) + " (aliases: " + ", ".join(aliases) + ")"
 
 
-def _known_names() -> str:
-    return ", ".join(sorted(ARCHES)) + " (aliases: " + ", ".join(sorted(ALIASES)) + ")"
+def lookup(name: str, *, runtime: bool = False) -> ArchInfo:
+    """The architecture called ``name`` (canonical name or alias, any case).
+
+    Args:
+        name: e.g. ``x86_64``, ``arm64``, ``i686``, ``rv32``.
+        runtime: only accept architectures the runtime runs.
+
+    Raises:
+        FatElfSelectError: unknown name (field ``arch``); the message lists
+            the accepted names.
+    """
+    key = str(name).strip().lower()
+    info = _BY_NAME.get(key)
+    if info is None or (runtime and not info.runtime):
+        what = "unknown" if info is None else "unsupported"
+        raise FatElfSelectError(f"{what} architecture {name!r}; known: "
+                                f"{known_names(runtime)}", field="arch", value=name)
+    return info
+
+
+def by_target(machine: int, elf_class: int) -> ArchInfo | None:
+    """The architecture of ELF ``e_machine`` and class (32 or 64), or None."""
+    return _BY_TARGET.get((machine, elf_class))
+
+
+def host() -> ArchInfo | None:
+    """The architecture the running interpreter executes, or None.
+
+    ``platform.machine()`` picks the family; a 32-bit interpreter on a 64-bit
+    kernel gets the 32-bit architecture of that family."""
+    raw = platform.machine().lower()
+    bits = struct.calcsize("P") * 8
+    family = [a for a in TABLE if raw in a.host_names]
+    if not family:
+        return None
+    for a in family:
+        if a.elf_class == bits:
+            return a
+    narrow = {"x86_64": "x86_32", "aarch64": "arm32", "riscv64": "riscv32",
+              "ppc64": "ppc32", "mips64": "mips32"}
+    name = narrow.get(family[0].name)
+    return _BY_NAME.get(name) if bits == 32 and name else None
 
 
 def arch_name(machine: int, word_size: int, byte_order: str = "little") -> str:
     """Human name for a target: ``x86_64``, ``aarch64_be``, or
-    ``machine<N>-<bits>`` for machines missing from :data:`ARCHES`."""
-    base = _REVERSE.get((machine, word_size), f"machine{machine}-{word_size}")
+    ``machine<N>-<bits>`` for machines missing from :data:`TABLE`."""
+    info = by_target(machine, word_size)
+    base = info.name if info else f"machine{machine}-{word_size}"
     return base + ("_be" if byte_order == "big" else "")
 
 
@@ -126,18 +232,17 @@ def arch_target(name: str) -> tuple[int, int]:
     """Map an architecture name or alias to ``(e_machine, word size)``.
 
     Also accepts the ``machine<N>-<bits>`` fallback names produced by
-    :func:`arch_name`.  Unknown names raise :class:`FatElfSelectError`
-    listing the known names.
+    :func:`arch_name`.
+
+    Raises:
+        FatElfSelectError: unknown name; the message lists the known names.
     """
     key = str(name).strip().lower()
-    key = ALIASES.get(key, key)
-    if key in ARCHES:
-        return ARCHES[key]
     if key.startswith("machine") and "-" in key:
         num, _, bits = key[len("machine"):].partition("-")
         if num.isdigit() and bits in ("32", "64") and int(num) <= 0xFFFF:
             return int(num), int(bits)
-    raise FatElfSelectError(f"unknown architecture {name!r}; known: {_known_names()}")
+    return lookup(key).target
 
 
 def parse_arch(name: str) -> tuple[int, int, str | None]:
@@ -145,54 +250,26 @@ def parse_arch(name: str) -> tuple[int, int, str | None]:
     suffix: returns ``(e_machine, word size, byte order or None)``."""
     key = str(name).strip().lower()
     for suffix, order in (("_be", "big"), ("_le", "little")):
-        if key.endswith(suffix) and key not in ARCHES and key not in ALIASES:
+        if key.endswith(suffix) and key not in _BY_NAME:
             machine, word_size = arch_target(key[: -len(suffix)])
             return machine, word_size, order
     machine, word_size = arch_target(key)
     return machine, word_size, None
 
 
-_HOST_MACHINES = {
-    "x86_64": "x86_64",
-    "amd64": "x86_64",
-    "aarch64": "aarch64",
-    "arm64": "aarch64",
-    "riscv64": "riscv64",
-    "riscv32": "riscv32",
-    "ppc64": "ppc64",
-    "ppc64le": "ppc64",
-    "s390x": "s390x",
-    "loongarch64": "loongarch64",
-    "mips64": "mips64",
-    "mips": "mips32",
-}
-_NARROW = {"x86_64": "x86_32", "aarch64": "arm32", "riscv64": "riscv32",
-           "ppc64": "ppc32", "mips64": "mips32"}
-
-
 def host_arch() -> str:
-    """Architecture name of the running interpreter (``platform.machine()``
-    mapped onto :data:`ARCHES`; a 32-bit interpreter on a 64-bit kernel gets
-    the 32-bit name)."""
-    raw = platform.machine().lower()
-    name = _HOST_MACHINES.get(raw)
-    if name is None:
-        if raw in ("i386", "i486", "i586", "i686", "x86"):
-            name = "x86_32"
-        elif raw.startswith("arm"):
-            name = "arm32"
-        else:
-            raise FatElfSelectError(
-                f"unknown host machine {raw!r}; pass an architecture explicitly "
-                f"(known: {_known_names()})")
-    if struct.calcsize("P") == 4:
-        name = _NARROW.get(name, name)
-    return name
+    """Name of the running interpreter's architecture.
 
-
-def host_byte_order() -> str:
-    """``'little'`` or ``'big'`` for the running interpreter."""
-    return sys.byteorder
+    Raises:
+        FatElfSelectError: the host is not in :data:`TABLE`.
+    """
+    info = host()
+    if info is None:
+        raise FatElfSelectError(
+            f"unknown host machine {platform.machine()!r}; pass an architecture "
+            f"explicitly (known: {known_names()})", field="host",
+            value=platform.machine())
+    return info.name
 
 
 def osabi_name(osabi: int) -> str:
