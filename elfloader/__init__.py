@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+import fatelf
+
 from . import arch
 from .arch import Arch
 from .backend import Backend, as_int32, open_backend
@@ -17,15 +19,17 @@ from .errors import (ArchitectureMismatchError, BackendError, ElfError,
                      ElfFormatError, EmulationError, RelocationError,
                      SymbolNotFoundError, UndefinedSymbolError,
                      UnsupportedElfError)
-from .module import ElfImage, ElfModule
+from .image import ElfImage
+from .module import ElfModule
 
 arch_mod = arch  # the module, for functions whose ``arch`` argument hides it
-_FATELF_MAGIC = (0x1F0E70FA).to_bytes(4, "little")
 
 
 def read_image(source, *, arch: Arch | str | None = None,
                name: str | None = None) -> ElfImage:
     """Read an ELF, or pick one out of a FatELF bundle, and verify it.
+
+    Nothing is mapped and nothing of the file runs.
 
     Args:
         source: a path, or the file's bytes.
@@ -35,7 +39,10 @@ def read_image(source, *, arch: Arch | str | None = None,
         name: file name for messages (defaults to the path).
 
     Raises:
-        ElfError subclasses; FatELF problems raise ``fatelf.FatElfError``.
+        ElfFormatError: unreadable file, malformed ELF or FatELF bundle.
+        ArchitectureMismatchError: the file (or every record of a bundle)
+            is for another architecture.
+        other ElfError subclasses: see :class:`ElfImage`.
     """
     if isinstance(source, (str, os.PathLike)):
         name = name or os.fspath(source)
@@ -48,16 +55,22 @@ def read_image(source, *, arch: Arch | str | None = None,
     else:
         data = bytes(source)
     name = name or "<memory>"
-    want = arch_mod.by_name(arch) if isinstance(arch, str) else arch
-    if data[:4] == _FATELF_MAGIC:
-        import fatelf
+    want = arch_mod.resolve(arch)
+    if fatelf.is_fatelf(data):
         pick = want or arch_mod.host()
         if pick is None:
             raise ArchitectureMismatchError(
                 "no architecture named and the host has none", name=name,
                 field="arch")
-        data = fatelf.FatElf.parse(data, name=name).select(
-            machine=pick.machine, word_size=pick.elf_class)
+        try:
+            data = fatelf.FatElf.parse(data, name=name).select(pick.name)
+        except fatelf.FatElfSelectError as exc:
+            raise ArchitectureMismatchError(exc.message, name=name,
+                                            field=exc.field or "arch",
+                                            value=pick.name) from None
+        except fatelf.FatElfError as exc:
+            raise ElfFormatError(exc.message, name=name, field=exc.field,
+                                 value=exc.value) from None
         name = f"{name}[{pick.name}]"
     image = ElfImage(data, name)
     if want is not None and image.arch is not want:
@@ -68,7 +81,7 @@ def read_image(source, *, arch: Arch | str | None = None,
 
 
 def load(source, *, arch: Arch | str | None = None, backend="auto",
-         **options) -> ElfModule:
+         initialize: bool = True, **options) -> ElfModule:
     """Load an ELF or FatELF into a new or given backend.
 
     Args:
@@ -76,17 +89,24 @@ def load(source, *, arch: Arch | str | None = None, backend="auto",
         arch: expected architecture / record to select.
         backend: ``"auto"``, ``"native"``, ``"emulated"`` or a
             :class:`Backend` to load into (shared with other modules).
+        initialize: run the file's initializers (False: map and relocate
+            only, nothing of the file runs).
+        options: passed to a new backend (``timeout`` for the emulated one).
+
+    Raises:
+        ElfError subclasses (see :func:`read_image` and :class:`ElfModule`);
+        nothing stays mapped after a failure.
 
     Returns:
         The loaded :class:`ElfModule`; ``module.backend`` is its backend.
     """
     if isinstance(backend, Backend):
         image = read_image(source, arch=arch or backend.arch)
-        return ElfModule(image, backend)
+        return ElfModule(image, backend, initialize=initialize)
     image = read_image(source, arch=arch)
     be = open_backend(image.arch, backend, **options)
     try:
-        return ElfModule(image, be)
+        return ElfModule(image, be, initialize=initialize)
     except BaseException:
         be.close()
         raise

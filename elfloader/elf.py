@@ -1,27 +1,35 @@
 """ELF structures described once as data, for ELFCLASS32 and ELFCLASS64.
 
 Layouts and constants from the System V gABI (``elf.h``), the same facts
-IREE's ``runtime/src/iree/hal/local/elf/elf_types.h`` records. Only little
-endian images are read.
+IREE's ``runtime/src/iree/hal/local/elf/elf_types.h`` records. Fields whose
+width follows the class (``Elf_Addr``, ``Elf_Off``, ``Elf_Xword``) are
+described as pointer-sized (``ptr``/``sptr`` of :mod:`fatelf.cstruct`) and
+laid out with the class's word size; ``Elf_Phdr`` and ``Elf_Sym`` order their
+fields differently in the two classes, so each has two descriptions. Only
+little-endian images are read. The ``e_ident`` constants come from
+:mod:`fatelf.elf`, which reads the same header for FatELF records.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
 
-ELF_MAGIC = b"\x7fELF"
-ELFCLASS32, ELFCLASS64 = 1, 2
-ELFDATA2LSB, ELFDATA2MSB = 1, 2
+from fatelf.cstruct import CStruct, Layout
+from fatelf.elf import (EI_CLASS, EI_DATA, ELF_CLASSES, ELF_MAGIC, ELFCLASS32,
+                        ELFCLASS64, ELFDATA2LSB, ELFDATA2MSB)
+
+_GABI = "System V gABI, elf.h"
+
 EV_CURRENT = 1
 ET_DYN = 3
-
 PT_LOAD, PT_DYNAMIC = 1, 2
 PT_GNU_RELRO = 0x6474E552
 PF_X, PF_W, PF_R = 1, 2, 4
 SHN_UNDEF = 0
+SHT_SYMTAB, SHT_STRTAB = 2, 3
 STB_GLOBAL, STB_WEAK = 1, 2
+STT_FUNC = 2
 
 DT = dict(
     NULL=0, NEEDED=1, PLTRELSZ=2, HASH=4, STRTAB=5, SYMTAB=6, RELA=7,
@@ -30,70 +38,60 @@ DT = dict(
     INIT_ARRAYSZ=27, FINI_ARRAYSZ=28, GNU_HASH=0x6FFFFEF5,
 )
 
-
-class Field(NamedTuple):
-    name: str
-    fmt: str
-
-
-def _layout(fields: list[tuple[str, str]]):
-    fmt = "<" + "".join(f for _, f in fields)
-    return [n for n, _ in fields], struct.Struct(fmt)
-
-
-# (field name, struct code) for each class; "A" marks an address-sized field.
-_EHDR = [("e_ident", "16s"), ("e_type", "H"), ("e_machine", "H"),
-         ("e_version", "I"), ("e_entry", "A"), ("e_phoff", "A"),
-         ("e_shoff", "A"), ("e_flags", "I"), ("e_ehsize", "H"),
-         ("e_phentsize", "H"), ("e_phnum", "H"), ("e_shentsize", "H"),
-         ("e_shnum", "H"), ("e_shstrndx", "H")]
-_PHDR = {
-    32: [("p_type", "I"), ("p_offset", "I"), ("p_vaddr", "I"),
-         ("p_paddr", "I"), ("p_filesz", "I"), ("p_memsz", "I"),
-         ("p_flags", "I"), ("p_align", "I")],
-    64: [("p_type", "I"), ("p_flags", "I"), ("p_offset", "Q"),
-         ("p_vaddr", "Q"), ("p_paddr", "Q"), ("p_filesz", "Q"),
-         ("p_memsz", "Q"), ("p_align", "Q")],
-}
-_SYM = {
-    32: [("st_name", "I"), ("st_value", "I"), ("st_size", "I"),
-         ("st_info", "B"), ("st_other", "B"), ("st_shndx", "H")],
-    64: [("st_name", "I"), ("st_info", "B"), ("st_other", "B"),
-         ("st_shndx", "H"), ("st_value", "Q"), ("st_size", "Q")],
-}
-_DYN = [("d_tag", "a"), ("d_val", "A")]      # "a": signed address-sized
-_REL = [("r_offset", "A"), ("r_info", "A")]
-_RELA = [("r_offset", "A"), ("r_info", "A"), ("r_addend", "a")]
-_SHDR_SIZE = {32: 40, 64: 64}
-
-
-def _sized(fields, bits):
-    a, s = ("I", "i") if bits == 32 else ("Q", "q")
-    return [(n, f.replace("A", a).replace("a", s)) for n, f in fields]
+EHDR = CStruct("Elf_Ehdr", [
+    ("e_ident", ("u8", 16)), ("e_type", "u16"), ("e_machine", "u16"),
+    ("e_version", "u32"), ("e_entry", "ptr"), ("e_phoff", "ptr"),
+    ("e_shoff", "ptr"), ("e_flags", "u32"), ("e_ehsize", "u16"),
+    ("e_phentsize", "u16"), ("e_phnum", "u16"), ("e_shentsize", "u16"),
+    ("e_shnum", "u16"), ("e_shstrndx", "u16")], _GABI)
+PHDR32 = CStruct("Elf32_Phdr", [
+    ("p_type", "u32"), ("p_offset", "u32"), ("p_vaddr", "u32"),
+    ("p_paddr", "u32"), ("p_filesz", "u32"), ("p_memsz", "u32"),
+    ("p_flags", "u32"), ("p_align", "u32")], _GABI)
+PHDR64 = CStruct("Elf64_Phdr", [
+    ("p_type", "u32"), ("p_flags", "u32"), ("p_offset", "u64"),
+    ("p_vaddr", "u64"), ("p_paddr", "u64"), ("p_filesz", "u64"),
+    ("p_memsz", "u64"), ("p_align", "u64")], _GABI)
+SHDR = CStruct("Elf_Shdr", [
+    ("sh_name", "u32"), ("sh_type", "u32"), ("sh_flags", "ptr"),
+    ("sh_addr", "ptr"), ("sh_offset", "ptr"), ("sh_size", "ptr"),
+    ("sh_link", "u32"), ("sh_info", "u32"), ("sh_addralign", "ptr"),
+    ("sh_entsize", "ptr")], _GABI)
+SYM32 = CStruct("Elf32_Sym", [
+    ("st_name", "u32"), ("st_value", "u32"), ("st_size", "u32"),
+    ("st_info", "u8"), ("st_other", "u8"), ("st_shndx", "u16")], _GABI)
+SYM64 = CStruct("Elf64_Sym", [
+    ("st_name", "u32"), ("st_info", "u8"), ("st_other", "u8"),
+    ("st_shndx", "u16"), ("st_value", "u64"), ("st_size", "u64")], _GABI)
+DYN = CStruct("Elf_Dyn", [("d_tag", "sptr"), ("d_val", "ptr")], _GABI)
+REL = CStruct("Elf_Rel", [("r_offset", "ptr"), ("r_info", "ptr")], _GABI)
+RELA = CStruct("Elf_Rela", [("r_offset", "ptr"), ("r_info", "ptr"),
+                            ("r_addend", "sptr")], _GABI)
 
 
 @dataclass(frozen=True)
 class ElfClass:
-    """The struct layouts of one ELF class (32 or 64 bits)."""
+    """The struct layouts of one ELF class (32 or 64 bits).
+
+    Attributes:
+        bits: 32 or 64; word: 4 or 8 (bytes of an address).
+        ehdr, phdr, shdr, sym, dyn, rel, rela: :class:`fatelf.cstruct.Layout`.
+    """
 
     bits: int
-
-    def __post_init__(self):
-        for key, fields in (("ehdr", _sized(_EHDR, self.bits)),
-                            ("phdr", _PHDR[self.bits]),
-                            ("sym", _SYM[self.bits]),
-                            ("dyn", _sized(_DYN, self.bits)),
-                            ("rel", _sized(_REL, self.bits)),
-                            ("rela", _sized(_RELA, self.bits))):
-            object.__setattr__(self, key, _layout(fields))
-
-    @property
-    def shdr_size(self) -> int:
-        return _SHDR_SIZE[self.bits]
 
     @property
     def word(self) -> int:
         return self.bits // 8
+
+    def layout(self, kind: str) -> Layout:
+        struct_ = {"ehdr": EHDR, "shdr": SHDR, "dyn": DYN, "rel": REL,
+                   "rela": RELA, "phdr": PHDR32 if self.bits == 32 else PHDR64,
+                   "sym": SYM32 if self.bits == 32 else SYM64}[kind]
+        return struct_.layout(self.word)
+
+    def size(self, kind: str) -> int:
+        return self.layout(kind).size
 
     def r_sym(self, info: int) -> int:
         return info >> 8 if self.bits == 32 else info >> 32
@@ -101,39 +99,35 @@ class ElfClass:
     def r_type(self, info: int) -> int:
         return info & 0xFF if self.bits == 32 else info & 0xFFFFFFFF
 
-    def unpack(self, kind: str, data, offset: int = 0) -> dict:
-        names, st = getattr(self, kind)
-        return dict(zip(names, st.unpack_from(data, offset)))
-
-    def unpack_all(self, kind: str, data, offset: int, count: int) -> list[dict]:
-        names, st = getattr(self, kind)
-        return [dict(zip(names, v)) for v in
-                st.iter_unpack(bytes(data[offset:offset + count * st.size]))]
-
-    def size(self, kind: str) -> int:
-        return getattr(self, kind)[1].size
-
 
 CLASSES = {ELFCLASS32: ElfClass(32), ELFCLASS64: ElfClass(64)}
 
 
-def elf_hash_nchain(image, offset: int) -> int:
-    """Symbol count from a ``DT_HASH`` table (its ``nchain`` word)."""
-    return struct.unpack_from("<I", image, offset + 4)[0]
+def elf_hash_nchain(read, vaddr: int) -> int:
+    """Symbol count from a ``DT_HASH`` table (its ``nchain`` word);
+    ``read(vaddr, size)`` returns image bytes."""
+    return struct.unpack("<I", read(vaddr + 4, 4))[0]
 
 
-def gnu_hash_symbol_count(image, offset: int, word: int) -> int:
+def gnu_hash_symbol_count(read, vaddr: int, word: int) -> int:
     """Symbol count from a ``DT_GNU_HASH`` table: one past the highest
-    symbol index any bucket chain reaches."""
-    nbuckets, symoffset, bloom_size, _ = struct.unpack_from("<4I", image, offset)
-    buckets_off = offset + 16 + bloom_size * word
-    buckets = struct.unpack_from("<%dI" % nbuckets, image, buckets_off)
-    chains_off = buckets_off + 4 * nbuckets
+    symbol index any bucket chain reaches; ``read(vaddr, size)`` returns
+    image bytes (and raises for ranges outside the image)."""
+    nbuckets, symoffset, bloom_size, _ = struct.unpack("<4I", read(vaddr, 16))
+    buckets_at = vaddr + 16 + bloom_size * word
+    buckets = struct.unpack("<%dI" % nbuckets, read(buckets_at, 4 * nbuckets))
+    chains_at = buckets_at + 4 * nbuckets
     last = max(buckets, default=0)
     if last < symoffset:
         return symoffset
     while True:
-        (h,) = struct.unpack_from("<I", image, chains_off + 4 * (last - symoffset))
+        (h,) = struct.unpack("<I", read(chains_at + 4 * (last - symoffset), 4))
         last += 1
         if h & 1:
             return last
+
+
+__all__ = ["ELF_MAGIC", "EI_CLASS", "EI_DATA", "ELF_CLASSES", "ELFCLASS32",
+           "ELFCLASS64", "ELFDATA2LSB", "ELFDATA2MSB", "EV_CURRENT", "ET_DYN",
+           "PT_LOAD", "PT_DYNAMIC", "PT_GNU_RELRO", "PF_X", "PF_W", "PF_R",
+           "SHN_UNDEF", "STB_GLOBAL", "STB_WEAK", "DT", "CLASSES", "ElfClass"]

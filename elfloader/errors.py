@@ -1,14 +1,18 @@
 """Error types raised by :mod:`elfloader`.
 
-Every error derives from :class:`ElfError` and carries the file name, the
-field that was checked and the offending value, so a message reads like
-``kernel.so: e_machine: 0x0028 is not a supported architecture``.
+Every error derives from :class:`ElfError` (itself a
+:class:`fatelf.PortableKernelError`, the project's one base class) and
+carries the file name, the field that was checked and the offending value,
+so a message reads like ``kernel.so: e_machine: 0x0028 is not a supported
+architecture``.
 """
 
 from __future__ import annotations
 
+from fatelf.errors import PortableKernelError
 
-class ElfError(Exception):
+
+class ElfError(PortableKernelError):
     """Base class of every error raised by :mod:`elfloader`.
 
     Attributes:
@@ -17,27 +21,15 @@ class ElfError(Exception):
         value: the offending value, if any.
     """
 
-    def __init__(self, message: str, *, name: str | None = None,
-                 field: str | None = None, value=None):
-        self.name = name
-        self.field = field
-        self.value = value
-        parts = []
-        if name:
-            parts.append(name)
-        if field:
-            parts.append(field)
-        parts.append(message)
-        super().__init__(": ".join(parts))
-
 
 class ElfFormatError(ElfError):
-    """The bytes are not a well-formed ELF image (header, tables, ranges)."""
+    """The bytes are not a well-formed ELF image (header, tables, ranges),
+    or a FatELF bundle holding it is malformed."""
 
 
 class UnsupportedElfError(ElfError):
     """A well-formed ELF that this loader does not handle (class, byte order,
-    machine, type, dynamic tag)."""
+    machine, type, dynamic tag), or an unknown architecture or backend name."""
 
 
 class RelocationError(ElfError):
@@ -59,7 +51,8 @@ class BackendError(ElfError):
 
 class ArchitectureMismatchError(BackendError):
     """The image's architecture cannot run on the chosen backend (for the
-    native backend: it is not the host architecture)."""
+    native backend: it is not the host architecture), or a FatELF bundle has
+    no record for the architecture asked for."""
 
 
 class EmulationError(BackendError):

@@ -4,12 +4,12 @@ Executable library structs: ``iree/hal/local/executable_library.h``,
 library version 0x6 (IREE_HAL_EXECUTABLE_LIBRARY_VERSION_0_6).
 Executable plugin structs: ``iree/hal/local/executable_plugin.h``, plugin
 version 0x1 (IREE_HAL_EXECUTABLE_PLUGIN_VERSION_0_1).
-Layouts follow for 4- and 8-byte pointers through :mod:`hal_cpu.cstruct`.
+Layouts follow for 4- and 8-byte pointers through :mod:`fatelf.cstruct`.
 """
 
 from __future__ import annotations
 
-from .cstruct import CStruct
+from fatelf.cstruct import CStruct
 
 _LIB = "iree/hal/local/executable_library.h, v0.6"
 _PLUGIN = "iree/hal/local/executable_plugin.h, v0.1"
@@ -108,12 +108,12 @@ STRING_VIEW = CStruct("iree_hal_executable_plugin_string_view_t", [
 STRING_PAIR = CStruct("iree_hal_executable_plugin_string_pair_t", [
     ("key", STRING_VIEW), ("value", STRING_VIEW)], _PLUGIN)
 
+ALLOC_PARAMS = CStruct("iree_hal_executable_plugin_allocator_alloc_params_t", [
+    ("byte_length", "size")], _PLUGIN)
+
 RESOLVE_PARAMS = CStruct("iree_hal_executable_plugin_resolve_params_v0_t", [
     ("count", "size"), ("symbol_names", "ptr"), ("out_fn_ptrs", "ptr"),
     ("out_fn_contexts", "ptr")], _PLUGIN)
-
-ALLOC_PARAMS = CStruct("iree_hal_executable_plugin_allocator_alloc_params_t", [
-    ("byte_length", "size")], _PLUGIN)
 
 
 def status_name(code: int) -> str:

@@ -12,8 +12,9 @@ import sys
 
 import numpy as np
 
+from fatelf.errors import PortableKernelError
+
 import elfloader
-from elfloader import ElfError
 
 from .buffers import format_buffer_view, parse_binding
 from .errors import HalCpuError
@@ -112,19 +113,16 @@ def cmd_inspect(args) -> int:
     from .library import Executable
     from . import abi
     from .plugins import inspect_plugin
-    arch = _file_arch(args)
     try:
-        module = elfloader.load(args.file, arch=arch, backend=args.backend)
+        image = elfloader.read_image(args.file, arch=args.arch)
     except elfloader.UnsupportedElfError as exc:
         if exc.field != "DT_NEEDED":
             raise
         # Linked against system libraries: only a system plugin can be that.
         print(inspect_plugin(args.file, resolve=args.resolve, system=True))
         return 0
-    is_plugin = abi.PLUGIN_QUERY in module.exports
-    module.close()
-    module.backend.close()
-    if is_plugin:
+    arch = image.arch
+    if abi.PLUGIN_QUERY in image.exports:
         print(inspect_plugin(args.file, arch=arch, backend=args.backend,
                              resolve=args.resolve))
         return 0
@@ -185,15 +183,9 @@ def main(argv=None) -> int:
     try:
         return {"inspect": cmd_inspect, "run": cmd_run,
                 "demo": cmd_demo}[args.command](args)
-    except (ElfError, HalCpuError) as exc:
+    except PortableKernelError as exc:
         print(f"hal-cpu: error: {exc}", file=sys.stderr)
         return 1
-    except Exception as exc:  # FatELF errors and the like
-        from fatelf import FatElfError
-        if isinstance(exc, FatElfError):
-            print(f"hal-cpu: error: {exc}", file=sys.stderr)
-            return 1
-        raise
 
 
 if __name__ == "__main__":

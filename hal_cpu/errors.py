@@ -1,21 +1,21 @@
-"""Error types raised by :mod:`hal_cpu`; all derive from :class:`HalCpuError`."""
+"""Error types raised by :mod:`hal_cpu`; all derive from :class:`HalCpuError`,
+itself a :class:`fatelf.PortableKernelError` (the project's one base class:
+``name``, ``field``, ``value``)."""
 
 from __future__ import annotations
 
+from fatelf.errors import PortableKernelError
 
-class HalCpuError(Exception):
+from . import abi
+
+
+class HalCpuError(PortableKernelError):
     """Base class of every :mod:`hal_cpu` error.
 
     Attributes:
         name: the file or object concerned; field: what was checked;
         value: the offending value.
     """
-
-    def __init__(self, message: str, *, name: str | None = None,
-                 field: str | None = None, value=None):
-        self.name, self.field, self.value = name, field, value
-        parts = [p for p in (name, field) if p] + [message]
-        super().__init__(": ".join(parts))
 
 
 class LibraryError(HalCpuError):
@@ -60,6 +60,22 @@ class PluginStatusError(PluginError):
         super().__init__(message, **kw)
         self.code = code
         self.code_name = code_name
+
+    @classmethod
+    def check(cls, status: int, what: str, name: str, detail: str = "") -> None:
+        """Raise for a non-OK plugin status (``status & 0x1F``).
+
+        Args:
+            status: the value the plugin function returned.
+            what: the function, e.g. ``load`` or ``resolve``.
+            name: the plugin (file or name).
+            detail: appended to the message (e.g. the load parameters).
+        """
+        code = status & abi.PLUGIN_STATUS_CODE_MASK
+        if code:
+            code_name = abi.status_name(code)
+            raise cls(f"{what} returned {code_name} ({code}){detail}", name=name,
+                      field=what, value=code, code=code, code_name=code_name)
 
 
 class PluginSpecError(PluginError):

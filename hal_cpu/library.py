@@ -26,6 +26,7 @@ from . import abi
 from .errors import (DispatchError, ExportNotFoundError, LibraryError,
                      UnresolvedImportError)
 from .memory import GuestView, ptr_array
+from fatelf.cstruct import pack_array
 
 
 @dataclass(frozen=True)
@@ -131,9 +132,9 @@ class Executable:
     def _query(self, plugins) -> None:
         be = self.backend
         mod = self.module
-        view = self.view = GuestView(be, mod.base + mod.image.vaddr_min,
-                                     mod.base + mod.image.vaddr_max, self.path)
+        view = self.view = GuestView(be, mod, self.path)
         query = mod.lookup(abi.LIBRARY_QUERY)
+        view.check_code(query, abi.LIBRARY_QUERY)
         env_layout = abi.ENVIRONMENT.layout(*be.arch.c_abi)
         self._env = self._alloc(bytes(env_layout.size))
         result = be.call(query, abi.LIBRARY_VERSION, self._env)
@@ -182,7 +183,7 @@ class Executable:
         exports = []
         for i in range(n):
             a = attrs[i]
-            view.check(ptrs[i], 1, f"exports.ptrs[{i}]")
+            view.check_code(ptrs[i], f"exports.ptrs[{i}]")
             exports.append(Export(
                 ordinal=i,
                 name=view.string(names[i], f"exports.names[{i}]"),
@@ -331,7 +332,7 @@ class Executable:
                 binding_count=len(arrays), constants=c_addr,
                 binding_ptrs=p_addr, binding_lengths=l_addr)
             for off, data in ((offsets[1], state),
-                              (offsets[2], struct.pack(f"<{len(consts)}I", *consts)),
+                              (offsets[2], pack_array("u32", ps, consts)),
                               (offsets[3], ptr_array(ps, ptrs)),
                               (offsets[4], ptr_array(ps, [a.nbytes for a in arrays]))):
                 block[off:off + len(data)] = data

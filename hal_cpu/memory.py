@@ -1,65 +1,102 @@
-"""Small helpers to read ABI structs and pointer arrays through a backend,
-with every pointer checked against the ranges it may point into."""
+"""Reading ABI structs and pointer arrays that a loaded image hands out,
+with every pointer checked before it is followed."""
 
 from __future__ import annotations
 
-import struct
+from fatelf.cstruct import CStruct, pack_array, sizeof, unpack_array
 
-from elfloader import Backend
+from elfloader import Backend, ElfModule
+from elfloader.backend import PROT_EXEC, PROT_READ
 
-from .cstruct import CStruct
 from .errors import LibraryError
 
 
 class GuestView:
     """Reads ABI data of one loaded image through its backend.
 
-    Every address is checked to lie inside the image (``lo``..``hi``) before
-    it is read, so a corrupt table raises :class:`LibraryError` instead of
-    faulting the interpreter.
+    Every address is checked, before it is read or called, to lie inside the
+    image on pages with the needed permission (readable for data,
+    executable for code), the same on both backends, so a corrupt table
+    raises ``error`` (default :class:`LibraryError`) instead of faulting.
+
+    Args:
+        backend: where the image lives.
+        module: the loaded image, or None for a host system library whose
+            pointers cannot be checked (native backend only).
+        name: file name for messages; error: the error class to raise.
     """
 
-    def __init__(self, backend: Backend, lo: int, hi: int, name: str,
+    def __init__(self, backend: Backend, module: ElfModule | None, name: str,
                  error=LibraryError):
-        self.backend, self.lo, self.hi, self.name = backend, lo, hi, name
+        self.backend, self.module, self.name = backend, module, name
         self.ptr_size = backend.pointer_size
+        self.c_abi = backend.arch.c_abi
         self.error = error
 
-    def check(self, address: int, size: int, what: str) -> None:
-        if not (self.lo <= address and address + size <= self.hi):
+    def check(self, address: int, size: int, what: str,
+              prot: int = PROT_READ) -> None:
+        """Raise unless ``[address, address + size)`` lies in the image on
+        pages with ``prot`` (PROT_READ or PROT_EXEC)."""
+        m = self.module
+        if m is None:
+            if address == 0:
+                raise self.error("NULL pointer", name=self.name, field=what,
+                                 value=address)
+            return
+        if not (m.lo <= address and address + max(size, 1) <= m.hi):
             raise self.error(f"pointer {address:#x} (+{size}) lies outside the "
-                             f"image {self.lo:#x}-{self.hi:#x}", name=self.name,
+                             f"image {m.lo:#x}-{m.hi:#x}", name=self.name,
                              field=what, value=address)
+        page = self.backend.page_size
+        for p in range(address - address % page, address + max(size, 1), page):
+            if not m.protection(p) & prot:
+                kind = "executable" if prot & PROT_EXEC else "readable"
+                raise self.error(f"pointer {address:#x} lies on a page that is "
+                                 f"not {kind}", name=self.name, field=what,
+                                 value=address)
+
+    def check_code(self, address: int, what: str) -> None:
+        """Raise unless ``address`` is on an executable page of the image
+        (bit 0, the Thumb marker on arm32, is ignored)."""
+        self.check(address & ~1, 1, what, PROT_EXEC)
 
     def struct(self, cstruct: CStruct, address: int, what: str) -> dict:
-        layout = cstruct.layout(*self.backend.arch.c_abi)
+        layout = cstruct.layout(*self.c_abi)
         self.check(address, layout.size, what)
         return layout.unpack(self.backend.read(address, layout.size))
 
-    def array(self, code: str, address: int, count: int, what: str) -> list:
-        if code == "ptr":
-            code = "Q" if self.ptr_size == 8 else "I"
-        size = struct.calcsize("<" + code) * count
+    def array(self, ctype: str, address: int, count: int, what: str) -> list:
+        """``count`` scalars of C type ``ctype`` (``ptr``, ``u32``...)."""
         if count == 0:
             return []
+        size = sizeof(ctype, self.ptr_size) * count
         self.check(address, size, what)
-        return list(struct.unpack(f"<{count}{code}", self.backend.read(address, size)))
+        return unpack_array(ctype, self.ptr_size, self.backend.read(address, size))
 
     def structs(self, cstruct: CStruct, address: int, count: int, what: str) -> list[dict]:
-        layout = cstruct.layout(*self.backend.arch.c_abi)
+        layout = cstruct.layout(*self.c_abi)
         if count == 0:
             return []
         self.check(address, layout.size * count, what)
-        data = self.backend.read(address, layout.size * count)
-        return [layout.unpack(data, i * layout.size) for i in range(count)]
+        return layout.unpack_array(self.backend.read(address, layout.size * count),
+                                   0, count)
 
     def string(self, address: int, what: str, optional: bool = True) -> str | None:
         if address == 0 and optional:
             return None
         self.check(address, 1, what)
-        return self.backend.read_cstring(address, min(4096, self.hi - address))
+        limit = 4096
+        if self.module is not None:
+            limit = min(limit, self.module.hi - address)
+            # Stop at the first page that is not readable.
+            page = self.backend.page_size
+            end = address - address % page + page
+            while end < address + limit and self.module.protection(end) & PROT_READ:
+                end += page
+            limit = min(limit, end - address)
+        return self.backend.read_cstring(address, limit)
 
 
 def ptr_array(ptr_size: int, values) -> bytes:
-    return struct.pack(f"<{len(values)}{'Q' if ptr_size == 8 else 'I'}",
-                       *[v & ((1 << (8 * ptr_size)) - 1) for v in values])
+    """Bytes of a C array of pointers (or ``size_t``)."""
+    return pack_array("ptr", ptr_size, values)

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-import struct
 from typing import Callable, Mapping, Sequence
 from urllib.parse import parse_qsl
+
+from fatelf.cstruct import CStruct, unpack_array
 
 import elfloader
 from elfloader import Backend, open_backend
@@ -95,27 +96,11 @@ class ParamsView:
     def write(self, offset: int, data) -> None:
         self.backend.write(self.address + offset, bytes(data))
 
-    def unpack(self, fmt: str, offset: int = 0) -> tuple:
-        """``struct.unpack`` of little-endian ``fmt`` at ``offset``; ``P``
-        and ``N`` are pointer / size_t sized."""
-        fmt = "<" + fmt.replace("P", self._w).replace("N", self._w)
-        return struct.unpack(fmt, self.read(offset, struct.calcsize(fmt)))
-
-    @property
-    def _w(self) -> str:
-        return "Q" if self.pointer_size == 8 else "I"
-
-    def fields(self, fmt: str) -> tuple:
-        """Fields of the whole struct laid out with C alignment, e.g.
-        ``"PNPNPNNN"`` for three (pointer, size_t) pairs and two size_t."""
-        out, off = [], 0
-        for code in fmt:
-            c = self._w if code in "PN" else code
-            size = struct.calcsize("<" + c)
-            off += -off % size
-            out.append(struct.unpack("<" + c, self.read(off, size))[0])
-            off += size
-        return tuple(out)
+    def struct(self, cstruct: CStruct, offset: int = 0) -> dict:
+        """Fields of the params struct described by ``cstruct`` (laid out for
+        this backend's pointer width), as a dict."""
+        layout = cstruct.layout(*self.backend.arch.c_abi)
+        return layout.unpack(self.read(offset, layout.size))
 
     def array(self, address: int, dtype, count: int):
         """Copy of ``count`` elements of ``dtype`` at guest ``address``."""
@@ -145,8 +130,7 @@ class HostAllocator:
 
     def _ctl(self, _self, command, params, inout_ptr) -> int:
         be, ps = self.backend, self.backend.pointer_size
-        word = "<Q" if ps == 8 else "<I"
-        old = struct.unpack(word, be.read(inout_ptr, ps))[0]
+        old = unpack_array("ptr", ps, be.read(inout_ptr, ps))[0]
         if command == abi.ALLOCATOR_FREE:
             if old in self.sizes:
                 del self.sizes[old]
@@ -155,7 +139,8 @@ class HostAllocator:
         if command not in (abi.ALLOCATOR_MALLOC, abi.ALLOCATOR_CALLOC,
                            abi.ALLOCATOR_REALLOC) or not params:
             return abi.STATUS_CODES.index("INVALID_ARGUMENT")
-        size = struct.unpack(word, be.read(params, ps))[0]
+        layout = abi.ALLOC_PARAMS.layout(*be.arch.c_abi)
+        size = layout.unpack(be.read(params, layout.size))["byte_length"]
         if size > 1 << 30:
             return abi.STATUS_CODES.index("RESOURCE_EXHAUSTED")
         new = be.alloc(max(size, 1))
@@ -164,7 +149,7 @@ class HostAllocator:
             keep = min(size, self.sizes.pop(old))
             be.write(new, be.read(old, keep))
             be.release(old)
-        be.write(inout_ptr, struct.pack(word, new))
+        be.write(inout_ptr, ptr_array(ps, [new]))
         return 0
 
     def close(self) -> None:
@@ -184,9 +169,9 @@ class Plugin:
     version = features = 0
     sanitizer = "none"
 
-    def resolve_into(self, manager: "PluginManager", batch: "_Batch") -> tuple[int, int]:
+    def resolve_into(self, batch: "ResolveBatch") -> tuple[int, int]:
         """Fill unresolved entries of ``batch``; returns (status code,
-        resolution bits)."""
+        resolution bits), as ``iree_hal_executable_plugin_resolve`` does."""
         raise NotImplementedError
 
     def unload(self) -> None:
@@ -196,8 +181,10 @@ class Plugin:
         return f"<{type(self).__name__} {self.name!r} ({self.kind})>"
 
 
-class _Batch:
-    """Guest arrays for one resolve call: names, out_fn_ptrs, out_fn_contexts."""
+class ResolveBatch:
+    """Guest arrays for resolve calls: symbol names, out_fn_ptrs and
+    out_fn_contexts (iree_hal_executable_plugin_resolve_params_v0_t).
+    Use as a context manager; :meth:`read` gives (fns, contexts)."""
 
     def __init__(self, backend: Backend, names: Sequence[str]):
         self.backend, self.names = backend, list(names)
@@ -210,10 +197,8 @@ class _Batch:
 
     def read(self) -> tuple[list[int], list[int]]:
         ps, n = self.backend.pointer_size, len(self.names)
-        code = "Q" if ps == 8 else "I"
-        fns = list(struct.unpack(f"<{n}{code}", self.backend.read(self.fns_addr, ps * n)))
-        ctx = list(struct.unpack(f"<{n}{code}", self.backend.read(self.ctx_addr, ps * n)))
-        return fns, ctx
+        return (unpack_array("ptr", ps, self.backend.read(self.fns_addr, ps * n)),
+                unpack_array("ptr", ps, self.backend.read(self.ctx_addr, ps * n)))
 
     def write(self, fns: list[int], ctx: list[int]) -> None:
         ps = self.backend.pointer_size
@@ -223,6 +208,12 @@ class _Batch:
     def free(self) -> None:
         for a in self.strings + [self.names_addr, self.fns_addr, self.ctx_addr]:
             self.backend.release(a)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
 
 
 class NativeAbiPlugin(Plugin):
@@ -258,20 +249,13 @@ class NativeAbiPlugin(Plugin):
                                             str(header["sanitizer"]))
         for fn in ("load", "unload", "resolve"):
             if lib[fn]:
-                view.check(lib[fn], 1, f"plugin.{fn}")
+                view.check_code(lib[fn], f"plugin.{fn}")
         if not lib["resolve"]:
             raise PluginError("plugin has no resolve function", name=label,
                               field="plugin.resolve", value=0)
         self._unload, self._resolve = lib["unload"], lib["resolve"]
         self._load(lib["load"])
 
-    def _status(self, value: int, what: str) -> None:
-        code = value & abi.PLUGIN_STATUS_CODE_MASK
-        if code:
-            name = abi.status_name(code)
-            raise PluginStatusError(f"{what} returned {name} ({code})",
-                                    name=self.name or self.label, field=what,
-                                    value=code, code=code, code_name=name)
 
     def _load(self, load_fn: int) -> None:
         be, ps = self.manager.backend, self.manager.backend.pointer_size
@@ -290,23 +274,26 @@ class NativeAbiPlugin(Plugin):
             pairs_addr = keep(pairs) if pairs else 0
             out_self = keep(bytes(ps))
             if load_fn:
-                self._status(be.call(load_fn, self.manager.allocator.environment,
-                                     len(self.params), pairs_addr, out_self), "load")
-            self.self_ptr = struct.unpack("<Q" if ps == 8 else "<I",
-                                          be.read(out_self, ps))[0]
+                detail = ("; parameters " + "&".join(f"{k}={v}" for k, v in self.params)
+                          if self.params else "")
+                PluginStatusError.check(
+                    be.call(load_fn, self.manager.allocator.environment,
+                            len(self.params), pairs_addr, out_self),
+                    "load", self.label, detail)
+            self.self_ptr = unpack_array("ptr", ps, be.read(out_self, ps))[0]
         finally:
             for a in temps:
                 be.release(a)
 
-    def resolve_into(self, manager, batch):
-        be = manager.backend
+    def resolve_into(self, batch):
+        be = self.manager.backend
         params = be.alloc_bytes(abi.RESOLVE_PARAMS.layout(*be.arch.c_abi).pack(
             count=len(batch.names), symbol_names=batch.names_addr,
             out_fn_ptrs=batch.fns_addr, out_fn_contexts=batch.ctx_addr))
         out = be.alloc_bytes(bytes(4))
         try:
             status = be.call(self._resolve, self.self_ptr, params, out)
-            resolution = struct.unpack("<I", be.read(out, 4))[0]
+            resolution = unpack_array("u32", 4, be.read(out, 4))[0]
         finally:
             be.release(params)
             be.release(out)
@@ -328,10 +315,10 @@ class EmbeddedPlugin(NativeAbiPlugin):
         self.module = elfloader.load(source, backend=manager.backend)
         try:
             m = self.module
-            view = GuestView(manager.backend, m.base + m.image.vaddr_min,
-                             m.base + m.image.vaddr_max, m.name, PluginError)
-            super().__init__(manager, m.lookup(abi.PLUGIN_QUERY), m.name,
-                             params, view)
+            view = GuestView(manager.backend, m, m.name, PluginError)
+            query = m.lookup(abi.PLUGIN_QUERY)
+            view.check_code(query, abi.PLUGIN_QUERY)
+            super().__init__(manager, query, m.name, params, view)
         except BaseException:
             self.module.close()
             raise
@@ -369,7 +356,7 @@ class SystemPlugin(NativeAbiPlugin):
                               name=os.fspath(path), field="symbol",
                               value=abi.PLUGIN_QUERY) from None
         # A system library lives anywhere in the process; no range to check.
-        view = GuestView(manager.backend, 0, 1 << 64, os.fspath(path), PluginError)
+        view = GuestView(manager.backend, None, os.fspath(path), PluginError)
         super().__init__(manager, query, os.fspath(path), params, view)
 
 
@@ -405,7 +392,7 @@ class PythonPlugin(Plugin):
             return fn(ParamsView(backend, params), context)
         return call
 
-    def resolve_into(self, manager, batch):
+    def resolve_into(self, batch):
         fns, ctx = batch.read()
         resolution, missing = 0, False
         for i, name in enumerate(batch.names):
@@ -495,24 +482,18 @@ class PluginManager:
         """
         if not names:
             return [], []
-        batch = _Batch(self.backend, names)
-        try:
+        with ResolveBatch(self.backend, names) as batch:
             all_required = False
             for plugin in reversed(self.plugins):
-                code, resolution = plugin.resolve_into(self, batch)
+                code, resolution = plugin.resolve_into(batch)
                 if code == 0:
                     all_required = True
                     if resolution & abi.PLUGIN_RESOLUTION_MISSING_OPTIONAL:
                         continue
                     break
                 if abi.status_name(code) != "NOT_FOUND":
-                    name = abi.status_name(code)
-                    raise PluginStatusError(f"resolve returned {name} ({code})",
-                                            name=plugin.name, field="resolve",
-                                            value=code, code=code, code_name=name)
+                    PluginStatusError.check(code, "resolve", plugin.name)
             fns, ctx = batch.read()
-        finally:
-            batch.free()
         missing = [n for n, f in zip(names, fns) if not f and not n.startswith("?")]
         if missing or (not all_required and any(not n.startswith("?") for n in names)):
             searched = [p.name for p in reversed(self.plugins)]
@@ -569,12 +550,9 @@ def inspect_plugin(path, *, arch=None, backend="auto", resolve=(),
         ]
         if resolve:
             lines.append("resolve:")
-            batch = _Batch(manager.backend, resolve)
-            try:
-                code, resolution = plugin.resolve_into(manager, batch)
+            with ResolveBatch(manager.backend, resolve) as batch:
+                code, resolution = plugin.resolve_into(batch)
                 fns, ctx = batch.read()
-            finally:
-                batch.free()
             lines.append(f"  status {abi.status_name(code)}, resolution "
                          f"{resolution:#x}")
             for n, f, c in zip(resolve, fns, ctx):

@@ -1,33 +1,20 @@
-"""Architecture registry: one module per architecture, looked up by ELF
-identity (``e_machine`` and class) or by name."""
+"""Architecture registry: one psABI module per architecture, looked up by
+ELF identity (``e_machine`` and class) or by any name the project's
+architecture table (:mod:`fatelf.arches`) accepts."""
 
 from __future__ import annotations
 
 import importlib
-import platform
+
+from fatelf import arches as table
+from fatelf.errors import FatElfSelectError
 
 from ..errors import UnsupportedElfError
 from .base import Arch, CallingConvention, Relocation
 
-_MODULES = ("x86_64", "aarch64", "riscv64", "x86_32", "arm32", "riscv32")
-
-
-def _load_all() -> list[Arch]:
-    arches = []
-    for mod in _MODULES:
-        try:
-            arches.append(importlib.import_module("." + mod, __name__).ARCH)
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{mod}":
-                raise
-    return arches
-
-
-ARCHES: list[Arch] = _load_all()
-_BY_NAME = {}
-for _a in ARCHES:
-    for _n in (_a.name,) + _a.aliases:
-        _BY_NAME[_n.lower()] = _a
+ARCHES: list[Arch] = [importlib.import_module("." + name, __name__).ARCH
+                      for name in table.RUNTIME_ARCHES]
+_BY_INFO = {a.info.name: a for a in ARCHES}
 
 
 def names() -> list[str]:
@@ -36,38 +23,36 @@ def names() -> list[str]:
 
 
 def by_name(name: str) -> Arch:
-    """The architecture called ``name`` (canonical name or alias).
+    """The architecture called ``name`` (canonical name or any alias of the
+    architecture table, e.g. ``arm64``, ``i686``, ``rv32``).
 
     Raises:
-        UnsupportedElfError: unknown name; the message lists the known ones.
+        UnsupportedElfError: unknown or unsupported name (field ``arch``);
+            the message lists the accepted names.
     """
-    arch = _BY_NAME.get(name.lower())
-    if arch is None:
-        raise UnsupportedElfError(
-            f"unknown architecture {name!r}; supported: {', '.join(names())}",
-            field="arch", value=name)
-    return arch
+    try:
+        return _BY_INFO[table.lookup(name, runtime=True).name]
+    except FatElfSelectError as exc:
+        raise UnsupportedElfError(exc.message, field="arch", value=name) from None
+
+
+def resolve(arch: Arch | str | None) -> Arch | None:
+    """``arch`` as an :class:`Arch` (names are looked up; None stays None)."""
+    return by_name(arch) if isinstance(arch, str) else arch
 
 
 def by_elf(machine: int, elf_class: int) -> Arch | None:
     """The architecture for ELF ``e_machine`` and class (32 or 64), or None."""
-    for arch in ARCHES:
-        if arch.machine == machine and arch.elf_class == elf_class:
-            return arch
-    return None
+    info = table.by_target(machine, elf_class)
+    return _BY_INFO.get(info.name) if info else None
 
 
 def host() -> Arch | None:
     """The architecture of the running interpreter, or None if unsupported
     (or if the interpreter's pointer width differs, e.g. 32-bit Python)."""
-    import struct
-    bits = struct.calcsize("P") * 8
-    m = platform.machine()
-    for arch in ARCHES:
-        if m in arch.host_names and arch.elf_class == bits:
-            return arch
-    return None
+    info = table.host()
+    return _BY_INFO.get(info.name) if info else None
 
 
 __all__ = ["Arch", "CallingConvention", "Relocation", "ARCHES", "names",
-           "by_name", "by_elf", "host"]
+           "by_name", "by_elf", "host", "resolve"]

@@ -6,16 +6,9 @@ the ELF for the Arm 64-bit Architecture psABI. Integer arguments in x0-x7;
 result in x0; return address in x30 (lr).
 """
 
-from unicorn import UC_ARCH_ARM64, UC_MODE_ARM
-from unicorn import arm64_const as A64
+from fatelf.arches import lookup
 
 from .base import Arch, CallingConvention, reloc_table, words
-
-
-def _init(uc) -> None:
-    # FP/SIMD is enabled by default in unicorn's aarch64 CPU.
-    pass
-
 
 RELOCATIONS = reloc_table({
     257: ("R_AARCH64_ABS64", 8, lambda S, A, P, B: S + A),
@@ -26,23 +19,13 @@ RELOCATIONS = reloc_table({
 })
 
 ARCH = Arch(
-    name="aarch64",
-    aliases=("arm64", "arm_64"),
-    host_names=("aarch64", "arm64"),
-    machine=183,
-    elf_class=64,
+    info=lookup("aarch64"),
     rel_tags="rela",
     relocations=RELOCATIONS,
     cc=CallingConvention(
-        arg_regs=tuple(getattr(A64, "UC_ARM64_REG_X%d" % i) for i in range(8)),
-        ret_reg=A64.UC_ARM64_REG_X0,
-        sp_reg=A64.UC_ARM64_REG_SP,
-        pc_reg=A64.UC_ARM64_REG_PC,
-        link_reg=A64.UC_ARM64_REG_X30,
-    ),
-    uc_arch=UC_ARCH_ARM64,
-    uc_mode=UC_MODE_ARM,
-    uc_init=_init,
+        int_args=tuple(f"x{i}" for i in range(8)),
+        int_result="x0", stack_pointer="sp", program_counter="pc",
+        return_address="x30"),
     import_thunk=words(
         0xAA0003F0,  # mov x16, x0
         0xAA0103E0,  # mov x0, x1

@@ -2,22 +2,12 @@
 calling convention (a0-a7, result in a0, return address in ra) and the
 import thunk, which is the same code for both widths."""
 
-from unicorn import riscv_const as RV
-
 from .base import CallingConvention, reloc_table, words
 
 R_RISCV_32 = 1
 R_RISCV_64 = 2
 R_RISCV_RELATIVE = 3
 R_RISCV_JUMP_SLOT = 5
-
-# mstatus.FS = Initial: without it every float instruction traps.
-MSTATUS_FS_INITIAL = 0x2000
-MSTATUS_FS_DIRTY = 0x6000
-
-
-def uc_init(uc) -> None:
-    uc.reg_write(RV.UC_RISCV_REG_MSTATUS, MSTATUS_FS_DIRTY)
 
 
 def relocations(word_size: int):
@@ -36,12 +26,9 @@ def relocations(word_size: int):
 
 
 CALLING_CONVENTION = CallingConvention(
-    arg_regs=tuple(getattr(RV, "UC_RISCV_REG_A%d" % i) for i in range(8)),
-    ret_reg=RV.UC_RISCV_REG_A0,
-    sp_reg=RV.UC_RISCV_REG_SP,
-    pc_reg=RV.UC_RISCV_REG_PC,
-    link_reg=RV.UC_RISCV_REG_RA,
-)
+    int_args=tuple(f"a{i}" for i in range(8)),
+    int_result="a0", stack_pointer="sp", program_counter="pc",
+    return_address="ra")
 
 IMPORT_THUNK = words(
     0x00050293,  # mv t0, a0

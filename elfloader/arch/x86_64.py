@@ -6,16 +6,9 @@ the psABI. Integer arguments in rdi, rsi, rdx, rcx, r8, r9; result in rax;
 the call pushes the return address.
 """
 
-from unicorn import UC_ARCH_X86, UC_MODE_64
-from unicorn import x86_const as X
+from fatelf.arches import lookup
 
 from .base import Arch, CallingConvention, reloc_table
-
-
-def _init(uc) -> None:
-    # SSE is usable out of the box in unicorn's 64-bit mode.
-    pass
-
 
 RELOCATIONS = reloc_table({
     1: ("R_X86_64_64", 8, lambda S, A, P, B: S + A),
@@ -30,24 +23,13 @@ RELOCATIONS = reloc_table({
 })
 
 ARCH = Arch(
-    name="x86_64",
-    aliases=("amd64", "x64", "x86-64"),
-    host_names=("x86_64", "AMD64", "amd64"),
-    machine=62,
-    elf_class=64,
+    info=lookup("x86_64"),
     rel_tags="rela",
     relocations=RELOCATIONS,
     cc=CallingConvention(
-        arg_regs=(X.UC_X86_REG_RDI, X.UC_X86_REG_RSI, X.UC_X86_REG_RDX,
-                  X.UC_X86_REG_RCX, X.UC_X86_REG_R8, X.UC_X86_REG_R9),
-        ret_reg=X.UC_X86_REG_RAX,
-        sp_reg=X.UC_X86_REG_RSP,
-        pc_reg=X.UC_X86_REG_RIP,
-        link_reg=None,
-    ),
-    uc_arch=UC_ARCH_X86,
-    uc_mode=UC_MODE_64,
-    uc_init=_init,
+        int_args=("rdi", "rsi", "rdx", "rcx", "r8", "r9"),
+        int_result="rax", stack_pointer="rsp", program_counter="rip",
+        return_address=None),
     import_thunk=bytes.fromhex(
         "4889f8"    # mov rax, rdi
         "4889f7"    # mov rdi, rsi

@@ -10,15 +10,20 @@ callbacks live in one small trampoline page, the only range with a code hook.
 
 from __future__ import annotations
 
+import ctypes
 from typing import Callable
 
 import numpy as np
 from unicorn import (UC_HOOK_CODE, UC_PROT_EXEC, UC_PROT_NONE, UC_PROT_READ,
                      UC_PROT_WRITE, Uc, UcError)
 from unicorn import unicorn_const as UCC
+from unicorn.unicorn_py3.unicorn import uclib
+
+from fatelf.cstruct import pack_array, unpack_array
 
 from ..arch import Arch
 from ..errors import BackendError, EmulationError
+from . import unicorn_arch
 from .base import PROT_EXEC, PROT_READ, PROT_WRITE, Backend, prot_str
 
 _ARENA_START = 0x0001_0000
@@ -69,14 +74,29 @@ class EmulatedBackend(Backend):
     def __init__(self, arch: Arch, timeout: float = 0.0):
         self.arch = arch
         self.timeout_us = int(timeout * 1e6)
+        model = unicorn_arch.model(arch)
+        self._regs = regs = unicorn_arch.registers(arch)
         try:
-            self.uc = Uc(arch.uc_arch, arch.uc_mode)
-            if arch.uc_cpu is not None:
-                self.uc.ctl_set_cpu_model(arch.uc_cpu)
-            arch.uc_init(self.uc)
+            self.uc = Uc(model.uc_arch, model.uc_mode)
+            if model.cpu is not None:
+                self.uc.ctl_set_cpu_model(model.cpu)
+            if model.init is not None:
+                model.init(self.uc)
         except UcError as exc:
             raise BackendError(f"cannot start a {arch.name} CPU: {exc}",
                                field="backend", value=arch.name) from None
+        self._uch = self.uc._uch
+        # One batch write sets the argument registers, the stack pointer and
+        # the return-address register of a call.
+        ids = list(regs.args) + [regs.sp] + ([regs.link] if regs.link else [])
+        self._nregs = len(ids)
+        self._reg_ids = (ctypes.c_int32 * len(ids))(*ids)
+        self._reg_vals = (ctypes.c_uint64 * len(ids))()
+        base = ctypes.addressof(self._reg_vals)
+        self._reg_ptrs = (ctypes.c_void_p * len(ids))(
+            *[base + 8 * i for i in range(len(ids))])
+        self._scratch = ctypes.c_uint64()
+        self._closed = False
         # Guest code assumes at least 4 KiB pages (aarch64 ADRP, for one).
         self.page_size = max(4096, self.uc.ctl_get_page_size())
         self._free: list[tuple[int, int]] = [(_ARENA_START, _ARENA_END)]
@@ -178,7 +198,13 @@ class EmulatedBackend(Backend):
         self.uc.mem_unmap(address, size)
         self._give_back(address, size)
 
+    def _check_open(self, what: str, address: int) -> None:
+        if self._closed:
+            raise BackendError("the emulated backend is closed", field=what,
+                               value=address)
+
     def read(self, address: int, size: int) -> bytes:
+        self._check_open("read", address)
         try:
             return bytes(self.uc.mem_read(address, size))
         except UcError as exc:
@@ -186,6 +212,7 @@ class EmulatedBackend(Backend):
                                field="read", value=address) from None
 
     def write(self, address: int, data) -> None:
+        self._check_open("write", address)
         try:
             self.uc.mem_write(address, bytes(data))
         except UcError as exc:
@@ -216,24 +243,59 @@ class EmulatedBackend(Backend):
         return addr, finish
 
     # --- calls ------------------------------------------------------------
+    def _reg_read(self, reg: int) -> int:
+        uclib.uc_reg_read(self._uch, reg, ctypes.byref(self._scratch))
+        return self._scratch.value & self.arch.word_mask
+
+    def _reg_write(self, reg: int, value: int) -> None:
+        self._scratch.value = value & self.arch.word_mask
+        uclib.uc_reg_write(self._uch, reg, ctypes.byref(self._scratch))
+
+    def _prepare_call(self, args, return_address: int) -> None:
+        """Registers and stack for ``func(*args)`` returning to
+        ``return_address``, by the architecture's calling convention."""
+        regs, ps, mask = self._regs, self.pointer_size, self.arch.word_mask
+        nreg = len(regs.args)
+        sp = self._stack_top
+        stack_args = args[nreg:]
+        if stack_args:
+            sp = (sp - ps * len(stack_args)) & ~(self.arch.cc.stack_align - 1)
+            self.uc.mem_write(sp, pack_array("ptr", ps, stack_args))
+        else:
+            sp &= ~(self.arch.cc.stack_align - 1)
+        vals = self._reg_vals
+        for i in range(min(nreg, len(args))):
+            vals[i] = args[i] & mask
+        for i in range(len(args), nreg):
+            vals[i] = 0
+        if regs.link is None:
+            sp -= ps
+            self.uc.mem_write(sp, pack_array("ptr", ps, [return_address]))
+            vals[nreg] = sp
+        else:
+            vals[nreg] = sp
+            vals[nreg + 1] = return_address
+        uclib.uc_reg_write_batch(self._uch, self._reg_ids, self._reg_ptrs,
+                                 self._nregs)
+
     def call(self, address: int, *args: int) -> int:
+        self._check_open("call", address)
         if self._depth:
             raise BackendError("a Python callback may not call back into "
                                "emulated code", field="call", value=address)
-        uc = self.uc
-        self.arch.emu_prepare_call(uc, address, args, self._sentinel,
-                                   self._stack_top)
+        self._prepare_call(args, self._sentinel)
         self._depth += 1
         try:
-            uc.emu_start(address, self._sentinel, timeout=self.timeout_us)
-        except UcError as exc:
-            raise self._fault(exc, address) from None
+            status = uclib.uc_emu_start(self._uch, address, self._sentinel,
+                                        self.timeout_us, 0)
         finally:
             self._depth -= 1
+        if status != UCC.UC_ERR_OK:
+            raise self._fault(UcError(status), address)
         if self._pending is not None:
             exc, self._pending = self._pending, None
             raise exc
-        pc = uc.reg_read(self.arch.cc.pc_reg)
+        pc = self._reg_read(self._regs.pc)
         if pc != self._sentinel:
             if self.timeout_us:
                 raise EmulationError(
@@ -242,10 +304,10 @@ class EmulatedBackend(Backend):
                     value=address)
             raise EmulationError(f"call of {address:#x} stopped at pc={pc:#x}",
                                  field="call", value=address)
-        return self.arch.emu_result(uc)
+        return self._reg_read(self._regs.result)
 
     def _fault(self, exc: UcError, address: int) -> EmulationError:
-        pc = self.uc.reg_read(self.arch.cc.pc_reg)
+        pc = self._reg_read(self._regs.pc)
         what = _UC_ERRORS.get(exc.errno, str(exc))
         return EmulationError(f"{what} at pc={pc:#x} while calling {address:#x}",
                               field="call", value=address)
@@ -259,12 +321,37 @@ class EmulatedBackend(Backend):
         self._callbacks[addr] = (function, nargs)
         return addr
 
+    def _callback_args(self, count: int) -> list[int]:
+        """The first ``count`` integer arguments at a function's entry."""
+        regs, ps = self._regs, self.pointer_size
+        out = [self._reg_read(r) for r in regs.args[:count]]
+        if len(out) < count:
+            sp = self._reg_read(regs.sp)
+            # At entry the stack holds the return address first when the call
+            # instruction pushed it.
+            first = sp + (ps if regs.link is None else 0)
+            n = count - len(out)
+            out += unpack_array("ptr", ps, bytes(self.uc.mem_read(first, n * ps)))
+        return out
+
+    def _callback_return(self, value: int) -> None:
+        """Return ``value`` from the function whose entry the CPU is at."""
+        regs, ps = self._regs, self.pointer_size
+        self._reg_write(regs.result, value)
+        if regs.link is None:
+            sp = self._reg_read(regs.sp)
+            ret = unpack_array("ptr", ps, bytes(self.uc.mem_read(sp, ps)))[0]
+            self._reg_write(regs.sp, sp + ps)
+        else:
+            ret = self._reg_read(regs.link)
+        self._reg_write(regs.pc, ret)
+
     def _on_trampoline(self, uc, address, size, user_data):
         entry = self._callbacks.get(address)
         if entry is None:
             return
         function, nargs = entry
-        args = self.arch.emu_callback_args(uc, nargs)
+        args = self._callback_args(nargs)
         try:
             result = int(function(*args) or 0)
         except BaseException as exc:
@@ -272,14 +359,24 @@ class EmulatedBackend(Backend):
                 self._pending = exc
             uc.emu_stop()
             return
-        self.arch.emu_callback_return(uc, result)
+        self._callback_return(result)
 
     def close(self) -> None:
+        """Unmap everything and free the CPU and its translation buffer now
+        (not when the garbage collector finds the engine)."""
+        if self._closed:
+            return
+        self._closed = True
         self._heap_live.clear()
         self._heap_free.clear()
         self._heap_chunks.clear()
         for addr in list(self._maps):
             self.release(addr)
+        self._callbacks.clear()
+        release = getattr(self.uc, "_Uc__finalizer", None)
+        if release is not None:
+            release()   # uc_close, once; the engine object is dead after it
+        self.uc = None
 
     @property
     def mapped_bytes(self) -> int:

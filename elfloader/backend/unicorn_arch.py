@@ -1,0 +1,130 @@
+"""How unicorn models each architecture's CPU: the emulated backend's only
+per-architecture table.
+
+Each row names unicorn's architecture, mode and CPU model and what must be
+switched on in a fresh CPU before compiled code runs (FP/SIMD units that
+reset disabled, the x86_32 translation workaround). Register ids are derived
+from the psABI calling convention of :mod:`elfloader.arch` by name, so the
+calling convention is described once. Only the emulated backend imports
+this module (and unicorn).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Callable
+
+from unicorn import arm64_const, arm_const, riscv_const, x86_const
+from unicorn import unicorn_const as UC
+from unicorn.unicorn_py3.unicorn import uc_hook_h, uclib
+
+from ..arch import Arch
+
+# --- enabling FP/SIMD and other per-CPU setup ---------------------------------
+_CR0_MP, _CR0_EM = 1 << 1, 1 << 2
+_CR4_OSFXSR, _CR4_OSXMMEXCPT = 1 << 9, 1 << 10
+_CPACR_CP10_CP11_FULL = 0xF << 20
+_FPEXC_EN = 1 << 30
+_MSTATUS_FS_DIRTY = 0x6000
+
+
+def _x86_32_init(uc) -> None:
+    # SSE usable: no x87 emulation trap, FXSAVE/SSE enabled by the "OS".
+    cr0 = uc.reg_read(x86_const.UC_X86_REG_CR0)
+    uc.reg_write(x86_const.UC_X86_REG_CR0, (cr0 | _CR0_MP) & ~_CR0_EM)
+    cr4 = uc.reg_read(x86_const.UC_X86_REG_CR4)
+    uc.reg_write(x86_const.UC_X86_REG_CR4, cr4 | _CR4_OSFXSR | _CR4_OSXMMEXCPT)
+    # unicorn 2.1 crashes the process while translating long straight-line
+    # x87 blocks (generic i686 code is full of them) unless a code hook is
+    # present. A hook whose callback is a native function that does nothing
+    # (libc ``abs``) avoids the crash at a small cost; Python is never entered.
+    libc = ctypes.CDLL(None)
+    noop = ctypes.cast(libc.abs, ctypes.c_void_p)
+    handle = uc_hook_h()
+    status = uclib.uc_hook_add(
+        uc._uch, ctypes.byref(handle), UC.UC_HOOK_CODE, noop, None,
+        ctypes.c_uint64(1), ctypes.c_uint64(0))
+    if status != UC.UC_ERR_OK:
+        uc.hook_add(UC.UC_HOOK_CODE, lambda *args: None)
+
+
+def _arm32_init(uc) -> None:
+    # VFP/NEON instructions are undefined until CPACR grants cp10/cp11 and
+    # FPEXC.EN is set.
+    uc.reg_write(arm_const.UC_ARM_REG_C1_C0_2,
+                 uc.reg_read(arm_const.UC_ARM_REG_C1_C0_2) | _CPACR_CP10_CP11_FULL)
+    uc.reg_write(arm_const.UC_ARM_REG_FPEXC, _FPEXC_EN)
+
+
+def _riscv_init(uc) -> None:
+    # Float instructions trap until mstatus.FS is non-zero (Off); Dirty
+    # also keeps the state saved across the emulator's context switches.
+    uc.reg_write(riscv_const.UC_RISCV_REG_MSTATUS, _MSTATUS_FS_DIRTY)
+
+
+@dataclass(frozen=True)
+class UcModel:
+    """unicorn's view of one architecture.
+
+    Attributes:
+        uc_arch, uc_mode: ``Uc(uc_arch, uc_mode)``; cpu: ``UC_CPU_*`` model
+            or None for unicorn's default.
+        regs: unicorn's constants module; prefix: register constant prefix.
+        init: called with a fresh ``Uc`` to enable FP/SIMD etc.
+    """
+
+    uc_arch: int
+    uc_mode: int
+    regs: object
+    prefix: str
+    cpu: int | None = None
+    init: Callable[[object], None] | None = None
+
+    def reg(self, name: str) -> int:
+        """unicorn register id of psABI register ``name`` (``rdi``, ``x0``)."""
+        return getattr(self.regs, self.prefix + name.upper())
+
+
+MODELS: dict[str, UcModel] = {
+    "x86_64": UcModel(UC.UC_ARCH_X86, UC.UC_MODE_64, x86_const, "UC_X86_REG_"),
+    "x86_32": UcModel(UC.UC_ARCH_X86, UC.UC_MODE_32, x86_const, "UC_X86_REG_",
+                      init=_x86_32_init),
+    "aarch64": UcModel(UC.UC_ARCH_ARM64, UC.UC_MODE_ARM, arm64_const,
+                       "UC_ARM64_REG_"),
+    "arm32": UcModel(UC.UC_ARCH_ARM, UC.UC_MODE_ARM, arm_const, "UC_ARM_REG_",
+                     cpu=arm_const.UC_CPU_ARM_CORTEX_A15, init=_arm32_init),
+    "riscv64": UcModel(UC.UC_ARCH_RISCV, UC.UC_MODE_RISCV64, riscv_const,
+                       "UC_RISCV_REG_", init=_riscv_init),
+    "riscv32": UcModel(UC.UC_ARCH_RISCV, UC.UC_MODE_RISCV32, riscv_const,
+                       "UC_RISCV_REG_", init=_riscv_init),
+}
+
+
+@dataclass(frozen=True)
+class UcRegisters:
+    """Register ids of an architecture's calling convention.
+
+    Attributes:
+        args: ids of the integer argument registers; result, sp, pc: ids;
+        link: id of the return-address register, or None (pushed).
+    """
+
+    args: tuple[int, ...]
+    result: int
+    sp: int
+    pc: int
+    link: int | None
+
+
+def model(arch: Arch) -> UcModel:
+    return MODELS[arch.name]
+
+
+def registers(arch: Arch) -> UcRegisters:
+    """Register ids derived from ``arch.cc`` by name."""
+    m, cc = MODELS[arch.name], arch.cc
+    return UcRegisters(
+        args=tuple(m.reg(r) for r in cc.int_args), result=m.reg(cc.int_result),
+        sp=m.reg(cc.stack_pointer), pc=m.reg(cc.program_counter),
+        link=m.reg(cc.return_address) if cc.return_address else None)
