@@ -11,9 +11,10 @@ Outputs (DIR defaults to sample_plugins/prebuilt):
   standalone_alt.sos         FatELF bundle of the six standalone_alt_<arch>.so
   system_plugin_<host>.so    system_plugin.c as an ordinary host library
 
-Standalone plugins are compiled with zig's clang (PyPI package `ziglang`,
-run as `python -m ziglang`) for freestanding targets and linked with its
-ld.lld into self-contained ET_DYN objects: no libc, no DT_NEEDED, no
+Standalone plugins are built by `hal_cpu.zigbuild`: zig's clang (PyPI
+package `ziglang`, run as `python -m ziglang`) compiles them for the
+freestanding targets of the architecture table (`fatelf.arches`) and its
+ld.lld links self-contained ET_DYN objects: no libc, no DT_NEEDED, no
 undefined symbols, only RELATIVE relocations.  The build is reproducible:
 the same ziglang version produces the same bytes on every run and in any
 output directory (sources are compiled from this directory by relative
@@ -21,7 +22,8 @@ name, without debug info or build ids).
 
 The FatELF bundles are written with this project's `fatelf.join()`.
 The system plugin is built with `cc` when available, otherwise with
-`python -m ziglang cc -target <host>-linux-gnu`.
+`python -m ziglang cc -target <cpu>-linux-gnu` for the host architecture
+(`fatelf.arches.host_arch()`).
 """
 
 from __future__ import annotations
@@ -29,55 +31,27 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent
 DEFAULT_OUT_DIR = HERE / "prebuilt"
 
-# The ziglang release the committed prebuilt files were produced with.
-ZIG_VERSION = "0.17.0"
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
 
+import fatelf  # noqa: E402
+from fatelf import arches  # noqa: E402
+from hal_cpu import zigbuild  # noqa: E402
+from hal_cpu.zigbuild import (ZIG_VERSION, ZigBuildError, zig_available,  # noqa: E402,F401
+                              zig_version)
 
-@dataclass(frozen=True)
-class Arch:
-    name: str  # our architecture name, used in file names
-    cflags: tuple[str, ...]  # target selection for zig cc
-    e_machine: str  # pyelftools name of the expected ELF machine
-    elfclass: int  # 32 or 64
-
-
-# Build order (fatelf.join sorts the bundle's records by target itself).
-ARCHES: tuple[Arch, ...] = (
-    Arch("x86_64", ("-target", "x86_64-freestanding-none"), "EM_X86_64", 64),
-    Arch("aarch64", ("-target", "aarch64-freestanding-none"), "EM_AARCH64", 64),
-    Arch(
-        "riscv64",
-        ("-target", "riscv64-freestanding-none", "-mcpu=generic_rv64+m+a+f+d+c"),
-        "EM_RISCV",
-        64,
-    ),
-    Arch("x86_32", ("-target", "x86-freestanding-none"), "EM_386", 32),
-    Arch(
-        "arm32",
-        ("-target", "arm-freestanding-eabihf", "-mcpu=cortex_a15"),
-        "EM_ARM",
-        32,
-    ),
-    Arch(
-        "riscv32",
-        ("-target", "riscv32-freestanding-none", "-mcpu=generic_rv32+m+f"),
-        "EM_RISCV",
-        32,
-    ),
-)
-ARCH_BY_NAME = {a.name: a for a in ARCHES}
+#: Architectures of the standalone plugins, in the table's order
+#: (fatelf.join sorts the bundle's records by target itself).
+ARCHES = tuple(arches.lookup(name) for name in arches.RUNTIME_ARCHES)
 
 # name prefix -> extra compiler defines
 VARIANTS: dict[str, tuple[str, ...]] = {
@@ -87,40 +61,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 
 STANDALONE_SOURCE = "standalone_plugin.c"
 SYSTEM_SOURCE = "system_plugin.c"
-
-COMMON_CFLAGS = (
-    "-std=c17",
-    "-fPIC",
-    "-ffreestanding",
-    "-fvisibility=hidden",
-    "-fdata-sections",
-    "-ffunction-sections",
-    # No .eh_frame / .ARM.exidx personality references (those would leave
-    # __aeabi_unwind_cpp_pr* undefined on arm).
-    "-fno-unwind-tables",
-    "-fno-asynchronous-unwind-tables",
-    "-fno-stack-protector",
-    "-g0",
-    "-O2",
-    "-Wall",
-    "-Werror",
-)
-
-LINK_FLAGS = (
-    "--build-id=none",
-    "-nostdlib",
-    "-static",
-    "-shared",
-    "--no-undefined",
-    "--gc-sections",
-    "-z",
-    "now",
-    "-z",
-    "relro",
-    "--discard-all",
-    "--strip-debug",
-    "--hash-style=sysv",
-)
+PLUGIN_QUERY = "iree_hal_executable_plugin_query"
 
 SYSTEM_CFLAGS = (
     "-std=c11",
@@ -135,122 +76,20 @@ SYSTEM_CFLAGS = (
 )
 
 
-class BuildError(RuntimeError):
-    pass
-
-
-def _run(cmd: list[str], cwd: Path) -> None:
-    env = dict(os.environ)
-    # Keep zig's cache out of the way of concurrent builds of other projects
-    # but shared between our own invocations.
-    env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(Path(tempfile.gettempdir()) / "sample_plugins_zig_cache"))
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise BuildError(
-            f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
-        )
-
-
-def zig_command() -> list[str]:
-    return [sys.executable, "-m", "ziglang"]
-
-
-def zig_available() -> bool:
-    try:
-        import ziglang  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def zig_version() -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version("ziglang")
-    except Exception:
-        return None
-
-
-# --------------------------------------------------------------------------
-# Checking outputs
-# --------------------------------------------------------------------------
-
-def check_standalone_elf(data: bytes, arch: Arch) -> None:
-    """Raise BuildError unless `data` is a self-contained plugin for `arch`."""
-    import io
-
-    from elftools.elf.dynamic import DynamicSection
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.relocation import RelocationSection
-
-    elf = ELFFile(io.BytesIO(data))
-    problems = []
-    if elf.header["e_type"] != "ET_DYN":
-        problems.append(f"e_type {elf.header['e_type']}")
-    if elf.header["e_machine"] != arch.e_machine:
-        problems.append(f"e_machine {elf.header['e_machine']}")
-    if elf.elfclass != arch.elfclass:
-        problems.append(f"ELF class {elf.elfclass}")
-    exported = set()
-    for section in elf.iter_sections():
-        if isinstance(section, DynamicSection):
-            for tag in section.iter_tags():
-                if tag.entry.d_tag == "DT_NEEDED":
-                    problems.append(f"DT_NEEDED {tag.needed}")
-        if section.name == ".dynsym":
-            for sym in section.iter_symbols():
-                if not sym.name:
-                    continue
-                if sym["st_shndx"] == "SHN_UNDEF":
-                    problems.append(f"undefined symbol {sym.name}")
-                else:
-                    exported.add(sym.name)
-        if isinstance(section, RelocationSection) and section["sh_flags"] & 0x2:
-            for reloc in section.iter_relocations():
-                rtype = reloc["r_info_type"]
-                if rtype not in _relative_types(elf.header["e_machine"]):
-                    problems.append(f"relocation type {rtype} in {section.name}")
-    if "iree_hal_executable_plugin_query" not in exported:
-        problems.append("iree_hal_executable_plugin_query not exported")
-    if problems:
-        raise BuildError(f"{arch.name}: " + "; ".join(problems))
-
-
-def _relative_types(machine: str) -> set[int]:
-    return {
-        "EM_X86_64": {8},  # R_X86_64_RELATIVE
-        "EM_AARCH64": {1027},  # R_AARCH64_RELATIVE
-        "EM_RISCV": {3},  # R_RISCV_RELATIVE
-        "EM_386": {8},  # R_386_RELATIVE
-        "EM_ARM": {23},  # R_ARM_RELATIVE
-    }[machine]
-
-
 # --------------------------------------------------------------------------
 # Building
 # --------------------------------------------------------------------------
 
-def build_standalone_one(variant: str, arch: Arch, work_dir: Path) -> bytes:
-    """Compile and link one standalone plugin; returns the ELF bytes."""
-    obj = work_dir / f"{variant}_{arch.name}.o"
-    out = work_dir / f"{variant}_{arch.name}.so"
-    zig = zig_command()
-    _run(
-        zig
-        + ["cc", *arch.cflags, *COMMON_CFLAGS, *VARIANTS[variant], "-c", STANDALONE_SOURCE, "-o", str(obj)],
-        cwd=HERE,
-    )
-    _run(zig + ["ld.lld", *LINK_FLAGS, str(obj), "-o", str(out)], cwd=HERE)
-    data = out.read_bytes()
-    check_standalone_elf(data, arch)
-    return data
+def build_standalone_one(variant: str, arch: arches.ArchInfo, work_dir: Path) -> bytes:
+    """Compile and link one standalone plugin; returns the checked ELF bytes."""
+    return zigbuild.build_freestanding(
+        STANDALONE_SOURCE, arch, cwd=HERE, work_dir=work_dir,
+        defines=VARIANTS[variant], stem=variant, exports=[PLUGIN_QUERY])
 
 
 def build_standalone(out_dir: Path, jobs: int | None = None) -> dict[str, bytes]:
     """Build every variant for every arch; returns {file name: bytes}."""
-    if not zig_available():
-        raise BuildError("the `ziglang` package is required: pip install ziglang==" + ZIG_VERSION)
+    zigbuild.require_zig()
     results: dict[str, bytes] = {}
     with tempfile.TemporaryDirectory(prefix="sample_plugins_") as tmp:
         work = Path(tmp)
@@ -270,36 +109,28 @@ def build_standalone(out_dir: Path, jobs: int | None = None) -> dict[str, bytes]
 
 def build_fat(out_dir: Path, singles: dict[str, bytes]) -> dict[str, bytes]:
     """Pack the per-arch standalone objects into one FatELF per variant."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    try:
-        import fatelf
-        join = fatelf.join
-    except (ImportError, AttributeError) as e:
-        raise BuildError(f"fatelf.join is not available: {e}") from e
     written = {}
     for variant in VARIANTS:
         names = [f"{variant}_{arch.name}.so" for arch in ARCHES]
-        data = join([singles[n] for n in names], names=names)
+        data = fatelf.join([singles[n] for n in names], names=names)
         name = f"{variant}.sos"
         (out_dir / name).write_bytes(data)
         written[name] = data
     return written
 
 
-def host_arch() -> str:
-    machine = platform.machine().lower()
-    return {
-        "amd64": "x86_64",
-        "x86_64": "x86_64",
-        "arm64": "aarch64",
-        "aarch64": "aarch64",
-        "riscv64": "riscv64",
-    }.get(machine, machine)
-
-
 def system_plugin_name(arch: str | None = None) -> str:
-    return f"system_plugin_{arch or host_arch()}.so"
+    return f"system_plugin_{arch or arches.host_arch()}.so"
+
+
+def _host_zig_target(info: arches.ArchInfo) -> list[str]:
+    """zig flags for a Linux/glibc host of ``info``: its freestanding target
+    with the OS and ABI replaced, plus its CPU flags."""
+    flags = list(info.zig_flags)
+    i = flags.index("-target")
+    cpu, _, rest = flags[i + 1].partition("-")
+    flags[i + 1] = f"{cpu}-linux-{'gnueabihf' if rest.endswith('eabihf') else 'gnu'}"
+    return flags
 
 
 def build_system(out_dir: Path, compiler: str | None = None) -> Path:
@@ -307,20 +138,22 @@ def build_system(out_dir: Path, compiler: str | None = None) -> Path:
 
     `compiler` is "cc", "zig" or None (cc if found on PATH, else zig).
     """
-    arch = host_arch()
+    host = arches.lookup(arches.host_arch())
     out_dir.mkdir(parents=True, exist_ok=True)
-    out = out_dir / system_plugin_name(arch)
+    out = out_dir / system_plugin_name(host.name)
     if compiler is None:
         compiler = "cc" if shutil.which("cc") else "zig"
     if compiler == "cc":
         cmd = ["cc", *SYSTEM_CFLAGS, "-I.", SYSTEM_SOURCE, "-o", str(out)]
     elif compiler == "zig":
         if not zig_available():
-            raise BuildError("neither `cc` nor the `ziglang` package is available")
-        cmd = zig_command() + ["cc", "-target", f"{arch}-linux-gnu", *SYSTEM_CFLAGS, "-I.", SYSTEM_SOURCE, "-o", str(out)]
+            raise ZigBuildError("neither `cc` nor the `ziglang` package is available",
+                                field="compiler")
+        cmd = zigbuild.zig_command() + ["cc", *_host_zig_target(host), *SYSTEM_CFLAGS,
+                                        "-I.", SYSTEM_SOURCE, "-o", str(out)]
     else:
         raise ValueError(compiler)
-    _run(cmd, cwd=HERE)
+    zigbuild.run(cmd, cwd=HERE)
     return out
 
 
@@ -333,13 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=None)
     args = parser.parse_args(argv)
 
-    version = zig_version()
-    if version and version != ZIG_VERSION:
-        print(
-            f"warning: ziglang {version} differs from {ZIG_VERSION}; "
-            "outputs will not match the committed prebuilt files",
-            file=sys.stderr,
-        )
+    warning = zigbuild.version_warning()
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     try:
         singles = build_standalone(args.out_dir, args.jobs)
         for name in sorted(singles):
@@ -350,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_system:
             path = build_system(args.out_dir, args.system_compiler)
             print(f"{path}: {path.stat().st_size} bytes")
-    except BuildError as e:
+    except ZigBuildError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -1,0 +1,87 @@
+"""The runtime support library: a workgroup loop in machine code.
+
+``workgroup_loop.c`` (freestanding C, no libc) exports
+
+    int hal_cpu_workgroup_loop(dispatch_fn, environment, dispatch_state,
+                               workgroup_state, range)
+
+which runs the workgroups with linear ids ``range.begin <= i < range.end``
+of the dispatch grid (``i = x + count_x * (y + count_y * z)``, x fastest),
+storing each id in the workgroup state and calling the dispatch function,
+until one returns non-zero or the stop flag becomes non-zero. A host then
+crosses into the backend once per chunk of workgroups instead of once per
+workgroup. The dispatch function, environment and both states are those of
+IREE's executable library ABI v0.6 (:mod:`hal_cpu.abi`).
+
+It is built for every architecture the runtime runs and packed into the
+FatELF bundle :data:`BUNDLE` (``python -m hal_cpu.runtime.build``); load it
+into the same backend as the executable::
+
+    loop = elfloader.load(BUNDLE, backend=executable_backend)
+    status = backend.call(loop.lookup(LOOP_SYMBOL), fn, env, state, wg, range)
+
+Return values: :data:`LOOP_OK`, the non-zero return of a failing workgroup
+(then ``range.status`` holds it and ``range.failed_index`` its id),
+:data:`LOOP_STOPPED` or :data:`LOOP_INVALID`. A workgroup failed exactly
+when ``range.status != 0``. The C file's header comment is the reference.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fatelf.cstruct import CStruct
+
+HERE = Path(__file__).resolve().parent
+
+#: The FatELF bundle of the library, one record per runtime architecture.
+BUNDLE = HERE / "runtime.sos"
+
+#: Its C source.
+SOURCE = HERE / "workgroup_loop.c"
+
+#: The exported loop function.
+LOOP_SYMBOL = "hal_cpu_workgroup_loop"
+
+#: Every workgroup of the range ran and returned 0 (an empty range too);
+#: ``range.begin == range.end`` afterwards.
+LOOP_OK = 0
+
+#: The stop flag was non-zero before a workgroup ran; ``range.begin`` is the
+#: first id not run, ``range.status`` is 0. (INT32_MIN.)
+LOOP_STOPPED = -(1 << 31)
+
+#: A NULL argument, a zero workgroup count, a range reaching past the grid,
+#: or a stop address wider than the target's pointers: nothing ran and the
+#: range was not written. (INT32_MIN + 1.)
+LOOP_INVALID = -(1 << 31) + 1
+
+#: ``range.failed_index`` when no workgroup failed.
+NO_INDEX = (1 << 64) - 1
+
+#: Largest ``range.end``: linear ids are 64-bit.
+MAX_END = (1 << 64) - 1
+
+#: ``hal_cpu_workgroup_range_t``: fixed-width fields only, so every target
+#: has the same offsets and size (40 bytes); alignment 8 (4 on x86_32).
+#: ``stop`` is the address of a ``uint32_t`` flag (0: none) held in 64 bits
+#: on every target; ``reserved`` is not read.
+WORKGROUP_RANGE = CStruct("hal_cpu_workgroup_range_t", [
+    ("begin", "u64"),         # in: first linear id; out: first id not done
+    ("end", "u64"),           # in: one past the last linear id
+    ("failed_index", "u64"),  # out: id of the failing workgroup, else NO_INDEX
+    ("stop", "u64"),          # in: address of a uint32_t stop flag, or 0
+    ("status", "i32"),        # out: the failing workgroup's return, else 0
+    ("reserved", "u32"),
+], "hal_cpu/runtime/workgroup_loop.c")
+
+__all__ = ["BUNDLE", "SOURCE", "LOOP_SYMBOL", "LOOP_OK", "LOOP_STOPPED",
+           "LOOP_INVALID", "NO_INDEX", "MAX_END", "WORKGROUP_RANGE",
+           "return_name"]
+
+
+def return_name(value: int) -> str:
+    """Name of a loop return value (``OK``, ``STOPPED``, ``INVALID`` or
+    ``WORKGROUP_FAILED(<n>)``); ``value`` as a signed 32-bit int."""
+    return {LOOP_OK: "OK", LOOP_STOPPED: "STOPPED",
+            LOOP_INVALID: "INVALID"}.get(value, f"WORKGROUP_FAILED({value})")

@@ -1,0 +1,94 @@
+"""Build the runtime support library bundle.
+
+    python -m hal_cpu.runtime.build [--out-dir DIR] [--keep-singles] [-j N]
+
+Compiles ``workgroup_loop.c`` for every architecture the runtime runs
+(:data:`fatelf.arches.RUNTIME_ARCHES`) with :mod:`hal_cpu.zigbuild` and
+packs the six self-contained ET_DYN objects into ``DIR/runtime.sos``
+(default: this package's directory, where the committed bundle lives) with
+:func:`fatelf.join`. With the pinned ziglang release the bundle is
+reproduced byte for byte.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import fatelf
+from fatelf import arches
+
+from .. import zigbuild
+from . import BUNDLE, HERE, LOOP_SYMBOL, SOURCE
+
+
+def build_singles(jobs: int | None = None) -> dict[str, bytes]:
+    """Build the library for each runtime architecture.
+
+    Returns:
+        ``{"workgroup_loop_<arch>.so": ELF bytes}`` in table order.
+
+    Raises:
+        hal_cpu.zigbuild.ZigBuildError: ziglang missing or a build failed.
+    """
+    zigbuild.require_zig()
+    with tempfile.TemporaryDirectory(prefix="hal_cpu_runtime_") as tmp:
+        with concurrent.futures.ThreadPoolExecutor(
+                max_workers=jobs or os.cpu_count() or 2) as pool:
+            futures = {
+                f"{SOURCE.stem}_{name}.so": pool.submit(
+                    zigbuild.build_freestanding, SOURCE.name, name, cwd=HERE,
+                    work_dir=tmp, exports=[LOOP_SYMBOL])
+                for name in arches.RUNTIME_ARCHES}
+            return {name: future.result() for name, future in futures.items()}
+
+
+def pack(singles: dict[str, bytes]) -> bytes:
+    """The FatELF bundle of the per-architecture objects."""
+    return fatelf.join(list(singles.values()), names=list(singles))
+
+
+def build(out_dir: Path | str | None = None, *, jobs: int | None = None,
+          keep_singles: bool = False) -> Path:
+    """Build and write ``runtime.sos`` into ``out_dir`` (default: the
+    package directory); returns its path. ``keep_singles`` also writes the
+    per-architecture objects next to it."""
+    singles = build_singles(jobs)
+    out = Path(out_dir) if out_dir is not None else BUNDLE.parent
+    out.mkdir(parents=True, exist_ok=True)
+    if keep_singles:
+        for name, data in singles.items():
+            (out / name).write_bytes(data)
+    path = out / BUNDLE.name
+    path.write_bytes(pack(singles))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m hal_cpu.runtime.build", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out-dir", type=Path, default=None,
+                        help=f"output directory (default: {BUNDLE.parent})")
+    parser.add_argument("--keep-singles", action="store_true",
+                        help="also write the per-architecture objects")
+    parser.add_argument("-j", "--jobs", type=int, default=None)
+    args = parser.parse_args(argv)
+    warning = zigbuild.version_warning()
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    try:
+        path = build(args.out_dir, jobs=args.jobs, keep_singles=args.keep_singles)
+    except zigbuild.ZigBuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{path}: {path.stat().st_size} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

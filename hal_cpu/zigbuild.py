@@ -1,0 +1,256 @@
+"""Build self-contained freestanding shared objects with zig's clang and lld.
+
+The project's own machine code (the sample plugins, the runtime support
+library in :mod:`hal_cpu.runtime`) is C compiled by ``python -m ziglang cc``
+(PyPI package ``ziglang``, pinned to :data:`ZIG_VERSION`) for a
+freestanding target and linked by its ``ld.lld`` into an ET_DYN with no
+libc, no ``DT_NEEDED``, no undefined symbols and only RELATIVE relocations:
+what :mod:`elfloader` loads on every backend.
+
+Target flags come from the architecture table (:mod:`fatelf.arches`,
+``ArchInfo.zig_flags``). The build is reproducible: one ziglang version
+gives the same bytes on every run and in any output directory, because
+sources are compiled from their own directory by relative name, without
+debug info or build ids.
+
+    from hal_cpu import zigbuild
+    data = zigbuild.build_freestanding("loop.c", "riscv32", cwd=src_dir,
+                                       work_dir=tmp, exports=["my_fn"])
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from fatelf import arches
+from fatelf.arches import ArchInfo
+
+from .errors import HalCpuError
+
+#: The ziglang release the committed binaries were produced with; another
+#: release builds working objects with different bytes.
+ZIG_VERSION = "0.17.0"
+
+#: Compiler flags of every freestanding object, after the target flags.
+CFLAGS: tuple[str, ...] = (
+    "-std=c17",
+    "-fPIC",
+    "-ffreestanding",
+    "-fvisibility=hidden",
+    "-fdata-sections",
+    "-ffunction-sections",
+    # No .eh_frame / .ARM.exidx: their personality references would leave
+    # __aeabi_unwind_cpp_pr* undefined on arm.
+    "-fno-unwind-tables",
+    "-fno-asynchronous-unwind-tables",
+    "-fno-stack-protector",
+    "-g0",
+    "-O2",
+    "-Wall",
+    "-Werror",
+)
+
+#: ``ld.lld`` flags: a static, self-contained, stripped shared object.
+LINK_FLAGS: tuple[str, ...] = (
+    "--build-id=none",
+    "-nostdlib",
+    "-static",
+    "-shared",
+    "--no-undefined",
+    "--gc-sections",
+    "-z", "now",
+    "-z", "relro",
+    "--discard-all",
+    "--strip-debug",
+    "--hash-style=sysv",
+)
+
+#: Default ``ZIG_GLOBAL_CACHE_DIR`` (an existing environment value wins).
+CACHE_DIR = Path(tempfile.gettempdir()) / "portable_kernel_runtime_zig_cache"
+
+
+class ZigBuildError(HalCpuError):
+    """ziglang is missing, a compile or link command failed, or an output is
+    not a self-contained object (``field`` names what was checked)."""
+
+
+def zig_available() -> bool:
+    """True when the ``ziglang`` package can be imported."""
+    try:
+        import ziglang  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def zig_version() -> str | None:
+    """Installed ``ziglang`` version, or None when it is not installed."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover
+        return None
+    try:
+        return version("ziglang")
+    except PackageNotFoundError:
+        return None
+
+
+def version_warning() -> str | None:
+    """A message when the installed ziglang is not :data:`ZIG_VERSION`."""
+    found = zig_version()
+    if found and found != ZIG_VERSION:
+        return (f"ziglang {found} differs from {ZIG_VERSION}; outputs will not "
+                "match the committed binaries")
+    return None
+
+
+def require_zig() -> None:
+    """Raises:
+        ZigBuildError: the ``ziglang`` package is not installed."""
+    if not zig_available():
+        raise ZigBuildError(f"the `ziglang` package is required: pip install "
+                            f"ziglang=={ZIG_VERSION}", field="ziglang")
+
+
+def zig_command() -> list[str]:
+    """``[python, -m, ziglang]``: prefix of ``cc`` and ``ld.lld`` commands."""
+    return [sys.executable, "-m", "ziglang"]
+
+
+def run(cmd: Sequence[str], cwd: Path | str) -> None:
+    """Run a build command in ``cwd``.
+
+    Raises:
+        ZigBuildError: non-zero exit (the message holds its output) or the
+            program could not be started.
+    """
+    env = dict(os.environ)
+    env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(CACHE_DIR))
+    try:
+        proc = subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True,
+                              text=True)
+    except OSError as exc:
+        raise ZigBuildError(f"cannot run {cmd[0]}: {exc}", field="command",
+                            value=list(cmd)) from None
+    if proc.returncode != 0:
+        raise ZigBuildError(f"command failed ({proc.returncode}): "
+                            f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}",
+                            field="command", value=list(cmd))
+
+
+def arch_info(arch: str | ArchInfo) -> ArchInfo:
+    """``arch`` from the table; it must be one the runtime runs."""
+    if isinstance(arch, ArchInfo):
+        return arch
+    return arches.lookup(arch, runtime=True)
+
+
+def build_freestanding(source: str, arch: str | ArchInfo, *, cwd: Path | str,
+                       work_dir: Path | str, defines: Iterable[str] = (),
+                       stem: str | None = None,
+                       exports: Iterable[str] = ()) -> bytes:
+    """Compile and link one C file into a freestanding ET_DYN.
+
+    Args:
+        source: the C file, relative to ``cwd`` (kept relative so the bytes
+            do not depend on where the tree is).
+        arch: architecture name or table entry.
+        cwd: directory the compiler runs in (includes resolve from there).
+        work_dir: where the object and the linked file are written.
+        defines: extra compiler flags such as ``-DNAME=1``.
+        stem: base name of the intermediate files (default: the source's).
+        exports: symbols that must be in the dynamic symbol table.
+
+    Returns:
+        The linked ELF's bytes, checked with :func:`check_self_contained`.
+
+    Raises:
+        ZigBuildError: ziglang missing, build failure or a failed check.
+    """
+    require_zig()
+    info = arch_info(arch)
+    base = f"{stem or Path(source).stem}_{info.name}"
+    obj = Path(work_dir) / f"{base}.o"
+    out = Path(work_dir) / f"{base}.so"
+    zig = zig_command()
+    run(zig + ["cc", *info.zig_flags, *CFLAGS, *defines, "-c", str(source),
+               "-o", str(obj)], cwd)
+    run(zig + ["ld.lld", *LINK_FLAGS, str(obj), "-o", str(out)], cwd)
+    data = out.read_bytes()
+    check_self_contained(data, info, exports=exports, name=base + ".so")
+    return data
+
+
+def _relative_types(info: ArchInfo) -> set[int]:
+    from elfloader import arch as registry
+
+    loader_arch = registry.by_name(info.name)
+    return {n for n, r in loader_arch.relocations.items()
+            if r.name.endswith("_RELATIVE")}
+
+
+def check_self_contained(data: bytes, arch: str | ArchInfo, *,
+                         exports: Iterable[str] = (),
+                         name: str | None = None) -> None:
+    """Check that ``data`` is a self-contained ET_DYN for ``arch``.
+
+    Checks: ET_DYN of the architecture's machine, class and byte order; no
+    ``DT_NEEDED``; no undefined dynamic symbol; only RELATIVE relocations in
+    allocated relocation sections; every name in ``exports`` defined.
+
+    Raises:
+        ZigBuildError: lists every problem found.
+    """
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.relocation import RelocationSection
+
+    info = arch_info(arch)
+    elf = ELFFile(io.BytesIO(data))
+    problems = []
+    if elf.header["e_type"] != "ET_DYN":
+        problems.append(f"e_type {elf.header['e_type']}")
+    if elf.header["e_machine"] != arches.machine_name(info.machine):
+        problems.append(f"e_machine {elf.header['e_machine']}")
+    if elf.elfclass != info.elf_class:
+        problems.append(f"ELF class {elf.elfclass}")
+    if elf.little_endian != (info.byte_order == "little"):
+        problems.append("byte order")
+    relative = _relative_types(info)
+    defined = set()
+    for section in elf.iter_sections():
+        if isinstance(section, DynamicSection):
+            for tag in section.iter_tags():
+                if tag.entry.d_tag == "DT_NEEDED":
+                    problems.append(f"DT_NEEDED {tag.needed}")
+        if section.name == ".dynsym":
+            for sym in section.iter_symbols():
+                if not sym.name:
+                    continue
+                if sym["st_shndx"] == "SHN_UNDEF":
+                    problems.append(f"undefined symbol {sym.name}")
+                else:
+                    defined.add(sym.name)
+        if isinstance(section, RelocationSection) and section["sh_flags"] & 0x2:
+            for reloc in section.iter_relocations():
+                if reloc["r_info_type"] not in relative:
+                    problems.append(f"relocation type {reloc['r_info_type']} "
+                                    f"in {section.name}")
+    for symbol in exports:
+        if symbol not in defined:
+            problems.append(f"{symbol} not exported")
+    if problems:
+        raise ZigBuildError("; ".join(problems), name=name or info.name,
+                            field="output", value=problems)
+
+
+__all__ = ["ZIG_VERSION", "CFLAGS", "LINK_FLAGS", "ZigBuildError",
+           "zig_available", "zig_version", "version_warning", "require_zig",
+           "zig_command", "run", "arch_info", "build_freestanding",
+           "check_self_contained"]
