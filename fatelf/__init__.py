@@ -15,15 +15,18 @@ the exact layout.
     True
 """
 
-from .arches import ALIASES, ARCHES, arch_name, arch_target, host_arch, parse_arch
+from .arches import (ALIASES, ARCHES, RUNTIME_ARCHES, TABLE, ArchInfo, arch_name, arch_target,
+                     host_arch, lookup, parse_arch)
 from .build import join, pack, remove, replace
-from .errors import FatElfError, FatElfFormatError, FatElfInputError, FatElfSelectError
+from .errors import (FatElfError, FatElfFormatError, FatElfInputError, FatElfSelectError,
+                     PortableKernelError)
 from .format import (MAGIC, PAGE_SIZE, VERSION, FatElf, Record, is_fatelf, read, select,
                      split)
 
 __all__ = [
-    "ALIASES", "ARCHES", "MAGIC", "PAGE_SIZE", "VERSION",
-    "FatElf", "FatElfError", "FatElfFormatError", "FatElfInputError", "FatElfSelectError",
-    "Record", "arch_name", "arch_target", "host_arch", "is_fatelf", "join", "pack",
-    "parse_arch", "read", "remove", "replace", "select", "split",
+    "ALIASES", "ARCHES", "MAGIC", "PAGE_SIZE", "RUNTIME_ARCHES", "TABLE", "VERSION",
+    "ArchInfo", "FatElf", "FatElfError", "FatElfFormatError", "FatElfInputError",
+    "FatElfSelectError", "PortableKernelError", "Record", "arch_name", "arch_target",
+    "host_arch", "is_fatelf", "join", "lookup", "pack", "parse_arch", "read", "remove",
+    "replace", "select", "split",
 ]

@@ -29,8 +29,13 @@ icculus' fatelf-remove and fatelf-replace always write a new file
 same, and without ``-o`` the bundle is rewritten in place (a new file is
 written next to it and renamed over it, so a failure leaves it intact).
 
-Exit status: 0 on success, 1 on invalid input or a failed check (a one-line
-``fatelf: <reason>`` on stderr), 2 on usage errors.
+``join``, ``select`` and ``extract`` write an ELF or a bundle to stdout when
+``-o`` is not given; they refuse to when stdout is a terminal.
+
+Exit status: 0 on success; 1 on invalid input, an unreadable or unwritable
+file or a failed check (a one-line ``fatelf: <reason>`` on stderr), and,
+quietly, when stdout is closed early; 2 on usage errors, including binary
+output to a terminal; 130 when interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -40,15 +45,18 @@ import os
 import shutil
 import sys
 import tempfile
+from importlib import metadata
 from pathlib import Path
 
 from . import build, targets
-from .arches import host_arch, machine_name, osabi_name
+from .arches import host, machine_name, osabi_name
 from .elf import elf_target
-from .errors import FatElfError, FatElfInputError
+from .errors import FatElfInputError, PortableKernelError
 from .format import (BYTE_ORDER_CODES, FatElf, WORD_SIZE_CODES, is_fatelf, read_table)
 
 PROG = "fatelf"
+DISTRIBUTION = "portable-kernel-runtime"
+TERMINAL_REFUSAL = "refusing to write binary data to a terminal; use -o FILE or redirect"
 
 
 def _read(path: str) -> bytes:
@@ -110,7 +118,8 @@ def cmd_select(args) -> int:
         try:
             elf_target(data, args.fat, FatElfInputError)
         except FatElfInputError as e:
-            raise FatElfInputError(f"{e}, and not a FatELF either") from None
+            raise FatElfInputError(f"{e.message}, and not a FatELF either", name=e.name,
+                                   field=e.field, value=e.value) from None
         elf = data
     _write(args.output, elf)
     return 0
@@ -212,90 +221,138 @@ def cmd_verify(args) -> int:
     return 0
 
 
+def _version() -> str:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``fatelf`` command."""
     p = argparse.ArgumentParser(
         prog=PROG, description="Read, write, validate and select FatELF v1 bundles.",
-        epilog="Exit status: 0 success, 1 invalid input or failed check, 2 usage error.")
+        epilog="Exit status: 0 success, 1 invalid input or failed check, 2 usage error, "
+               "130 interrupted.")
+    p.add_argument("--version", action="version", version=f"{PROG} {_version()}",
+                   help="print the version and exit")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name, func, help_text):
+    def add(name, func, help_text, *, binary_stdout=False):
         sp = sub.add_parser(name, help=help_text, description=help_text)
-        sp.set_defaults(func=func)
+        sp.set_defaults(func=func, binary_stdout=binary_stdout)
         return sp
+
+    def fat(sp):
+        sp.add_argument("fat", metavar="FAT", help="the FatELF bundle")
 
     def out(sp, what):
         sp.add_argument("-o", "--output", metavar="OUT", help=what)
 
-    sp = add("join", cmd_join, "Bundle ELF files into one FatELF.")
-    sp.add_argument("elfs", nargs="+", metavar="ELF")
-    out(sp, "output file (default: stdout)")
+    def target(sp, what):
+        sp.add_argument("--arch", required=True, metavar="TARGET",
+                        help=f"{what}: an architecture name with optional :qualifiers "
+                             f"(le, be, 32bit, 64bit, an OSABI name, osabiver<N>), "
+                             f"or record<N>")
+
+    sp = add("join", cmd_join, "Bundle ELF files into one FatELF.", binary_stdout=True)
+    sp.add_argument("elfs", nargs="+", metavar="ELF",
+                    help="an ELF file to bundle (one per target)")
+    out(sp, "output file (default: stdout, which must not be a terminal)")
 
     sp = add("split", cmd_split, "Write every ELF of a bundle to <stem>_<arch>.so files.")
-    sp.add_argument("fat", metavar="FAT")
+    fat(sp)
     sp.add_argument("--output-dir", metavar="DIR",
                     help="directory for the ELFs (default: the bundle's directory)")
 
     sp = add("select", cmd_select,
-             "Write the ELF a loader would pick for ARCH (OSABI none/linux/standalone).")
-    sp.add_argument("fat", metavar="FAT")
+             "Write the ELF a loader would pick for ARCH (OSABI none/linux/standalone).",
+             binary_stdout=True)
+    sp.add_argument("fat", metavar="FAT",
+                    help="the FatELF bundle, or a plain ELF (written out unchanged)")
+    info = host()
     sp.add_argument("--arch", default=None,
-                    help=f"architecture name (default: host, {_host_or_unknown()})")
-    out(sp, "output file (default: stdout)")
+                    help=f"architecture name (default: host, "
+                         f"{info.name if info else 'unknown'})")
+    out(sp, "output file (default: stdout, which must not be a terminal)")
 
     sp = add("dump", cmd_dump, "Print every header and record field.")
-    sp.add_argument("fat", metavar="FAT")
+    fat(sp)
 
     sp = add("info", cmd_info, "Describe a bundle and its records.")
-    sp.add_argument("fat", metavar="FAT")
+    fat(sp)
 
     sp = add("validate", cmd_validate, "Check a bundle thoroughly.")
-    sp.add_argument("fat", metavar="FAT")
+    fat(sp)
 
-    sp = add("extract", cmd_extract, "Write the ELF of one target.")
-    sp.add_argument("fat", metavar="FAT")
-    sp.add_argument("--arch", required=True, metavar="TARGET",
-                    help="arch name with optional :qualifiers, or record<N>")
-    out(sp, "output file (default: stdout)")
+    sp = add("extract", cmd_extract, "Write the ELF of one target.", binary_stdout=True)
+    fat(sp)
+    target(sp, "the record to write")
+    out(sp, "output file (default: stdout, which must not be a terminal)")
 
     sp = add("remove", cmd_remove, "Remove the record of one target.")
-    sp.add_argument("fat", metavar="FAT")
-    sp.add_argument("--arch", required=True, metavar="TARGET",
-                    help="arch name with optional :qualifiers, or record<N>")
+    fat(sp)
+    target(sp, "the record to remove")
     out(sp, "output file (default: rewrite FAT in place)")
 
     sp = add("replace", cmd_replace, "Replace the record with the same target as ELF.")
-    sp.add_argument("fat", metavar="FAT")
-    sp.add_argument("elf", metavar="ELF")
+    fat(sp)
+    sp.add_argument("elf", metavar="ELF", help="the ELF to put in place of its target's record")
     out(sp, "output file (default: rewrite FAT in place)")
 
     sp = add("verify", cmd_verify, "Exit 0 if the bundle holds a target, 1 otherwise.")
-    sp.add_argument("fat", metavar="FAT")
-    sp.add_argument("--arch", required=True, metavar="TARGET",
-                    help="arch name with optional :qualifiers, or record<N>")
+    fat(sp)
+    target(sp, "the target to look for")
     return p
 
 
-def _host_or_unknown() -> str:
-    try:
-        return host_arch()
-    except FatElfError:
-        return "unknown"
-
-
-def _fail(message: str) -> int:
+def _fail(message: str, status: int = 1) -> int:
     print(f"{PROG}: {' '.join(str(message).split())}", file=sys.stderr)
-    return 1
+    return status
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that flushing at exit cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``).
+
+    Returns the exit status: 0 success, 1 for a
+    :class:`~fatelf.errors.PortableKernelError` or ``OSError`` (reported on
+    one line) or a closed stdout (quietly), 2 for usage errors, 130 for
+    ``KeyboardInterrupt``.
+
+    Raises:
+        SystemExit: from ``argparse`` (status 2 for usage errors, 0 for
+            ``--help`` and ``--version``).
+    """
     try:
-        return args.func(args)
-    except FatElfError as e:
+        try:
+            args = build_parser().parse_args(argv)
+        finally:
+            sys.stdout.flush()  # --help and --version print before exiting
+        if args.binary_stdout and args.output is None and _is_terminal(sys.stdout):
+            return _fail(TERMINAL_REFUSAL, 2)
+        status = args.func(args)
+        sys.stdout.flush()
+        return status
+    except PortableKernelError as e:
         return _fail(str(e))
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
     except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _silence_stdout()
         return 1
     except OSError as e:
         where = f"{e.filename}: " if e.filename else ""

@@ -12,14 +12,22 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .errors import FatElfInputError
+
 ELF_MAGIC = b"\x7fELF"
 EI_CLASS, EI_DATA, EI_OSABI, EI_ABIVERSION = 4, 5, 7, 8
+EI_NIDENT = 16
 E_MACHINE_OFFSET = 18
 
+ELFCLASS32 = 1
+ELFCLASS64 = 2
+ELFDATA2LSB = 1
+ELFDATA2MSB = 2
+
 #: EI_CLASS value -> word size in bits.
-ELF_CLASSES = {1: 32, 2: 64}
+ELF_CLASSES = {ELFCLASS32: 32, ELFCLASS64: 64}
 #: EI_DATA value -> byte order.
-ELF_DATAS = {1: "little", 2: "big"}
+ELF_DATAS = {ELFDATA2LSB: "little", ELFDATA2MSB: "big"}
 #: word size in bits -> size of the ELF header.
 EHDR_SIZES = {32: 52, 64: 64}
 
@@ -34,34 +42,57 @@ class ElfTarget(NamedTuple):
     byte_order: str  # 'little' or 'big'
 
 
+def field_path(*parts: str) -> str:
+    """The non-empty ``parts`` joined with dots: ``field_path("record 1",
+    "payload", "e_ident[EI_CLASS]")`` is ``record 1.payload.e_ident[EI_CLASS]``."""
+    return ".".join(p for p in parts if p)
+
+
 def describe_start(data: bytes) -> str:
     """Hex of the first (up to) four bytes, for error messages."""
     head = bytes(data[:4])
     return head.hex(" ") if head else "nothing (empty)"
 
 
-def elf_target(data: bytes, where: str, error: type[Exception]) -> ElfTarget:
+def elf_target(data: bytes, name: str = "<memory>",
+               error: type[Exception] = FatElfInputError, *, field: str = "") -> ElfTarget:
     """Read the target of the ELF image ``data``.
 
-    ``where`` prefixes every message (e.g. ``"a.so"`` or
-    ``"b.sos: record 1: payload"``); failures raise ``error``.
+    Args:
+        data: the ELF image (bytes-like).
+        name: the file the image comes from; becomes the error's ``name``.
+        error: the :class:`~fatelf.errors.PortableKernelError` subclass to
+            raise.
+        field: where the image sits inside ``name`` (e.g. ``record 1.payload``
+            or ``elf[2]``); prefixes the error's ``field``.
+
+    Raises:
+        error: (:class:`~fatelf.errors.FatElfInputError` by default) when
+            ``data`` lacks the ELF magic (field ``e_ident[EI_MAG]``), is
+            shorter than ``e_ident`` or than the ELF header its class needs
+            (field ``size``), or has an unknown ``EI_CLASS`` or ``EI_DATA``
+            (fields ``e_ident[EI_CLASS]``, ``e_ident[EI_DATA]``).
     """
-    if len(data) < 16 or bytes(data[:4]) != ELF_MAGIC:
-        raise error(f"{where}: not an ELF file (starts with {describe_start(data)}, "
-                    f"expected 7f 45 4c 46)")
+    if bytes(data[:4]) != ELF_MAGIC:
+        raise error(f"not an ELF file (starts with {describe_start(data)}, "
+                    f"expected 7f 45 4c 46)", name=name,
+                    field=field_path(field, "e_ident[EI_MAG]"), value=bytes(data[:4]))
+    if len(data) < EI_NIDENT:
+        raise error(f"{len(data):#x} is smaller than the {EI_NIDENT}-byte e_ident",
+                    name=name, field=field_path(field, "size"), value=len(data))
     ei_class = data[EI_CLASS]
     ei_data = data[EI_DATA]
     if ei_class not in ELF_CLASSES:
-        raise error(f"{where}: EI_CLASS {ei_class} is neither 1 (ELFCLASS32) "
-                    f"nor 2 (ELFCLASS64)")
+        raise error(f"{ei_class} is neither 1 (ELFCLASS32) nor 2 (ELFCLASS64)",
+                    name=name, field=field_path(field, "e_ident[EI_CLASS]"), value=ei_class)
     if ei_data not in ELF_DATAS:
-        raise error(f"{where}: EI_DATA {ei_data} is neither 1 (ELFDATA2LSB) "
-                    f"nor 2 (ELFDATA2MSB)")
+        raise error(f"{ei_data} is neither 1 (ELFDATA2LSB) nor 2 (ELFDATA2MSB)",
+                    name=name, field=field_path(field, "e_ident[EI_DATA]"), value=ei_data)
     word_size = ELF_CLASSES[ei_class]
     byte_order = ELF_DATAS[ei_data]
     need = EHDR_SIZES[word_size]
     if len(data) < need:
-        raise error(f"{where}: size {len(data):#x} is smaller than the {need}-byte "
-                    f"ELF{word_size} header")
+        raise error(f"{len(data):#x} is smaller than the {need}-byte ELF{word_size} header",
+                    name=name, field=field_path(field, "size"), value=len(data))
     machine = int.from_bytes(data[E_MACHINE_OFFSET:E_MACHINE_OFFSET + 2], byte_order)
     return ElfTarget(machine, data[EI_OSABI], data[EI_ABIVERSION], word_size, byte_order)

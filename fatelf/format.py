@@ -33,31 +33,53 @@ call them "junk" and carry them along); :attr:`FatElf.trailer` exposes them.
 from __future__ import annotations
 
 import os
-import struct
 from dataclasses import dataclass
 from typing import NamedTuple, Union
 
 from .arches import RUNTIME_OSABIS, arch_name, host_arch, osabi_name, parse_arch
-from .elf import elf_target
+from .cstruct import CStruct
+from .elf import ELF_CLASSES, ELF_DATAS, elf_target
 from .errors import FatElfError, FatElfFormatError, FatElfInputError, FatElfSelectError
 
 MAGIC = 0x1F0E70FA
 VERSION = 1
 PAGE_SIZE = 4096
-HEADER = struct.Struct("<IHBB")
-RECORD = struct.Struct("<HBBBBBBQQ")
-HEADER_SIZE = HEADER.size  # 8
-RECORD_SIZE = RECORD.size  # 24
 MAX_RECORDS = 255
 
-#: record word_size code <-> bits
-WORD_SIZE_CODES = {1: 32, 2: 64}
-WORD_SIZE_FROM_BITS = {32: 1, 64: 2}
+#: The 8-byte header (the header struct of include/fatelf.h).
+FATELF_HEADER = CStruct("fatelf_header", [
+    ("magic", "u32"),
+    ("version", "u16"),
+    ("record_count", "u8"),
+    ("reserved", "u8"),
+], "FatELF specification v1 (icculus/fatelf include/fatelf.h)")
+
+#: One 24-byte record (the record struct of include/fatelf.h).
+FATELF_RECORD = CStruct("fatelf_record", [
+    ("machine", "u16"),
+    ("osabi", "u8"),
+    ("osabi_version", "u8"),
+    ("word_size", "u8"),
+    ("byte_order", "u8"),
+    ("reserved0", "u8"),
+    ("reserved1", "u8"),
+    ("offset", "u64"),
+    ("size", "u64"),
+], "FatELF specification v1 (icculus/fatelf include/fatelf.h)")
+
+HEADER = FATELF_HEADER.layout()
+RECORD = FATELF_RECORD.layout()
+HEADER_SIZE = HEADER.size  # 8
+RECORD_SIZE = RECORD.size  # 24
+
+#: record word_size code <-> bits (the EI_CLASS codes)
+WORD_SIZE_CODES = dict(ELF_CLASSES)
+WORD_SIZE_FROM_BITS = {bits: code for code, bits in WORD_SIZE_CODES.items()}
 #: record byte_order code <-> name
 BYTE_ORDER_CODES = {0: "big", 1: "little"}
 BYTE_ORDER_FROM_NAME = {"big": 0, "little": 1}
 #: ELF EI_DATA code for a byte order (differs from the record code!)
-EI_DATA_FROM_NAME = {"little": 1, "big": 2}
+EI_DATA_FROM_NAME = {order: code for code, order in ELF_DATAS.items()}
 
 DEFAULT_NAME = "<memory>"
 
@@ -68,6 +90,7 @@ def table_size(count: int) -> int:
 
 
 def align_up(value: int, alignment: int = PAGE_SIZE) -> int:
+    """``value`` rounded up to a multiple of ``alignment``."""
     return -(-value // alignment) * alignment
 
 
@@ -82,6 +105,10 @@ class Record:
 
     ``word_size`` is in bits (32 or 64) and ``byte_order`` is ``'little'`` or
     ``'big'``; :meth:`pack` converts them to the on-disk codes.
+
+    Raises:
+        FatElfError: a field is out of range (name ``Record``, field the
+            field's name).
     """
 
     machine: int
@@ -104,7 +131,9 @@ class Record:
         )
         for field, ok in checks:
             if not ok:
-                raise FatElfError(f"Record: invalid {field} {getattr(self, field)!r}")
+                value = getattr(self, field)
+                raise FatElfError(f"invalid value {value!r}", name="Record", field=field,
+                                  value=value)
 
     @property
     def target(self) -> tuple[int, int, int, int, str]:
@@ -118,6 +147,7 @@ class Record:
 
     @property
     def end(self) -> int:
+        """Offset just past the ELF image."""
         return self.offset + self.size
 
     @property
@@ -128,22 +158,31 @@ class Record:
                 self.osabi, self.osabi_version)
 
     def describe(self) -> str:
+        """The target in words, for messages."""
         return (f"{self.arch} (machine {self.machine}, {self.word_size}-bit, "
                 f"{self.byte_order}-endian, OSABI {self.osabi} {osabi_name(self.osabi)}, "
                 f"version {self.osabi_version})")
 
     def pack(self) -> bytes:
         """The 24 on-disk bytes of this record."""
-        return RECORD.pack(self.machine, self.osabi, self.osabi_version,
-                           WORD_SIZE_FROM_BITS[self.word_size],
-                           BYTE_ORDER_FROM_NAME[self.byte_order], 0, 0,
-                           self.offset, self.size)
+        return RECORD.pack(machine=self.machine, osabi=self.osabi,
+                           osabi_version=self.osabi_version,
+                           word_size=WORD_SIZE_FROM_BITS[self.word_size],
+                           byte_order=BYTE_ORDER_FROM_NAME[self.byte_order],
+                           offset=self.offset, size=self.size)
 
     @classmethod
-    def from_elf(cls, elf, name: str = DEFAULT_NAME, offset: int = 0) -> "Record":
+    def from_elf(cls, elf, name: str = DEFAULT_NAME, offset: int = 0, *,
+                 field: str = "") -> "Record":
         """Record describing the ELF image ``elf`` (size = its length).
-        Raises :class:`FatElfInputError` when ``elf`` is not a usable ELF."""
-        t = elf_target(elf, name, FatElfInputError)
+
+        ``name`` and ``field`` (e.g. ``elf[2]``) say where ``elf`` comes from.
+
+        Raises:
+            FatElfInputError: ``elf`` is not a usable ELF (see
+                :func:`fatelf.elf.elf_target`).
+        """
+        t = elf_target(elf, name, FatElfInputError, field=field)
         return cls(t.machine, t.osabi, t.osabi_version, t.word_size, t.byte_order,
                    offset, len(elf))
 
@@ -163,6 +202,8 @@ class RawRecord(NamedTuple):
 
 
 class RawHeader(NamedTuple):
+    """The header exactly as stored, with its records."""
+
     magic: int
     version: int
     record_count: int
@@ -174,81 +215,94 @@ def read_table(data, name: str = DEFAULT_NAME) -> RawHeader:
     """Decode header and record table without judging their contents.
 
     Only checks what is needed to decode them: the magic, version 1 and that
-    the table fits in ``data``.  Raises :class:`FatElfFormatError`.
+    the table fits in ``data``.
+
+    Raises:
+        FatElfFormatError: ``data`` is shorter than the header (field
+            ``header``), has another magic (``header.magic``) or version
+            (``header.version``), or ends inside the record table
+            (``header.record_count``).
     """
     n = len(data)
     if n < HEADER_SIZE:
-        raise FatElfFormatError(f"{name}: header: file is {n} bytes, shorter than "
-                                f"the {HEADER_SIZE}-byte FatELF header")
-    magic, version, count, reserved = HEADER.unpack_from(data, 0)
+        raise FatElfFormatError(f"file is {n} bytes, shorter than the {HEADER_SIZE}-byte "
+                                f"FatELF header", name=name, field="header", value=n)
+    head = HEADER.unpack(data, 0)
+    magic, version, count = head["magic"], head["version"], head["record_count"]
     if magic != MAGIC:
-        raise FatElfFormatError(f"{name}: header: magic {magic:#010x} is not the "
-                                f"FatELF magic {MAGIC:#010x}")
+        raise FatElfFormatError(f"{magic:#010x} is not the FatELF magic {MAGIC:#010x}",
+                                name=name, field="header.magic", value=magic)
     if version != VERSION:
-        raise FatElfFormatError(f"{name}: header: version {version} is not supported "
-                                f"(only version {VERSION} is defined)")
+        raise FatElfFormatError(f"{version} is not supported (only version {VERSION} is "
+                                f"defined)", name=name, field="header.version", value=version)
     need = table_size(count)
     if n < need:
-        raise FatElfFormatError(f"{name}: header: record_count {count} needs a "
-                                f"{need:#x}-byte header and record table but the file "
-                                f"has {n:#x} bytes")
-    records = tuple(RawRecord(*RECORD.unpack_from(data, table_size(i)))
-                    for i in range(count))
-    return RawHeader(magic, version, count, reserved, records)
+        raise FatElfFormatError(f"{count} needs a {need:#x}-byte header and record table "
+                                f"but the file has {n:#x} bytes", name=name,
+                                field="header.record_count", value=count)
+    records = tuple(RawRecord(**r) for r in RECORD.unpack_array(data, HEADER_SIZE, count))
+    return RawHeader(records=records, **head)
 
 
 def _check_record(name: str, i: int, raw: RawRecord, file_size: int,
                   table_end: int, alignment: int) -> Record:
-    where = f"{name}: record {i}"
+    def error(field, message, value):
+        return FatElfFormatError(message, name=name, field=f"record {i}.{field}", value=value)
+
     if raw.reserved0 or raw.reserved1:
         field = "reserved0" if raw.reserved0 else "reserved1"
-        raise FatElfFormatError(f"{where}: {field} {getattr(raw, field):#04x} is not zero")
+        value = getattr(raw, field)
+        raise error(field, f"{value:#04x} is not zero", value)
     if raw.word_size not in WORD_SIZE_CODES:
-        raise FatElfFormatError(f"{where}: word_size {raw.word_size} is neither "
-                                f"1 (32-bit) nor 2 (64-bit)")
+        raise error("word_size", f"{raw.word_size} is neither 1 (32-bit) nor 2 (64-bit)",
+                    raw.word_size)
     if raw.byte_order not in BYTE_ORDER_CODES:
-        raise FatElfFormatError(f"{where}: byte_order {raw.byte_order} is neither "
-                                f"0 (big endian) nor 1 (little endian)")
+        raise error("byte_order", f"{raw.byte_order} is neither 0 (big endian) nor "
+                    f"1 (little endian)", raw.byte_order)
     if raw.size == 0:
-        raise FatElfFormatError(f"{where}: size 0 at offset {raw.offset:#x} holds no ELF")
+        raise error("size", f"0 at offset {raw.offset:#x} holds no ELF", 0)
     if raw.offset < table_end:
-        raise FatElfFormatError(f"{where}: offset {raw.offset:#x} lies inside the header "
-                                f"and record table (which end at {table_end:#x})")
+        raise error("offset", f"{raw.offset:#x} lies inside the header and record table "
+                    f"(which end at {table_end:#x})", raw.offset)
     if raw.offset + raw.size > file_size:
-        raise FatElfFormatError(f"{where}: offset {raw.offset:#x} + size {raw.size:#x} "
-                                f"lies outside the file ({file_size:#x} bytes)")
+        if raw.offset >= file_size:
+            raise error("offset", f"{raw.offset:#x} + size {raw.size:#x} lies outside the "
+                        f"file ({file_size:#x} bytes)", raw.offset)
+        raise error("size", f"{raw.size:#x} at offset {raw.offset:#x} lies outside the "
+                    f"file ({file_size:#x} bytes)", raw.size)
     if raw.offset % alignment:
-        raise FatElfFormatError(f"{where}: offset {raw.offset:#x} is not aligned to "
-                                f"{alignment:#x} bytes")
+        raise error("offset", f"{raw.offset:#x} is not aligned to {alignment:#x} bytes",
+                    raw.offset)
     bits = WORD_SIZE_CODES[raw.word_size]
     if bits == 32 and raw.offset + raw.size > 0xFFFFFFFF:
-        raise FatElfFormatError(f"{where}: 32-bit ELF at offset {raw.offset:#x} + size "
-                                f"{raw.size:#x} ends past 4 GiB")
+        raise error("size", f"{raw.size:#x} at offset {raw.offset:#x} ends past 4 GiB, "
+                    f"beyond a 32-bit ELF's reach", raw.size)
     return Record(raw.machine, raw.osabi, raw.osabi_version, bits,
                   BYTE_ORDER_CODES[raw.byte_order], raw.offset, raw.size)
 
 
 def _check_payload(name: str, i: int, rec: Record, payload: bytes) -> None:
-    where = f"{name}: record {i}"
-    t = elf_target(payload, f"{where}: payload at offset {rec.offset:#x}", FatElfFormatError)
+    t = elf_target(payload, name, FatElfFormatError, field=f"record {i}.payload")
     ws = WORD_SIZE_FROM_BITS
     bo = BYTE_ORDER_FROM_NAME
     mismatches = (
-        ("word_size", rec.word_size != t.word_size,
+        ("word_size", rec.word_size != t.word_size, ws[rec.word_size],
          f"{ws[rec.word_size]} ({rec.word_size}-bit)", "EI_CLASS",
          f"{ws[t.word_size]} ({t.word_size}-bit)"),
-        ("byte_order", rec.byte_order != t.byte_order,
+        ("byte_order", rec.byte_order != t.byte_order, bo[rec.byte_order],
          f"{bo[rec.byte_order]} ({rec.byte_order} endian)", "EI_DATA",
          f"{EI_DATA_FROM_NAME[t.byte_order]} ({t.byte_order} endian)"),
-        ("machine", rec.machine != t.machine, str(rec.machine), "e_machine", str(t.machine)),
-        ("osabi", rec.osabi != t.osabi, str(rec.osabi), "EI_OSABI", str(t.osabi)),
-        ("osabi_version", rec.osabi_version != t.osabi_version, str(rec.osabi_version),
-         "EI_ABIVERSION", str(t.osabi_version)),
+        ("machine", rec.machine != t.machine, rec.machine, str(rec.machine), "e_machine",
+         str(t.machine)),
+        ("osabi", rec.osabi != t.osabi, rec.osabi, str(rec.osabi), "EI_OSABI", str(t.osabi)),
+        ("osabi_version", rec.osabi_version != t.osabi_version, rec.osabi_version,
+         str(rec.osabi_version), "EI_ABIVERSION", str(t.osabi_version)),
     )
-    for field, bad, mine, elf_field, theirs in mismatches:
+    for field, bad, value, mine, elf_field, theirs in mismatches:
         if bad:
-            raise FatElfFormatError(f"{where}: {field} {mine} disagrees with the ELF "
-                                    f"header's {elf_field} {theirs}")
+            raise FatElfFormatError(f"{mine} disagrees with the ELF header's {elf_field} "
+                                    f"{theirs}", name=name, field=f"record {i}.{field}",
+                                    value=value)
 
 
 RecordRef = Union[int, Record]
@@ -282,15 +336,22 @@ class FatElf:
         ``alignment`` of its offset (pass 1 to disable), no overlap between
         records, no two records for one target, and that each payload is an
         ELF whose header agrees with its record (``e_machine`` is read in the
-        payload's own byte order).  Raises :class:`FatElfFormatError`.
+        payload's own byte order).
+
+        Raises:
+            FatElfFormatError: the first check that fails; ``name`` is
+                ``name``, ``field`` the header or record field (``header.magic``,
+                ``record 2.offset``, ``record 1.payload.e_ident[EI_CLASS]``...)
+                and ``value`` the value found there.
         """
         data = bytes(data)
         raw = read_table(data, name)
         if raw.reserved:
-            raise FatElfFormatError(f"{name}: header: reserved {raw.reserved:#04x} is not zero")
+            raise FatElfFormatError(f"{raw.reserved:#04x} is not zero", name=name,
+                                    field="header.reserved", value=raw.reserved)
         if raw.record_count == 0:
-            raise FatElfFormatError(f"{name}: header: record_count 0; a FatELF holds at "
-                                    f"least one ELF")
+            raise FatElfFormatError("0 records; a FatELF holds at least one ELF", name=name,
+                                    field="header.record_count", value=0)
         table_end = table_size(raw.record_count)
         records = [_check_record(name, i, r, len(data), table_end, alignment)
                    for i, r in enumerate(raw.records)]
@@ -301,14 +362,15 @@ class FatElf:
                 first, second = min(a, b), max(a, b)
                 r1, r2 = records[first], records[second]
                 raise FatElfFormatError(
-                    f"{name}: record {second}: offset {r2.offset:#x} + size {r2.size:#x} "
-                    f"overlaps record {first} (offset {r1.offset:#x} + size {r1.size:#x})")
+                    f"{r2.offset:#x} + size {r2.size:#x} overlaps record {first} "
+                    f"(offset {r1.offset:#x} + size {r1.size:#x})", name=name,
+                    field=f"record {second}.offset", value=r2.offset)
         seen: dict[tuple, int] = {}
         for i, rec in enumerate(records):
             if rec.target in seen:
                 raise FatElfFormatError(
-                    f"{name}: record {i}: target {rec.describe()} duplicates record "
-                    f"{seen[rec.target]}")
+                    f"target {rec.describe()} duplicates record {seen[rec.target]}",
+                    name=name, field=f"record {i}", value=rec.target)
             seen[rec.target] = i
         for i, rec in enumerate(records):
             _check_payload(name, i, rec, data[rec.offset:rec.end])
@@ -332,22 +394,31 @@ class FatElf:
         return self.data[self.payload_end:]
 
     def index(self, record_or_index: RecordRef) -> int:
-        """Table index of a record given as index or :class:`Record`."""
+        """Table index of a record given as index or :class:`Record`.
+
+        Raises:
+            FatElfSelectError: no such record (field ``record``).
+        """
         if isinstance(record_or_index, Record):
             for i, rec in enumerate(self.records):
                 if rec == record_or_index:
                     return i
-            raise FatElfSelectError(f"{self.name}: record {record_or_index.describe()} "
-                                    f"at offset {record_or_index.offset:#x} is not in "
-                                    f"this bundle")
+            raise FatElfSelectError(f"{record_or_index.describe()} at offset "
+                                    f"{record_or_index.offset:#x} is not in this bundle",
+                                    name=self.name, field="record", value=record_or_index)
         i = record_or_index
         if not isinstance(i, int) or not 0 <= i < len(self.records):
-            raise FatElfSelectError(f"{self.name}: record {i!r} does not exist (the bundle "
-                                    f"has {len(self.records)} records)")
+            raise FatElfSelectError(f"{i!r} does not exist (the bundle has "
+                                    f"{len(self.records)} records)", name=self.name,
+                                    field="record", value=i)
         return i
 
     def payload(self, record_or_index: RecordRef) -> bytes:
-        """Exact bytes of one ELF image."""
+        """Exact bytes of one ELF image.
+
+        Raises:
+            FatElfSelectError: no such record (see :meth:`index`).
+        """
         rec = self.records[self.index(record_or_index)]
         return self.data[rec.offset:rec.end]
 
@@ -359,25 +430,39 @@ class FatElf:
              word_size: int | None = None, byte_order: str | None = "little") -> Record:
         """The record a loader for the given target would pick.
 
-        Give either ``arch`` (a name from :data:`fatelf.arches.ARCHES`, an
+        Give either ``arch`` (a name from :data:`fatelf.arches.TABLE`, an
         alias, optionally with a ``_be``/``_le`` suffix that overrides
         ``byte_order``) or ``machine`` (e_machine) with an optional
         ``word_size`` in bits; with neither, the host architecture is used.
         ``byte_order=None`` accepts either order.  Only records whose OSABI is
         0 (none), 3 (Linux) or 255 (standalone) qualify; the first qualifying
-        record in table order wins.  Raises :class:`FatElfSelectError`, listing
-        the bundle's architectures, when nothing matches.
+        record in table order wins.
+
+        Raises:
+            FatElfSelectError: nothing matches (field ``arch`` or ``machine``;
+                the message lists the bundle's architectures), the name is
+                unknown (field ``arch``), the host is unknown (field
+                ``host``), or the arguments conflict.
         """
         if arch is not None and (machine is not None or word_size is not None):
-            raise FatElfSelectError(f"{self.name}: give either an architecture name "
-                                    f"or machine/word_size, not both")
+            raise FatElfSelectError("give either an architecture name or "
+                                    "machine/word_size, not both", name=self.name,
+                                    field="arch", value=arch)
         if machine is None and word_size is not None:
-            raise FatElfSelectError(f"{self.name}: word_size {word_size} needs a machine "
-                                    f"number (or give an architecture name instead)")
+            raise FatElfSelectError(f"{word_size} needs a machine number (or give an "
+                                    f"architecture name instead)", name=self.name,
+                                    field="word_size", value=word_size)
         if machine is None:
-            machine, word_size, order = parse_arch(arch if arch is not None else host_arch())
+            try:
+                arch = arch if arch is not None else host_arch()
+                machine, word_size, order = parse_arch(arch)
+            except FatElfSelectError as e:
+                raise e.with_name(self.name) from None
             if order is not None:
                 byte_order = order
+            field, requested = "arch", arch
+        else:
+            field, requested = "machine", machine
         for rec in self.records:
             if (rec.machine == machine
                     and (word_size is None or rec.word_size == word_size)
@@ -390,20 +475,30 @@ class FatElf:
             r.arch if r.osabi in RUNTIME_OSABIS else f"{r.arch} (OSABI {osabi_name(r.osabi)})"
             for r in self.records)
         raise FatElfSelectError(
-            f"{self.name}: no record for {wanted} (machine {machine}, "
+            f"no record for {wanted} (machine {machine}, "
             f"{f'{word_size}-bit' if word_size else 'any word size'}, "
             f"{byte_order + ' endian' if byte_order else 'any byte order'}, "
-            f"OSABI none/linux/standalone); the bundle holds: {held}")
+            f"OSABI none/linux/standalone); the bundle holds: {held}",
+            name=self.name, field=field, value=requested)
 
     def select(self, arch: str | None = None, *, machine: int | None = None,
                word_size: int | None = None, byte_order: str | None = "little") -> bytes:
-        """Bytes of the ELF :meth:`find` picks."""
+        """Bytes of the ELF :meth:`find` picks.
+
+        Raises:
+            FatElfSelectError: as :meth:`find`.
+        """
         return self.payload(self.find(arch, machine=machine, word_size=word_size,
                                       byte_order=byte_order))
 
 
 def read(path: str | os.PathLike) -> FatElf:
-    """Read and validate the FatELF file at ``path`` (errors name ``path``)."""
+    """Read and validate the FatELF file at ``path`` (errors name ``path``).
+
+    Raises:
+        OSError: the file cannot be read.
+        FatElfFormatError: as :meth:`FatElf.parse`.
+    """
     with open(path, "rb") as f:
         data = f.read()
     return FatElf.parse(data, name=os.fspath(path))
@@ -413,7 +508,12 @@ def select(data, arch: str | None = None, *, machine: int | None = None,
            word_size: int | None = None, byte_order: str | None = "little",
            name: str = DEFAULT_NAME):
     """The ELF for a target: ``data`` itself when it is not a FatELF (no
-    magic), otherwise the payload :meth:`FatElf.find` picks."""
+    magic), otherwise the payload :meth:`FatElf.find` picks.
+
+    Raises:
+        FatElfFormatError: ``data`` has the magic but is not a valid FatELF.
+        FatElfSelectError: as :meth:`FatElf.find`.
+    """
     if not is_fatelf(data):
         return data
     return FatElf.parse(data, name).select(arch, machine=machine, word_size=word_size,
@@ -421,5 +521,9 @@ def select(data, arch: str | None = None, *, machine: int | None = None,
 
 
 def split(data, name: str = DEFAULT_NAME) -> list[tuple[Record, bytes]]:
-    """Validate ``data`` and return ``[(Record, elf bytes), ...]`` in table order."""
+    """Validate ``data`` and return ``[(Record, elf bytes), ...]`` in table order.
+
+    Raises:
+        FatElfFormatError: as :meth:`FatElf.parse`.
+    """
     return FatElf.parse(data, name).split()

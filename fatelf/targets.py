@@ -32,8 +32,11 @@ def _parse(spec: str, name: str) -> dict:
     fields: dict = {}
     parts = [p for p in spec.strip().lower().split(":") if p]
     if not parts:
-        raise FatElfSelectError(f"{name}: empty target")
-    machine, word_size, order = parse_arch(parts[0])
+        raise FatElfSelectError("empty target", name=name, field="target", value=spec)
+    try:
+        machine, word_size, order = parse_arch(parts[0])
+    except FatElfSelectError as e:
+        raise e.with_name(name) from None
     fields.update(machine=machine, word_size=word_size)
     if order:
         fields["byte_order"] = order
@@ -49,14 +52,20 @@ def _parse(spec: str, name: str) -> dict:
         elif part.startswith("osabi") and part[5:].isdigit():
             fields["osabi"] = int(part[5:])
         else:
-            raise FatElfSelectError(f"{name}: unknown qualifier {part!r} in target {spec!r} "
-                                    f"(use le, be, 32bit, 64bit, an OSABI name or "
-                                    f"osabiver<N>)")
+            raise FatElfSelectError(f"unknown qualifier {part!r} in {spec!r} (use le, be, "
+                                    f"32bit, 64bit, an OSABI name or osabiver<N>)",
+                                    name=name, field="target", value=spec)
     return fields
 
 
 def matching_indices(fat: FatElf, spec: str) -> list[int]:
-    """Indices of every record the target ``spec`` matches."""
+    """Indices of every record the target ``spec`` matches.
+
+    Raises:
+        FatElfSelectError: ``spec`` is empty, names an unknown architecture
+            (field ``arch``) or qualifier (field ``target``), or is
+            ``record<N>`` for a record the bundle lacks (field ``record``).
+    """
     s = spec.strip().lower()
     if s.startswith("record") and s[6:].isdigit():
         return [fat.index(int(s[6:]))]
@@ -66,17 +75,24 @@ def matching_indices(fat: FatElf, spec: str) -> list[int]:
 
 
 def resolve(fat: FatElf, spec: str) -> int:
-    """Index of the single record ``spec`` names; raises
-    :class:`FatElfSelectError` when it names none or several."""
+    """Index of the single record ``spec`` names.
+
+    Raises:
+        FatElfSelectError: ``spec`` names no record or several (field
+            ``target``, value ``spec``), or is invalid (see
+            :func:`matching_indices`).
+    """
     found = matching_indices(fat, spec)
     if len(found) == 1:
         return found[0]
     if not found:
-        raise FatElfSelectError(f"{fat.name}: no record matches target {spec!r}; the bundle "
-                                f"holds: {', '.join(target_names(fat))}")
-    raise FatElfSelectError(f"{fat.name}: target {spec!r} is ambiguous, it matches records "
+        raise FatElfSelectError(f"no record matches {spec!r}; the bundle holds: "
+                                f"{', '.join(target_names(fat))}", name=fat.name,
+                                field="target", value=spec)
+    raise FatElfSelectError(f"{spec!r} is ambiguous, it matches records "
                             f"{', '.join(map(str, found))} "
-                            f"({', '.join(target_names(fat)[i] for i in found)})")
+                            f"({', '.join(target_names(fat)[i] for i in found)})",
+                            name=fat.name, field="target", value=spec)
 
 
 def target_names(fat: FatElf) -> list[str]:

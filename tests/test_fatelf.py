@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 import random
+import re
 import sys
 
 import pytest
@@ -11,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fatelf
-from fatelf import FatElf, FatElfError, FatElfFormatError, FatElfInputError, Record
+from fatelf import (FatElf, FatElfError, FatElfFormatError, FatElfInputError,
+                    FatElfSelectError, PortableKernelError, Record)
 
 from conftest import ZIG_TARGETS
 
@@ -179,19 +181,42 @@ def test_select_returns_exact_input_bytes(elfs):
 
 
 def test_join_errors(elfs):
-    with pytest.raises(FatElfInputError, match=r"^b\.so: not an ELF file"):
+    with pytest.raises(FatElfInputError, match=r"^b\.so: e_ident\[EI_MAG\]: not an ELF "
+                                               r"file \(starts with 68 65 6c 6c") as e:
         fatelf.join([elfs["x86_64"], b"hello, world" * 10], names=["a.so", "b.so"])
-    with pytest.raises(FatElfInputError, match=r"^c\.so: same target as a\.so"):
+    assert isinstance(e.value, PortableKernelError)
+    assert (e.value.name, e.value.field, e.value.value) == ("b.so", "e_ident[EI_MAG]", b"hell")
+    with pytest.raises(FatElfInputError, match=r"^c\.so: target: same target as a\.so") as e:
         fatelf.join([elfs["x86_64"], elfs["aarch64"], elfs["x86_64_v2"]],
                     names=["a.so", "b.so", "c.so"])
-    with pytest.raises(FatElfInputError, match="no ELF"):
+    assert (e.value.name, e.value.field, e.value.value) == ("c.so", "target",
+                                                            (62, 0, 0, 64, "little"))
+    # without names, errors name the bundle being built and the input's index
+    with pytest.raises(FatElfInputError, match=r"^<memory>: elf\[1\]\.target: same target "
+                                               r"as elf\[0\]") as e:
+        fatelf.join([elfs["x86_64"], elfs["x86_64_v2"]])
+    assert (e.value.name, e.value.field) == ("<memory>", "elf[1].target")
+    with pytest.raises(FatElfInputError, match="no ELF") as e:
         fatelf.join([])
-    with pytest.raises(FatElfInputError, match="EI_CLASS 9"):
+    assert (e.value.field, e.value.value) == ("elfs", 0)
+    with pytest.raises(FatElfInputError, match=r"^<memory>: names: 1 names for 2 ELFs"):
+        fatelf.join([elfs["x86_64"], elfs["aarch64"]], names=["a.so"])
+    with pytest.raises(FatElfInputError, match=r"elf\[0\]\.e_ident\[EI_CLASS\]: 9 ") as e:
         fatelf.join([poke(elfs["x86_64"], 4, b"\x09")])
-    with pytest.raises(FatElfInputError, match="EI_DATA 0"):
+    assert (e.value.name, e.value.field, e.value.value) == (
+        "<memory>", "elf[0].e_ident[EI_CLASS]", 9)
+    with pytest.raises(FatElfInputError, match=r"e_ident\[EI_DATA\]: 0 is neither"):
         fatelf.join([poke(elfs["x86_64"], 5, b"\x00")])
-    with pytest.raises(FatElfInputError, match="smaller than the 64-byte ELF64 header"):
+    with pytest.raises(FatElfInputError, match="size: 0x28 is smaller than the 64-byte "
+                                               "ELF64 header") as e:
         fatelf.join([elfs["x86_64"][:40]])
+    assert (e.value.field, e.value.value) == ("elf[0].size", 40)
+    with pytest.raises(FatElfInputError, match="size: 0xa is smaller than the 16-byte"):
+        fatelf.join([elfs["x86_64"][:10]])
+    with pytest.raises(FatElfInputError, match=r"header\.record_count: 256 ELFs; a FatELF "
+                                               r"holds 1 to 255") as e:
+        fatelf.pack([(Record(62, 0, i, 64, "little"), b"") for i in range(256)])
+    assert e.value.value == 256
     # the same machine with different OSABIs are different targets
     fat = FatElf.parse(fatelf.join([elfs["x86_64"], with_osabi(elfs["x86_64"], 3)]))
     assert [r.osabi for r in fat.records] == [0, 3]
@@ -204,17 +229,22 @@ def test_remove_and_replace(elfs, three, bundle):
     assert [e for _, e in smaller.split()] == [three[0], three[2]]
     assert fatelf.remove(bundle, fat.records[1]) == smaller.data
     assert fatelf.remove(bundle, 1) == fatelf.join([three[0], three[2]])
-    with pytest.raises(FatElfError, match="only record"):
+    with pytest.raises(FatElfInputError, match=r"^<memory>: record 0: cannot remove x86_64, "
+                                               r"it is the only record") as e:
         fatelf.remove(fatelf.join([three[0]]), 0)
-    with pytest.raises(FatElfError, match="record 7 does not exist"):
-        fatelf.remove(bundle, 7)
+    assert (e.value.field, e.value.value) == ("record 0", "x86_64")
+    with pytest.raises(FatElfSelectError, match=r"^b\.sos: record: 7 does not exist") as e:
+        fatelf.remove(bundle, 7, name="b.sos")
+    assert (e.value.name, e.value.field, e.value.value) == ("b.sos", "record", 7)
 
     new = fatelf.replace(bundle, elfs["x86_64_v2"])
     assert elfs["x86_64_v2"] != elfs["x86_64"]
     assert FatElf.parse(new).select("x86_64") == elfs["x86_64_v2"]
     assert [e for _, e in fatelf.split(new)][1:] == three[1:]
-    with pytest.raises(FatElfInputError, match="no record of b.sos has its target"):
-        fatelf.replace(bundle, elfs["riscv32"], name="b.sos")
+    with pytest.raises(FatElfInputError, match=r"^new\.so: target: no record of b\.sos has "
+                                               r"its target riscv32") as e:
+        fatelf.replace(bundle, elfs["riscv32"], name="b.sos", elf_name="new.so")
+    assert e.value.value == (243, 0, 0, 32, "little")
 
     # bytes after the last ELF ("junk" to the reference tools) are carried along
     junky = spec_write(three, trailer=b"JUNK")
@@ -273,16 +303,24 @@ def test_find_variants(elfs):
     with pytest.raises(fatelf.FatElfSelectError) as e:
         fat.find("riscv64")
     msg = str(e.value)
-    assert msg.startswith("v.sos: no record for riscv64")
+    assert msg.startswith("v.sos: arch: no record for riscv64")
     assert msg.endswith("holds: x86_32, arm32, x86_64, aarch64, riscv64 (OSABI freebsd)")
-    with pytest.raises(FatElfError, match="no record for aarch64_be"):
+    assert (e.value.name, e.value.field, e.value.value) == ("v.sos", "arch", "riscv64")
+    with pytest.raises(FatElfSelectError, match="no record for aarch64_be"):
         fat.find("aarch64", byte_order="big")
-    with pytest.raises(FatElfError, match="unknown architecture 'vax'.*x86_64"):
+    with pytest.raises(FatElfSelectError, match=r"^v\.sos: machine: no record for machine 99"
+                       ) as e:
+        fat.find(machine=99)
+    assert e.value.value == 99
+    with pytest.raises(FatElfSelectError,
+                       match=r"^v\.sos: arch: unknown architecture 'vax'.*x86_64") as e:
         fat.find("vax")
-    with pytest.raises(FatElfError, match="either"):
+    assert (e.value.name, e.value.field, e.value.value) == ("v.sos", "arch", "vax")
+    with pytest.raises(FatElfSelectError, match="either"):
         fat.find("x86_64", machine=62)
-    with pytest.raises(FatElfError, match="word_size 32 needs a machine"):
+    with pytest.raises(FatElfSelectError, match="word_size: 32 needs a machine") as e:
         fat.find(word_size=32)
+    assert (e.value.field, e.value.value) == ("word_size", 32)
 
 
 def test_find_defaults_to_host(elfs):
@@ -317,16 +355,26 @@ def test_arch_table():
                         "arm": "arm32", "armv7": "arm32", "arm64": "aarch64",
                         "amd64": "x86_64"}.items():
         assert fatelf.arch_target(alias) == fatelf.ARCHES[name]
-    with pytest.raises(FatElfError, match="unknown architecture 'pdp11'; known: .*riscv32"):
+    with pytest.raises(FatElfSelectError,
+                       match="unknown architecture 'pdp11'; known: .*riscv32") as e:
         fatelf.arch_target("pdp11")
+    assert (e.value.field, e.value.value) == ("arch", "pdp11")
+    # every name and alias of the one table maps to its target
+    for info in fatelf.TABLE:
+        for name in (info.name, *info.aliases):
+            assert fatelf.arch_target(name) == info.target == fatelf.ARCHES[info.name]
+            assert fatelf.lookup(name.upper()) is info
+    assert set(fatelf.RUNTIME_ARCHES) == {"x86_64", "aarch64", "riscv64", "x86_32", "arm32",
+                                          "riscv32"}
     rec = Record(99, 0, 0, 32, "big")
     assert rec.arch == "machine99-32_be"
     assert Record(99, 0, 0, 64, "little").arch == "machine99-64"
     assert fatelf.arch_target("machine99-32") == (99, 32)
     assert Record(40, 0, 0, 32, "little").arch == "arm32"
-    with pytest.raises(FatElfError):
+    with pytest.raises(FatElfError, match="^Record: word_size: invalid value 16$") as e:
         Record(62, 0, 0, 16, "little")
-    with pytest.raises(FatElfError):
+    assert (e.value.name, e.value.field, e.value.value) == ("Record", "word_size", 16)
+    with pytest.raises(FatElfError, match="byte_order"):
         Record(62, 0, 0, 64, "middle")
 
 
@@ -336,8 +384,10 @@ def test_read_names_errors_after_path(tmp_path, bundle):
     assert fatelf.read(good).name == str(good)
     bad = tmp_path / "bad.sos"
     bad.write_bytes(bundle[:100])
-    with pytest.raises(FatElfFormatError, match=f"^{bad}: record 0: offset 0x1000"):
+    with pytest.raises(FatElfFormatError,
+                       match=f"^{re.escape(str(bad))}: record 0\\.offset: 0x1000 \\+ size") as e:
         fatelf.read(bad)
+    assert (e.value.name, e.value.field, e.value.value) == (str(bad), "record 0.offset", 0x1000)
 
 
 # --------------------------------------------------------------------------
@@ -361,59 +411,97 @@ def _not_elf(b):
     return poke(b, get_field(b, 1, "offset"), b"\0\0\0\0")
 
 
+# case -> (mutation, message pattern, the error's field)
 BAD = {
-    "truncated header": (lambda b: b[:5], r"^bad\.sos: header: file is 5 bytes, shorter"),
-    "empty file": (lambda b: b"", r"^bad\.sos: header: file is 0 bytes"),
+    "truncated header": (lambda b: b[:5], r"^bad\.sos: header: file is 5 bytes, shorter",
+                         "header"),
+    "empty file": (lambda b: b"", r"^bad\.sos: header: file is 0 bytes", "header"),
     "truncated record table": (lambda b: b[:8 + 24 * 3 - 1],
-                               r"^bad\.sos: header: record_count 3 needs a 0x50-byte"),
-    "bad magic": (lambda b: poke(b, 0, b"\x7fELF"), r"^bad\.sos: header: magic 0x464c457f"),
-    "unknown version": (lambda b: poke(b, 4, b"\x02\x00"), r"^bad\.sos: header: version 2"),
-    "zero records": (lambda b: poke(b, 6, b"\x00"), r"^bad\.sos: header: record_count 0"),
-    "header reserved": (lambda b: poke(b, 7, b"\x01"), r"^bad\.sos: header: reserved 0x01"),
+                               r"^bad\.sos: header\.record_count: 3 needs a 0x50-byte",
+                               "header.record_count"),
+    "bad magic": (lambda b: poke(b, 0, b"\x7fELF"),
+                  r"^bad\.sos: header\.magic: 0x464c457f is not the FatELF magic 0x1f0e70fa$",
+                  "header.magic"),
+    "unknown version": (lambda b: poke(b, 4, b"\x02\x00"),
+                        r"^bad\.sos: header\.version: 2 is not supported", "header.version"),
+    "zero records": (lambda b: poke(b, 6, b"\x00"), r"^bad\.sos: header\.record_count: 0 ",
+                     "header.record_count"),
+    "header reserved": (lambda b: poke(b, 7, b"\x01"),
+                        r"^bad\.sos: header\.reserved: 0x01 is not zero$", "header.reserved"),
     "record reserved": (lambda b: set_field(b, 1, "reserved1", 5),
-                        r"^bad\.sos: record 1: reserved1 0x05 is not zero"),
-    "bad word size": (lambda b: set_field(b, 1, "word_size", 3), r"record 1: word_size 3"),
-    "bad byte order": (lambda b: set_field(b, 1, "byte_order", 2), r"record 1: byte_order 2"),
-    "size outside file": (_size_outside, r"^bad\.sos: record 2: offset 0x3000 \+ size "
-                                         r"0x100000 lies outside the file \(0x3[0-9a-f]{3} bytes\)"),
+                        r"^bad\.sos: record 1\.reserved1: 0x05 is not zero$",
+                        "record 1.reserved1"),
+    "bad word size": (lambda b: set_field(b, 1, "word_size", 3),
+                      r"record 1\.word_size: 3 is neither", "record 1.word_size"),
+    "bad byte order": (lambda b: set_field(b, 1, "byte_order", 2),
+                       r"record 1\.byte_order: 2 is neither", "record 1.byte_order"),
+    "size outside file": (_size_outside, r"^bad\.sos: record 2\.size: 0x100000 at offset "
+                                         r"0x3000 lies outside the file \(0x3[0-9a-f]{3} bytes\)",
+                          "record 2.size"),
     "offset outside file": (lambda b: set_field(b, 2, "offset", 0x7000),
-                            r"record 2: offset 0x7000 \+ size 0x[0-9a-f]+ lies outside"),
+                            r"record 2\.offset: 0x7000 \+ size 0x[0-9a-f]+ lies outside",
+                            "record 2.offset"),
     "huge offset": (lambda b: set_field(b, 0, "offset", 2**64 - 4096),
-                    r"record 0: offset 0xfffffffffffff000 \+ size"),
+                    r"record 0\.offset: 0xfffffffffffff000 \+ size", "record 0.offset"),
     "offset in table": (lambda b: set_field(b, 0, "offset", 0),
-                        r"record 0: offset 0x0 lies inside the header and record table"),
+                        r"^bad\.sos: record 0\.offset: 0x0 lies inside the header and record "
+                        r"table", "record 0.offset"),
     "unaligned offset": (lambda b: set_field(b, 1, "offset", 0x2008),
-                         r"record 1: offset 0x2008 is not aligned to 0x1000"),
-    "empty record": (lambda b: set_field(b, 0, "size", 0), r"record 0: size 0"),
-    "overlapping records": (_overlap, r"^bad\.sos: record 1: offset 0x1000 \+ size 0x[0-9a-f]+ "
-                                      r"overlaps record 0"),
-    "duplicate targets": (_duplicate, r"^bad\.sos: record 1: target x86_64 .* duplicates record 0"),
+                         r"record 1\.offset: 0x2008 is not aligned to 0x1000",
+                         "record 1.offset"),
+    "empty record": (lambda b: set_field(b, 0, "size", 0), r"record 0\.size: 0 ",
+                     "record 0.size"),
+    "overlapping records": (_overlap, r"^bad\.sos: record 1\.offset: 0x1000 \+ size "
+                                      r"0x[0-9a-f]+ overlaps record 0", "record 1.offset"),
+    "duplicate targets": (_duplicate,
+                          r"^bad\.sos: record 1: target x86_64 .* duplicates record 0$",
+                          "record 1"),
     "machine disagrees": (lambda b: set_field(b, 1, "machine", 40),
-                          r"^bad\.sos: record 1: machine 40 disagrees with the ELF header's "
-                          r"e_machine 183"),
+                          r"^bad\.sos: record 1\.machine: 40 disagrees with the ELF header's "
+                          r"e_machine 183$", "record 1.machine"),
     "word size disagrees": (lambda b: set_field(b, 0, "word_size", 1),
-                            r"record 0: word_size 1 \(32-bit\) disagrees .* EI_CLASS 2"),
+                            r"record 0\.word_size: 1 \(32-bit\) disagrees .* EI_CLASS 2",
+                            "record 0.word_size"),
     "byte order disagrees": (lambda b: set_field(b, 0, "byte_order", 0),
-                             r"record 0: byte_order 0 \(big endian\) disagrees .* EI_DATA 1"),
+                             r"record 0\.byte_order: 0 \(big endian\) disagrees .* EI_DATA 1",
+                             "record 0.byte_order"),
     "osabi disagrees": (lambda b: set_field(b, 2, "osabi", 3),
-                        r"record 2: osabi 3 disagrees .* EI_OSABI 0"),
+                        r"record 2\.osabi: 3 disagrees .* EI_OSABI 0", "record 2.osabi"),
     "abi version disagrees": (lambda b: set_field(b, 2, "osabi_version", 4),
-                              r"record 2: osabi_version 4 disagrees .* EI_ABIVERSION 0"),
-    "non-ELF payload": (_not_elf, r"^bad\.sos: record 1: payload at offset 0x2000: not an "
-                                  r"ELF file \(starts with 00 00 00 00"),
-    "bad ELF class": (lambda b: poke(b, 0x2004, b"\x07"), r"record 1: .*EI_CLASS 7"),
+                              r"record 2\.osabi_version: 4 disagrees .* EI_ABIVERSION 0",
+                              "record 2.osabi_version"),
+    "non-ELF payload": (_not_elf, r"^bad\.sos: record 1\.payload\.e_ident\[EI_MAG\]: not an "
+                                  r"ELF file \(starts with 00 00 00 00",
+                        "record 1.payload.e_ident[EI_MAG]"),
+    "bad ELF class": (lambda b: poke(b, 0x2004, b"\x07"),
+                      r"^bad\.sos: record 1\.payload\.e_ident\[EI_CLASS\]: 7 is neither",
+                      "record 1.payload.e_ident[EI_CLASS]"),
     "payload shorter than ELF header": (lambda b: set_field(b, 0, "size", 40),
-                                        r"record 0: .*size 0x28 is smaller than the 64-byte"),
+                                        r"record 0\.payload\.size: 0x28 is smaller than the "
+                                        r"64-byte", "record 0.payload.size"),
 }
+
+# the offending value of a few cases
+BAD_VALUES = {"bad magic": 0x464C457F, "unknown version": 2, "record reserved": 5,
+              "size outside file": 0x100000, "offset outside file": 0x7000,
+              "machine disagrees": 40, "byte order disagrees": 0, "bad ELF class": 7,
+              "non-ELF payload": b"\0\0\0\0", "payload shorter than ELF header": 40,
+              "truncated header": 5, "truncated record table": 3}
 
 
 @pytest.mark.parametrize("case", list(BAD))
 def test_bad_bundles_raise(bundle, case):
-    mutate, pattern = BAD[case]
+    mutate, pattern, field = BAD[case]
     bad = mutate(bundle)
     with pytest.raises(FatElfFormatError, match=pattern) as e:
         FatElf.parse(bad, "bad.sos")
     assert "\n" not in str(e.value)
+    assert isinstance(e.value, PortableKernelError)
+    assert e.value.name == "bad.sos"
+    assert e.value.field == field
+    if case in BAD_VALUES:
+        assert e.value.value == BAD_VALUES[case]
+    assert str(e.value) == f"bad.sos: {field}: {e.value.message}"
     with pytest.raises(FatElfError):
         fatelf.split(bad, "bad.sos")
     if fatelf.is_fatelf(bad):
@@ -441,7 +529,8 @@ def _parse_only_fatelf_errors(data: bytes) -> None:
     try:
         fat = FatElf.parse(data, "fuzz.sos")
     except FatElfError as e:
-        assert str(e).startswith("fuzz.sos: ")
+        assert e.name == "fuzz.sos" and e.field
+        assert str(e) == f"fuzz.sos: {e.field}: {e.message}"
         return
     # whatever parses must be internally consistent
     for rec, elf in fat.split():

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
+import errno
 import os
+import pty
+import select
 import subprocess
 import sys
+import time
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 import fatelf
+from fatelf import cli
 
 REPO = Path(__file__).resolve().parent.parent
 # The bundle used by the CLI tests: four architectures.
@@ -23,11 +30,42 @@ def bundle_file(tmp_path, elf_files) -> Path:
     return path
 
 
-def run(*args, cwd=None) -> subprocess.CompletedProcess:
+def _env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "fatelf", *map(str, args)],
-                          capture_output=True, env=env, cwd=cwd, timeout=60)
+    return env
+
+
+def _argv(args) -> list[str]:
+    return [sys.executable, "-m", "fatelf", *map(str, args)]
+
+
+def run(*args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(_argv(args), capture_output=True, env=_env(), cwd=cwd, timeout=60)
+
+
+def run_on_terminal(*args) -> tuple[subprocess.CompletedProcess, bytes]:
+    """Run with a pseudo-terminal as stdout; returns the process (stderr
+    captured) and what it wrote to the terminal."""
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run(_argv(args), stdout=slave, stderr=subprocess.PIPE,
+                              env=_env(), timeout=60)
+    finally:
+        os.close(slave)
+    shown = b""
+    try:
+        while select.select([master], [], [], 0)[0]:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the terminal's other side is closed
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(master)
+    return proc, shown
 
 
 def assert_one_line_failure(proc, *fragments):
@@ -58,9 +96,10 @@ def test_join_errors(tmp_path, elf_files):
     junk = tmp_path / "junk.so"
     junk.write_bytes(b"not an elf at all")
     assert_one_line_failure(run("join", "-o", tmp_path / "x", elf_files["x86_64"], junk),
-                            f"{junk}: not an ELF file")
+                            f"{junk}: e_ident[EI_MAG]: not an ELF file (starts with 6e 6f 74 20")
     assert_one_line_failure(run("join", elf_files["x86_64"], elf_files["x86_64_v2"]),
-                            "same target as")
+                            f"{elf_files['x86_64_v2']}: target: same target as "
+                            f"{elf_files['x86_64']}")
     assert_one_line_failure(run("join", tmp_path / "missing.so"), "missing.so")
 
 
@@ -127,16 +166,17 @@ def test_select_and_extract_failures(tmp_path, bundle_file):
     assert_one_line_failure(run("select", bundle_file, "--arch", "arm32"),
                             "no record for arm32", "the bundle holds: x86_32, x86_64")
     assert_one_line_failure(run("select", bundle_file, "--arch", "sparc"),
-                            "unknown architecture 'sparc'")
+                            f"{bundle_file}: arch: unknown architecture 'sparc'")
     text = tmp_path / "notes.txt"
     text.write_bytes(b"hello")
-    assert_one_line_failure(run("select", text), "not an ELF file", "not a FatELF")
+    assert_one_line_failure(run("select", text), f"{text}: e_ident[EI_MAG]: not an ELF file",
+                            "and not a FatELF either")
     assert_one_line_failure(run("extract", bundle_file, "--arch", "arm32"),
-                            "no record matches target 'arm32'")
+                            f"{bundle_file}: target: no record matches 'arm32'")
     assert_one_line_failure(run("extract", bundle_file, "--arch", "record9"),
-                            "record 9 does not exist")
+                            "record: 9 does not exist")
     assert_one_line_failure(run("extract", bundle_file, "--arch", "x86_64:weird"),
-                            "unknown qualifier 'weird'")
+                            "target: unknown qualifier 'weird'")
 
 
 def test_extract_ambiguous_target(tmp_path, elf_files):
@@ -176,7 +216,7 @@ def test_dump_of_invalid_bundle_shows_fields_then_fails(tmp_path, bundle_file):
     bad.write_bytes(bytes(data))
     proc = run("dump", bad)
     assert "reserved0: 7 / 07" in proc.stdout.decode()
-    assert_one_line_failure(proc, "record 1: reserved0 0x07 is not zero")
+    assert_one_line_failure(proc, f"{bad}: record 1.reserved0: 0x07 is not zero")
 
 
 def test_info_and_validate(bundle_file):
@@ -283,11 +323,108 @@ def test_invalid_bundles_fail_with_one_line(tmp_path, bundle_file, case):
 
 
 @pytest.mark.parametrize("argv", [[], ["frobnicate"], ["extract", "x.sos"],
-                                  ["join"], ["verify", "x.sos"], ["select"]])
+                                  ["join"], ["verify", "x.sos"], ["select"],
+                                  ["info", "x.sos", "--bogus"]])
 def test_usage_errors_exit_2(argv):
     proc = run(*argv)
     assert proc.returncode == 2
     assert b"usage:" in proc.stderr
+
+
+def test_version():
+    proc = run("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.decode() == f"fatelf {metadata.version('portable-kernel-runtime')}\n"
+
+
+def test_every_option_and_positional_has_help():
+    parser = cli.build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert set(commands.choices) == {"join", "split", "select", "dump", "info", "validate",
+                                     "extract", "remove", "replace", "verify"}
+    for name, p in [("fatelf", parser), *commands.choices.items()]:
+        for action in p._actions:
+            if not isinstance(action, argparse._SubParsersAction):
+                assert action.help, (name, action.dest)
+    proc = run("replace", "--help")
+    assert proc.returncode == 0 and b"the ELF to put in place" in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["join", "select", "extract"])
+def test_binary_output_to_a_terminal_is_refused(tmp_path, bundle_file, elf_files, command):
+    args = {"join": ["join", elf_files["x86_64"]],
+            "select": ["select", bundle_file, "--arch", "x86_64"],
+            "extract": ["extract", bundle_file, "--arch", "x86_64"]}[command]
+    proc, shown = run_on_terminal(*args)
+    assert proc.returncode == 2
+    assert proc.stderr.decode() == ("fatelf: refusing to write binary data to a terminal; "
+                                    "use -o FILE or redirect\n")
+    assert shown == b""
+    out = tmp_path / "out.bin"
+    proc, shown = run_on_terminal(*args, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert shown == b"" and out.read_bytes()[:4] in (b"\x7fELF", bytes.fromhex("FA700E1F"))
+
+
+def test_text_output_to_a_terminal_is_fine(bundle_file):
+    proc, shown = run_on_terminal("validate", bundle_file)
+    assert proc.returncode == 0, proc.stderr
+    assert b"valid FatELF version 1" in shown
+
+
+def test_interrupt_exits_130(tmp_path):
+    fifo = tmp_path / "slow.sos"
+    os.mkfifo(fifo)
+    child = subprocess.Popen(_argv(["info", fifo]), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=_env())
+    writer = None
+    try:
+        # A writer can open the FIFO without blocking once the child has
+        # opened it for reading; the child then waits in read().
+        deadline = time.monotonic() + 60
+        while writer is None:
+            try:
+                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as e:
+                if e.errno != errno.ENXIO or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        child.send_signal(2)  # SIGINT, as Ctrl-C sends
+        out, err = child.communicate(timeout=60)
+    finally:
+        if writer is not None:
+            os.close(writer)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 130
+    assert err.decode() == "fatelf: interrupted\n"
+    assert out == b""
+
+
+@pytest.mark.parametrize("command", ["join", "info"])
+def test_closed_stdout_ends_quietly(bundle_file, elf_files, command):
+    args = {"join": ["join", *(elf_files[k] for k in ZIG_TARGETS)],
+            "info": ["info", bundle_file]}[command]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(_argv(args), stdout=write_end, stderr=subprocess.PIPE,
+                              env=_env(), timeout=60)
+    finally:
+        os.close(write_end)
+    assert proc.stderr == b""
+    assert proc.returncode == 1
+
+
+def test_any_portable_kernel_error_is_one_line(monkeypatch, capsys, bundle_file):
+    def boom(args):
+        raise fatelf.PortableKernelError("went wrong\nbadly", name="x.so", field="e_machine",
+                                         value=7)
+
+    monkeypatch.setattr(cli, "cmd_info", boom)
+    assert cli.main(["info", str(bundle_file)]) == 1
+    assert capsys.readouterr().err == "fatelf: x.so: e_machine: went wrong badly\n"
 
 
 def test_missing_file(tmp_path):
