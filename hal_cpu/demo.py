@@ -20,7 +20,9 @@ from .library import Executable
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
 
-#: reference key in the manifest -> numpy function of the inputs
+#: reference key in the manifest -> numpy function of the inputs (float32
+#: arrays in ``input_index`` order; the result is float32). ``build_samples.py``
+#: checks the samples against these same functions.
 REFERENCES = {
     "mul_add": lambda a, b: a * b + a,
     "matmul": lambda a, b: a @ b,

@@ -11,9 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import iree_tools  # noqa: E402
+from hal_cpu.iree import Compiled, compile_program
+from program_specs import PROGRAMS
 
 ROOT = Path(__file__).resolve().parent.parent
 PREBUILT = ROOT / "sample_plugins" / "prebuilt"
@@ -33,10 +32,9 @@ def compile_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def compiled(compile_cache):
-    """compiled(program_name, arch) -> iree_tools.Compiled (cached)."""
-    def get(program: str, arch: str) -> iree_tools.Compiled:
-        return iree_tools.compile_program(iree_tools.PROGRAMS[program].path, arch,
-                                          compile_cache)
+    """compiled(program_name, arch) -> hal_cpu.iree.Compiled (cached)."""
+    def get(program: str, arch: str) -> Compiled:
+        return compile_program(PROGRAMS[program].path, arch, compile_cache)
     return get
 
 

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 import elfloader
-import iree_tools
-from dispatching import PlanRunner
+from fatelf.arches import RUNTIME_ARCHES
+from hal_cpu.iree import PlanRunner, plan_program, reference_run, run_plan
+from program_specs import PROGRAMS as SPECS
 
-ARCHES = ["x86_64", "aarch64", "riscv64", "x86_32", "arm32", "riscv32"]
+ARCHES = list(RUNTIME_ARCHES)
 PROGRAMS = ["mul_add", "matmul", "sum_last", "scale_dyn", "add_i32", "mm_rowsum"]
 
 # iree-compile 3.13 leaves the fmaf libcall of tanh's polynomial unresolved
@@ -21,15 +22,12 @@ BROKEN = {("mm_rowsum", "x86_32"), ("mm_rowsum", "arm32")}
 
 
 def run_program(compiled, name, arch, backend, rng, **params):
-    spec = iree_tools.PROGRAMS[name]
+    spec = SPECS[name]
     inputs = spec.make_inputs(rng, **params)
     comp = compiled(name, arch)
-    plan = iree_tools.plan_program(comp, inputs)
-    runner = PlanRunner(backend=backend, arch=arch)
-    try:
-        outs = iree_tools.run_plan(plan, inputs, runner)
-    finally:
-        runner.close()
+    plan = plan_program(comp, inputs)
+    with PlanRunner(backend=backend, arch=arch) as runner:
+        outs = run_plan(plan, inputs, runner)
     assert runner.calls == len(plan.dispatches)
     return inputs, outs, spec.numpy_reference(inputs), plan
 
@@ -81,8 +79,7 @@ def test_x86_64_native_and_emulated_agree_bit_for_bit(compiled, name):
 def test_x86_64_matches_iree_run_module(compiled, name):
     inputs, outs, _, _ = run_program(compiled, name, "x86_64", "native",
                                      np.random.default_rng(3))
-    ref = iree_tools.reference_run(compiled(name, "x86_64").vmfb,
-                                   iree_tools.PROGRAMS[name].function, inputs)
+    ref = reference_run(compiled(name, "x86_64").vmfb, SPECS[name].function, inputs)
     assert len(ref) == len(outs)
     for got, want in zip(outs, ref):
         assert got.shape == want.shape
@@ -102,7 +99,7 @@ def test_x86_64_matches_iree_run_module_cli(compiled, tmp_path, name):
     proc = subprocess.run(
         ["iree-run-module", "--device=local-sync",
          f"--module={compiled(name, 'x86_64').vmfb}",
-         f"--function={iree_tools.PROGRAMS[name].function}", *args,
+         f"--function={SPECS[name].function}", *args,
          f"--output=@{tmp_path / 'out.npy'}"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert np.load(tmp_path / "out.npy").tobytes() == outs[0].tobytes()

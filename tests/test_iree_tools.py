@@ -1,36 +1,35 @@
-"""Tests of tests/iree_tools.py: compiling the test programs with iree-compile,
-evaluating the HAL-level IR into dispatch plans, and IREE's runtime as the
-reference."""
+"""Tests of :mod:`hal_cpu.iree`: compiling the test programs with
+iree-compile, evaluating the HAL-level IR into dispatch plans, running plans,
+and IREE's runtime as the reference."""
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import iree_tools as it  # noqa: E402
+import hal_cpu.iree as it
+from fatelf import arches
+from program_specs import PROGRAMS
 
 TEST_ARCHES = ("x86_64", "aarch64", "riscv64")
-HOST = it.host_arch()
+HOST = arches.host_arch()
 
-# e_machine of each architecture's ELF header
-E_MACHINE = {"x86_64": 62, "aarch64": 183, "riscv64": 243, "x86_32": 3,
-             "arm32": 40, "riscv32": 243}
+
+def e_machine(arch: str) -> int:
+    return arches.lookup(arch).machine
 
 
 @pytest.fixture(scope="module")
-def all_compiled(tmp_path_factory):
+def all_compiled(compile_cache):
     """Every program compiled for TEST_ARCHES (in parallel), keyed by (name, arch)."""
-    import os
-    cache = os.environ.get("PKR_COMPILE_CACHE")
-    cache = Path(cache) if cache else tmp_path_factory.mktemp("iree-tools")
-    keys = [(n, a) for n in it.PROGRAMS for a in dict.fromkeys(TEST_ARCHES + (HOST,))]
-    done = it.compile_many([(it.PROGRAMS[n].path, a) for n, a in keys], cache)
+    keys = [(n, a) for n in PROGRAMS for a in dict.fromkeys(TEST_ARCHES + (HOST,))]
+    done = it.compile_many([(PROGRAMS[n].path, a) for n, a in keys], compile_cache)
     return dict(zip(keys, done))
 
 
@@ -41,24 +40,31 @@ def _f32_bits(x: float) -> int:
 # ---------------------------------------------------------------------------
 # compiling
 
-def test_triples_cover_all_arches():
-    assert set(it.TRIPLES) == set(it.ARCHES) == set(it.VARIANT_NAMES)
-    for flags in it.TRIPLES.values():
-        assert any(f.startswith("--iree-llvmcpu-target-triple=") for f in flags)
+def test_target_flags_cover_all_runtime_arches():
+    assert len(arches.RUNTIME_ARCHES) == 6
+    for arch in arches.RUNTIME_ARCHES:
+        flags = it.target_flags(arch)
+        assert flags[:len(it.BASE_FLAGS)] == it.BASE_FLAGS
+        assert sum(f.startswith("--iree-llvmcpu-target-triple=") for f in flags) == 1
+        assert it.variant_name(arch).startswith("embedded_elf_")
+    assert it.target_flags("arm64") == it.target_flags("aarch64")
+    assert it.variant_name("arm64") == "embedded_elf_arm_64"
+    with pytest.raises(arches.FatElfSelectError, match="s390x"):
+        it.target_flags("s390x")
 
 
 def test_programs_have_documented_public_function():
-    for spec in it.PROGRAMS.values():
+    for spec in PROGRAMS.values():
         text = spec.path.read_text()
         assert f"Public function: @{spec.function}(" in text
         assert f"func.func @{spec.function}(" in text
 
 
 @pytest.mark.parametrize("arch", TEST_ARCHES)
-@pytest.mark.parametrize("name", list(it.PROGRAMS))
+@pytest.mark.parametrize("name", list(PROGRAMS))
 def test_program_compiles(all_compiled, name, arch):
     c = all_compiled[(name, arch)]
-    spec = it.PROGRAMS[name]
+    spec = PROGRAMS[name]
     assert c.vmfb.is_file() and c.hal_mlir.is_file()
     assert c.functions == (spec.function,)
     assert len(c.so_files) == 1          # one hal.executable per program
@@ -66,33 +72,139 @@ def test_program_compiles(all_compiled, name, arch):
     head = so.read_bytes()[:20]
     assert head[:4] == b"\x7fELF"
     assert head[4] == (2 if arch in ("x86_64", "aarch64", "riscv64") else 1)
-    assert int.from_bytes(head[18:20], "little") == E_MACHINE[arch]
-    assert so.name.endswith(f"_{it.VARIANT_NAMES[arch]}.so")
+    assert int.from_bytes(head[18:20], "little") == e_machine(arch)
+    assert so.name.endswith(f"_{it.variant_name(arch)}.so")
 
     inputs = spec.make_inputs(np.random.default_rng(0))
     ds = it.plan_dispatches(c, inputs)
     assert len(ds) == spec.num_dispatches
     for d in ds:
         assert d.so_path == so
-        assert d.variant == it.VARIANT_NAMES[arch]
+        assert d.variant == it.variant_name(arch)
         assert d.export_name.encode() in so.read_bytes()
         assert len(d.workgroup_count) == 3 and all(n >= 1 for n in d.workgroup_count)
         assert all(0 <= k < 2**32 for k in d.constants)
 
 
 def test_compile_is_cached(all_compiled, tmp_path):
-    spec = it.PROGRAMS["scale_dyn"]
+    spec = PROGRAMS["scale_dyn"]
     a = it.compile_program(spec.path, "x86_64", tmp_path)
     mtime = a.vmfb.stat().st_mtime_ns
     b = it.compile_program(spec.path, "x86_64", tmp_path)
     assert a == b and b.vmfb.stat().st_mtime_ns == mtime
+    assert a.vmfb.parent == tmp_path / "scale_dyn-x86_64"
+
+
+def test_compile_takes_arch_aliases(all_compiled, compile_cache):
+    c = it.compile_program(PROGRAMS["matmul"].path, "ARM64", compile_cache)
+    assert c == all_compiled[("matmul", "aarch64")] and c.arch == "aarch64"
+
+
+SMALL = """
+func.func @small(%a: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = arith.addf %a, %a : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="XDG_CACHE_HOME places the user cache dir on Linux only")
+def test_default_cache_dir_reuses_by_content(tmp_path, monkeypatch):
+    """Without a directory, outputs go to the user cache dir, one directory per
+    content hash: same text and flags reuse it, other text or flags do not."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    root = it.default_cache_dir()
+    assert root == tmp_path / "xdg" / "portable-kernel-runtime" / "iree-compile"
+    src = tmp_path / "small.mlir"
+    src.write_text(SMALL)
+    a = it.compile_program(src, HOST)
+    assert a.vmfb.is_relative_to(root) and a.vmfb.parent.name.startswith(f"small-{HOST}-")
+    mtime = a.vmfb.stat().st_mtime_ns
+    b = it.compile_program(src, HOST)
+    assert b == a and b.vmfb.stat().st_mtime_ns == mtime
+    # the same text elsewhere hits the same entry
+    other = tmp_path / "elsewhere" / "small.mlir"
+    other.parent.mkdir()
+    other.write_text(SMALL)
+    assert it.compile_program(other, HOST).vmfb == a.vmfb
+    # other flags or other text: a new entry, the old one stays
+    c = it.compile_program(src, HOST, extra_flags=["--iree-llvmcpu-debug-symbols=false"])
+    src.write_text(SMALL.replace("addf %a, %a", "mulf %a, %a"))
+    d = it.compile_program(src, HOST)
+    assert len({a.vmfb.parent, c.vmfb.parent, d.vmfb.parent}) == 3
+    assert a.vmfb.stat().st_mtime_ns == mtime
+    x = np.arange(8, dtype=np.float32)
+    assert it.run_plan(it.plan_program(d, [x]), [x])[0].tolist() == (x * x).tolist()
 
 
 def test_compile_error_is_reported(tmp_path):
     bad = tmp_path / "bad.mlir"
     bad.write_text("func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> { return %b : tensor<4xf32> }\n")
-    with pytest.raises(RuntimeError, match="iree-compile failed"):
+    with pytest.raises(it.CompileError, match="iree-compile failed") as info:
         it.compile_program(bad, "x86_64", tmp_path / "out")
+    assert isinstance(info.value, it.IreeToolError) and "%b" in str(info.value)
+
+
+def _fake_compiler(directory: Path, version_line: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    exe = directory / "iree-compile"
+    exe.write_text("#!/bin/sh\n"
+                   "echo 'IREE (https://iree.dev):'\n"
+                   f"echo '  {version_line}'\n"
+                   "echo '  Optimized build'\n")
+    exe.chmod(0o755)
+    return exe
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="shell script as fake compiler")
+def test_other_compiler_version_is_refused(tmp_path, monkeypatch):
+    exe = _fake_compiler(tmp_path / "bin", "IREE compiler version 3.12.0rc20250101 @ 0123abcd")
+    monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
+    for call in (it.find_iree_compile, it.iree_compile_version,
+                 lambda: it.compile_program(PROGRAMS["matmul"].path, "x86_64", tmp_path)):
+        with pytest.raises(it.IreeToolError) as info:
+            call()
+        msg = str(info.value)
+        assert "\n" not in msg
+        assert "3.12.0rc20250101" in msg and "3.13.0" in msg
+        assert "pip install 'portable-kernel-runtime[iree]'" in msg
+        assert info.value.field == "version" and info.value.value == "3.12.0rc20250101"
+    assert not list(tmp_path.glob("matmul-*"))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="shell script as fake compiler")
+def test_supported_compiler_build_is_accepted(tmp_path, monkeypatch):
+    exe = _fake_compiler(tmp_path / "bin", "IREE compiler version 3.13.0rc20990101 @ 0123abcd")
+    monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
+    assert it.find_iree_compile() == exe
+    assert it.iree_compile_version() == "3.13.0rc20990101"
+    # a release that only starts with the same digits is another version
+    exe2 = _fake_compiler(tmp_path / "bin2", "IREE compiler version 3.13.01")
+    monkeypatch.setenv("PATH", f"{exe2.parent}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(it.IreeToolError, match="3.13.01"):
+        it.find_iree_compile()
+
+
+def test_missing_compiler_is_reported(tmp_path, monkeypatch):
+    import sysconfig
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setattr(sysconfig, "get_path", lambda name, *a, **k: str(empty))
+    with pytest.raises(it.IreeToolError) as info:
+        it.find_iree_compile()
+    msg = str(info.value)
+    assert "\n" not in msg and "not found" in msg
+    assert "3.13.0" in msg and "pip install 'portable-kernel-runtime[iree]'" in msg
+
+
+def test_import_does_not_load_iree():
+    code = ("import sys, hal_cpu, hal_cpu.iree; "
+            "print([m for m in sys.modules if m.split('.')[0] in ('iree', 'platformdirs')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
 
 
 # ---------------------------------------------------------------------------
@@ -100,7 +212,7 @@ def test_compile_error_is_reported(tmp_path):
 
 def test_plan_static_single_dispatch(all_compiled):
     c = all_compiled[("matmul", "x86_64")]
-    lhs, rhs = it.PROGRAMS["matmul"].make_inputs(np.random.default_rng(0))
+    lhs, rhs = PROGRAMS["matmul"].make_inputs(np.random.default_rng(0))
     plan = it.plan_program(c, [lhs, rhs])
     (d,) = plan.dispatches
     assert d.export_name == "matmul_dispatch_0_matmul_37x29x53_f32"
@@ -117,7 +229,7 @@ def test_plan_static_single_dispatch(all_compiled):
 @pytest.mark.parametrize("arch", TEST_ARCHES)
 def test_plan_dynamic_shape_constants(all_compiled, arch):
     c = all_compiled[("scale_dyn", arch)]
-    spec = it.PROGRAMS["scale_dyn"]
+    spec = PROGRAMS["scale_dyn"]
     rng = np.random.default_rng(0)
     got = {}
     for n in (0, 1000, 4096, 4097, 5000, 100_000):
@@ -143,7 +255,7 @@ def test_plan_big_dim_uses_high_constant(all_compiled):
 
 def test_plan_two_dispatches_share_transient_buffer(all_compiled):
     c = all_compiled[("mm_rowsum", "x86_64")]
-    inputs = it.PROGRAMS["mm_rowsum"].make_inputs(np.random.default_rng(0))
+    inputs = PROGRAMS["mm_rowsum"].make_inputs(np.random.default_rng(0))
     plan = it.plan_program(c, inputs)
     d0, d1 = plan.dispatches
     assert d0.so_path == d1.so_path and d0.executable == "mm_rowsum_linked"
@@ -177,10 +289,10 @@ def _tolerance(name):
         else dict(rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", list(it.PROGRAMS))
+@pytest.mark.parametrize("name", list(PROGRAMS))
 def test_reference_run_matches_numpy(all_compiled, name):
     c = all_compiled[(name, HOST)]
-    spec = it.PROGRAMS[name]
+    spec = PROGRAMS[name]
     inputs = spec.make_inputs(np.random.default_rng(7))
     got = it.reference_run(c.vmfb, spec.function, inputs)
     want = spec.numpy_reference(inputs)
@@ -192,7 +304,7 @@ def test_reference_run_matches_numpy(all_compiled, name):
 
 def test_reference_run_dynamic_sizes(all_compiled):
     c = all_compiled[("scale_dyn", HOST)]
-    spec = it.PROGRAMS["scale_dyn"]
+    spec = PROGRAMS["scale_dyn"]
     for n in (1, 4097, 9000):
         inputs = spec.make_inputs(np.random.default_rng(n), n=n, s=np.float32(-0.5))
         (g,) = it.reference_run(c.vmfb, "scale_dyn", inputs)
@@ -203,7 +315,7 @@ def _numpy_kernel(name, inputs):
     """A run_dispatch stand-in for single-dispatch programs: reads the input
     bindings (shaped like ``inputs``), takes scalars from the push constants,
     writes the numpy result into the last binding."""
-    spec = it.PROGRAMS[name]
+    spec = PROGRAMS[name]
     tensors = [x for x in inputs if hasattr(x, "shape")]
 
     def run(dispatch, bindings):
@@ -216,10 +328,10 @@ def _numpy_kernel(name, inputs):
     return run
 
 
-@pytest.mark.parametrize("name", [n for n, s in it.PROGRAMS.items() if s.num_dispatches == 1])
+@pytest.mark.parametrize("name", [n for n, s in PROGRAMS.items() if s.num_dispatches == 1])
 def test_run_plan_plumbing_with_numpy_kernels(all_compiled, name):
     c = all_compiled[(name, HOST)]
-    spec = it.PROGRAMS[name]
+    spec = PROGRAMS[name]
     kw = {"n": 3001, "s": 0.25} if name == "scale_dyn" else {}
     inputs = spec.make_inputs(np.random.default_rng(3), **kw)
     got = it.run_plan(it.plan_program(c, inputs), inputs, _numpy_kernel(name, inputs),
@@ -403,12 +515,22 @@ def test_evaluator_control_flow(tmp_path):
     assert _dispatch_of(tmp_path, ops, ["%r"], [np.zeros(10, np.float32)]).constants == [1]
 
 
+def _line_of(path: Path, needle: str) -> int:
+    (n,) = [k for k, line in enumerate(path.read_text().splitlines(), 1) if needle in line]
+    return n
+
+
 def test_evaluator_unknown_op_is_named(tmp_path):
     ops = """    %u = foo.mystery %c1 : index
     %v = arith.addi %u, %c1 : index
     %r = arith.index_cast %v : index to i32"""
-    with pytest.raises(it.EvaluationError, match="foo.mystery"):
+    with pytest.raises(it.EvaluationError, match="foo.mystery") as info:
         _dispatch_of(tmp_path, ops, ["%r"], [np.zeros(16, np.float32)])
+    path = tmp_path / "t.hal.mlir"
+    line = _line_of(path, "foo.mystery")
+    assert info.value.op == "foo.mystery" and info.value.line == line
+    assert str(info.value).startswith(f"{path}: line {line}: ")
+    assert f"at line {_line_of(path, 'hal.command_buffer.dispatch')}" in str(info.value)
     # an unknown op whose value is not needed is harmless
     ops_ok = "    %u = foo.mystery %c1 : index\n    %r = arith.constant 9 : i32"
     assert _dispatch_of(tmp_path, ops_ok, ["%r"], [np.zeros(16, np.float32)]).constants == [9]
@@ -416,8 +538,51 @@ def test_evaluator_unknown_op_is_named(tmp_path):
 
 def test_evaluator_unknown_op_in_workgroups(tmp_path):
     ops = "    %w = hal.device.query.something %c1 : index\n    %r = arith.constant 0 : i32"
-    with pytest.raises(it.EvaluationError, match="hal.device.query.something"):
+    with pytest.raises(it.EvaluationError, match="hal.device.query.something") as info:
         _dispatch_of(tmp_path, ops, ["%r"], [np.zeros(16, np.float32)], wg="%w, %c1, %c1")
+    assert info.value.line == _line_of(tmp_path / "t.hal.mlir", "hal.device.query.something")
+    assert "workgroup count" in str(info.value)
+
+
+@pytest.mark.parametrize("op", [
+    "hal.command_buffer.advise_buffer<%cmd : !hal.command_buffer> buffer(%buffer : !hal.buffer)",
+    "foo.side_effect %c1 : index",
+    "%x = hal.device.queue.prefetch<%__dev : !hal.device> buffer(%buffer : !hal.buffer) : i32",
+])
+def test_evaluator_unknown_effect_op_fails_at_once(tmp_path, op):
+    """An unknown op without results, or one that could record device work,
+    is an error even though no value depends on it."""
+    name = op.split("=")[-1].split()[0].split("<")[0]
+    with pytest.raises(it.EvaluationError) as info:
+        _dispatch_of(tmp_path, "    " + op + "\n    %r = arith.constant 9 : i32", ["%r"],
+                     [np.zeros(16, np.float32)])
+    assert info.value.op == name
+    assert info.value.line == _line_of(tmp_path / "t.hal.mlir", name)
+    assert f"line {info.value.line}: cannot evaluate op '{name}'" in str(info.value)
+
+
+def test_evaluator_skips_no_effect_ops(tmp_path):
+    ops = """    hal.command_buffer.execution_barrier<%cmd : !hal.command_buffer> source("Dispatch|Transfer|CommandRetire") target("CommandIssue|Dispatch|Transfer") flags("None")
+    hal.buffer.assert<%buffer : !hal.buffer> message("input0") size(%c64) memory_types(%c0) usage(%c0)
+    %r = arith.constant 9 : i32"""
+    assert _dispatch_of(tmp_path, ops, ["%r"], [np.zeros(16, np.float32)]).constants == [9]
+
+
+def test_evaluator_unsupported_command_names_line(tmp_path):
+    ops = ("    hal.command_buffer.collective<%cmd : !hal.command_buffer> channel(%c0 : !hal.channel)"
+           " op(<all_reduce with sum : f32>)\n    %r = arith.constant 9 : i32")
+    with pytest.raises(it.EvaluationError, match="collective is not supported") as info:
+        _dispatch_of(tmp_path, ops, ["%r"], [np.zeros(16, np.float32)])
+    assert info.value.op == "hal.command_buffer.collective"
+    assert info.value.line == _line_of(tmp_path / "t.hal.mlir", "collective")
+
+
+def test_parse_error_names_line(tmp_path):
+    p = tmp_path / "bad.hal.mlir"
+    p.write_text(_hal("    %r = arith.constant 9 : i32\n    this is not an op"))
+    with pytest.raises(it.EvaluationError, match="cannot parse statement") as info:
+        it.plan_program(p, [np.zeros(16, np.float32)])
+    assert info.value.line == _line_of(p, "this is not an op") and info.value.path == p
 
 
 def test_evaluator_memoized_command_buffer(tmp_path):
@@ -469,7 +634,7 @@ def _manifest():
 def test_sample_manifest_matches_files():
     import hashlib
     m = _manifest()
-    assert m["format"] == 1 and set(m["arches"]) == set(it.ARCHES)
+    assert m["format"] == 1 and set(m["arches"]) == set(arches.RUNTIME_ARCHES)
     assert set(m["kernels"]) == {"mul_add", "matmul", "sum_last"}
     for name, k in m["kernels"].items():
         roles = [b["role"] for b in k["bindings"]]
@@ -481,7 +646,7 @@ def test_sample_manifest_matches_files():
             data = (SAMPLES / p["file"]).read_bytes()
             assert len(data) == p["size"]
             assert hashlib.sha256(data).hexdigest() == p["sha256"]
-            assert int.from_bytes(data[18:20], "little") == E_MACHINE[arch]
+            assert int.from_bytes(data[18:20], "little") == e_machine(arch)
             assert k["export"].encode() in data
             assert len(p["workgroup_count"]) == 3 and min(p["workgroup_count"]) >= 1
 

@@ -10,11 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import iree_tools
 from conftest import PREBUILT, ROOT
-from dispatching import PlanRunner
 from hal_cpu import (Executable, PluginError, PluginSpecError,
                      PluginStatusError, UnresolvedImportError)
+from hal_cpu.iree import PlanRunner, compile_program, plan_program, run_plan
 from hal_cpu.plugins import PluginManager, PluginSpec
 
 EXAMPLE = ROOT / "sample_plugins" / "standalone_example.mlir"
@@ -23,14 +22,11 @@ ALL_ARCHES = ["x86_64", "aarch64", "riscv64", "x86_32", "arm32", "riscv32"]
 
 
 def run_with_plugins(compile_cache, mlir, arch, inputs, plugins, function):
-    comp = iree_tools.compile_program(mlir, arch, compile_cache)
-    plan = iree_tools.plan_program(comp, inputs, function)
-    runner = PlanRunner(backend=plugins.backend if plugins else "auto",
-                        arch=arch, plugins=plugins)
-    try:
-        return iree_tools.run_plan(plan, inputs, runner)
-    finally:
-        runner.close()
+    comp = compile_program(mlir, arch, compile_cache)
+    plan = plan_program(comp, inputs, function)
+    with PlanRunner(backend=plugins.backend if plugins else "auto",
+                    arch=arch, plugins=plugins) as runner:
+        return run_plan(plan, inputs, runner)
 
 
 @pytest.mark.parametrize("arch", ALL_ARCHES)
@@ -96,7 +92,7 @@ def test_python_plugin_error_propagates(compile_cache):
 def test_optional_import_falls_back(compile_cache, arch):
     a = np.arange(70, dtype=np.float32)
     b = np.full(70, 2, np.float32)
-    comp = iree_tools.compile_program(OPTIONAL, arch, compile_cache)
+    comp = compile_program(OPTIONAL, arch, compile_cache)
     # No plugin provides ?missing_fn: it resolves to NULL and the mode-0
     # fallback computes the product itself.
     with PluginManager(arch) as plugins:
@@ -118,7 +114,7 @@ def test_optional_import_falls_back(compile_cache, arch):
 
 
 def test_missing_required_import_lists_names(compile_cache):
-    comp = iree_tools.compile_program(EXAMPLE, "x86_64", compile_cache)
+    comp = compile_program(EXAMPLE, "x86_64", compile_cache)
     with pytest.raises(UnresolvedImportError, match="simple_mul_workgroup") as info:
         Executable(comp.so_files[0])
     assert info.value.missing == ["simple_mul_workgroup"]

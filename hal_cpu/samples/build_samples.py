@@ -1,23 +1,27 @@
 #!/usr/bin/env python3
 """Build the sample HAL executables bundled with hal_cpu for ``hal-cpu demo``.
 
-Run from the repository root (needs ``iree-compile`` from iree-base-compiler)::
+Run from the repository root with the package installed with its IREE extra
+(``pip install -e '.[iree]'``: the supported ``iree-compile`` and IREE's
+runtime)::
 
     python hal_cpu/samples/build_samples.py
 
 For every ``samples_<kernel>.mlir`` listed in KERNELS and every architecture
-in ARCHES it compiles the program with iree-compile (llvm-cpu backend,
-embedded ELF, no debug info), checks that the host program performs exactly
-one dispatch and nothing else, and writes
+the runtime runs (``fatelf.arches.RUNTIME_ARCHES``) it compiles the program
+with iree-compile (llvm-cpu backend, embedded ELF, no debug info), checks
+that the host program performs exactly one dispatch and nothing else, and
+writes
 
 * ``hal_cpu/samples/<kernel>_<arch>.so``: the embedded-ELF HAL executable;
 * ``hal_cpu/samples/manifest.json``: how to call each one (see below).
 
 Dispatch parameters (export name, workgroup count, push constants, bindings)
-come from evaluating the HAL-level IR with ``tests/iree_tools.py``.  Before
+come from evaluating the HAL-level IR with :mod:`hal_cpu.iree`.  Before
 writing anything the script also runs each program with IREE's own runtime
 on the host and checks it against the numpy function named by the kernel's
-``reference`` key, so the keys in the manifest are known to be right.
+``reference`` key (``hal_cpu.demo.REFERENCES``, the functions ``hal-cpu demo``
+checks with), so the keys in the manifest are known to be right.
 
 manifest.json::
 
@@ -50,7 +54,7 @@ Reference keys (inputs in ``input_index`` order)::
 
     mul_add:  out = a * b + a
     matmul:   out = a @ b
-    sum_last: out = x.sum(axis=-1)
+    sum_last: out = x.sum(axis=-1), accumulated in float32
 
 Workgroup counts depend on the target's tile sizes, so they are per arch.
 """
@@ -59,39 +63,20 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import re
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from fatelf import arches
+from hal_cpu.demo import REFERENCES
+from hal_cpu.iree import (IreeToolError, compile_program, iree_compile_version,
+                          plan_program, reference_run)
+
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
-
-
-def _load_iree_tools():
-    path = ROOT / "tests" / "iree_tools.py"
-    spec = importlib.util.spec_from_file_location("iree_tools", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["iree_tools"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-it = _load_iree_tools()
-
-ARCHES = ("x86_64", "aarch64", "riscv64", "x86_32", "arm32", "riscv32")
-
-#: numpy implementations of the reference keys (inputs in order)
-REFERENCES = {
-    "mul_add": lambda a, b: a * b + a,
-    "matmul": lambda a, b: a @ b,
-    "sum_last": lambda x: x.sum(axis=-1, dtype=x.dtype),
-}
 
 KERNELS = {
     "mul_add": {"source": "samples_mul_add.mlir", "reference": "mul_add",
@@ -124,12 +109,6 @@ def input_types(mlir: Path, function: str) -> list[tuple[tuple[int, ...], str]]:
     return out
 
 
-def compiler_version() -> str:
-    text = it.iree_compile_version()
-    m = re.search(r"compiler version (\S+)", text)
-    return m.group(1) if m else text.splitlines()[0] if text else ""
-
-
 def dump_json(obj) -> str:
     """JSON with two-space indents but short lists of numbers on one line."""
     text = json.dumps(obj, indent=2)
@@ -141,7 +120,7 @@ def dump_json(obj) -> str:
 def describe(kernel: str, c, shapes) -> tuple[dict, dict]:
     """(arch-independent description, per-arch entry) of one compiled kernel."""
     inputs = [np.zeros(s, dtype=d) for s, d in shapes]
-    plan = it.plan_program(c, inputs)
+    plan = plan_program(c, inputs)
     if len(plan.steps) != 1 or not plan.dispatches:
         raise SystemExit(f"{kernel}/{c.arch}: expected exactly one dispatch, got {plan.steps}")
     (d,) = plan.dispatches
@@ -173,7 +152,7 @@ def verify_reference(kernel: str, info: dict, c, shapes) -> None:
     """Run the host build with IREE's runtime and compare with the numpy key."""
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal(s).astype(d) for s, d in shapes]
-    (got,) = it.reference_run(c.vmfb, c.function, inputs)
+    (got,) = reference_run(c.vmfb, c.function, inputs)
     want = REFERENCES[info["reference"]](*inputs)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4,
                                err_msg=f"{kernel}: reference key {info['reference']!r}")
@@ -182,21 +161,28 @@ def verify_reference(kernel: str, info: dict, c, shapes) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=HERE, help="output directory (default: %(default)s)")
-    ap.add_argument("--arch", action="append", choices=ARCHES,
-                    help="build only these arches (repeatable; default: all)")
-    ap.add_argument("--build-dir", type=Path, help="keep iree-compile outputs here (cached)")
+    ap.add_argument("--arch", action="append",
+                    help="build only these arches (name or alias; repeatable; "
+                         f"default: {', '.join(arches.RUNTIME_ARCHES)})")
+    ap.add_argument("--build-dir", type=Path,
+                    help="keep iree-compile outputs here (cached; default: the user "
+                         "cache directory, hal_cpu.iree.default_cache_dir())")
     ap.add_argument("--no-verify", action="store_true",
                     help="skip running the host build with IREE's runtime")
     args = ap.parse_args(argv)
-    arches = tuple(args.arch or ARCHES)
+    try:
+        targets = tuple(dict.fromkeys(arches.lookup(a, runtime=True).name
+                                      for a in args.arch or arches.RUNTIME_ARCHES))
+    except arches.FatElfSelectError as e:
+        ap.error(str(e))
+    try:
+        version = iree_compile_version()
+    except IreeToolError as e:
+        print(f"build_samples.py: {e}", file=sys.stderr)
+        return 2
 
-    tmp = None
     build = args.build_dir
-    if build is None:
-        tmp = tempfile.TemporaryDirectory(prefix="hal-cpu-samples-")
-        build = Path(tmp.name)
-
-    jobs = [(HERE / info["source"], arch) for info in KERNELS.values() for arch in arches]
+    jobs = [(HERE / info["source"], arch) for info in KERNELS.values() for arch in targets]
     failures: dict[tuple[str, str], str] = {}
     compiled: dict[tuple[str, str], object] = {}
 
@@ -205,7 +191,7 @@ def main(argv=None) -> int:
     def build_one(job):
         src, arch = job
         try:
-            return job, it.compile_program(src, arch, build, extra_flags=EXTRA_FLAGS), None
+            return job, compile_program(src, arch, build, extra_flags=EXTRA_FLAGS), None
         except Exception as e:  # noqa: BLE001 - reported below
             return job, None, str(e)
 
@@ -218,18 +204,19 @@ def main(argv=None) -> int:
                 compiled[(kernel, arch)] = c
 
     manifest = {"format": 1, "generator": "hal_cpu/samples/build_samples.py",
-                "iree_compile_version": compiler_version(),
-                "arches": [a for a in arches
+                "iree_compile_version": version,
+                "arches": [a for a in targets
                            if all((k, a) not in failures for k in KERNELS)],
                 "kernels": {}}
-    host = it.host_arch()
+    host_info = arches.host()
+    host = host_info.name if host_info else None
     args.out.mkdir(parents=True, exist_ok=True)
     for kernel, info in KERNELS.items():
         src = HERE / info["source"]
         entry = {"source": info["source"], "description": info["description"],
                  "reference": info["reference"], "export": None, "bindings": None,
                  "per_arch": {}}
-        for arch in arches:
+        for arch in targets:
             c = compiled.get((kernel, arch))
             if c is None:
                 continue
@@ -259,8 +246,6 @@ def main(argv=None) -> int:
         print(f"FAILED {kernel} for {arch}:\n{err}", file=sys.stderr)
     built = sum(len(e["per_arch"]) for e in manifest["kernels"].values())
     print(f"wrote {built} executables and manifest.json to {args.out}")
-    if tmp is not None:
-        tmp.cleanup()
     return 1 if failures else 0
 
 

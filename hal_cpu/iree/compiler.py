@@ -1,0 +1,336 @@
+"""Finding and running ``iree-compile``.
+
+``compile_program`` compiles one MLIR program for one architecture with the
+``llvm-cpu`` backend of IREE's local device and keeps three outputs: the
+``.vmfb`` module, the embedded-ELF HAL executables that the module carries
+(dumped with ``--iree-hal-dump-executable-binaries-to``) and the HAL-level IR
+of the host program (``--compile-to=hal``), which :mod:`hal_cpu.iree.plan`
+evaluates.
+
+Only one compiler version is supported: :data:`SUPPORTED_VERSION` from the
+``iree-base-compiler`` package (``pip install
+'portable-kernel-runtime[iree]'``). Target flags come from the architecture
+table, ``fatelf.arches.lookup(arch).iree_flags``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence, Union
+
+from fatelf import arches
+
+from .errors import CompileError, IreeToolError
+
+__all__ = [
+    "SUPPORTED_VERSION", "INSTALL_HINT", "BASE_FLAGS", "Compiled",
+    "target_flags", "variant_name", "find_iree_compile", "iree_compile_version",
+    "default_cache_dir", "compile_program", "compile_many",
+]
+
+PathLike = Union[str, os.PathLike]
+
+#: The ``iree-base-compiler`` / ``iree-base-runtime`` release this package
+#: works with. Builds of it report e.g. ``3.13.0rc20261016``; the release part
+#: must match.
+SUPPORTED_VERSION = "3.13.0"
+
+#: How to install the supported IREE tools.
+INSTALL_HINT = "pip install 'portable-kernel-runtime[iree]'"
+
+#: Flags common to every compile: IREE's local device with the llvm-cpu
+#: backend (embedded-ELF executables).
+BASE_FLAGS: tuple[str, ...] = (
+    "--iree-hal-target-device=local",
+    "--iree-hal-local-target-device-backends=llvm-cpu",
+)
+
+_VERSION_RE = re.compile(r"compiler version\s+(\S+)")
+
+
+def _release(version: str) -> str | None:
+    m = re.match(r"(\d+\.\d+\.\d+)(?!\d)", version)
+    return m.group(1) if m else None
+
+
+def target_flags(arch: str) -> tuple[str, ...]:
+    """``iree-compile`` flags selecting ``arch`` (name or alias, e.g.
+    ``arm64``): :data:`BASE_FLAGS` plus the table's ``iree_flags``.
+
+    Raises:
+        fatelf.FatElfSelectError: unknown architecture, or one the runtime
+            does not run.
+    """
+    return BASE_FLAGS + arches.lookup(arch, runtime=True).iree_flags
+
+
+def variant_name(arch: str) -> str:
+    """Name IREE gives the executable variant for ``arch``, e.g.
+    ``embedded_elf_arm_64`` for ``aarch64``; also the suffix of the dumped
+    ``<module>_<executable>_<variant>.so`` files."""
+    return "embedded_elf_" + arches.lookup(arch, runtime=True).iree_variant
+
+
+def _which() -> str | None:
+    exe = shutil.which("iree-compile")
+    if exe:
+        return exe
+    # the interpreter's own scripts directory (a virtualenv not on PATH)
+    scripts = sysconfig.get_path("scripts")
+    for name in ("iree-compile", "iree-compile.exe"):
+        cand = Path(scripts) / name if scripts else None
+        if cand is not None and cand.is_file() and os.access(cand, os.X_OK):
+            return str(cand)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _version_text(exe: str, mtime_ns: int) -> str:
+    try:
+        proc = subprocess.run([exe, "--version"], capture_output=True, text=True,
+                              timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise IreeToolError(f"cannot run it ({e}); {SUPPORTED_VERSION} is needed: "
+                            f"{INSTALL_HINT}", name=exe, field="version") from None
+    return (proc.stdout + proc.stderr).strip()
+
+
+def _checked(exe: str) -> tuple[str, str]:
+    """(version, full ``--version`` text) of ``exe``, checked."""
+    text = _version_text(exe, os.stat(exe).st_mtime_ns)
+    m = _VERSION_RE.search(text)
+    version = m.group(1) if m else None
+    if version is None or _release(version) != SUPPORTED_VERSION:
+        found = f"found {version}" if version else "no version in its --version output"
+        raise IreeToolError(
+            f"{found}; iree-compile {SUPPORTED_VERSION} (iree-base-compiler=="
+            f"{SUPPORTED_VERSION}) is needed: {INSTALL_HINT}",
+            name=exe, field="version", value=version)
+    return version, text
+
+
+def find_iree_compile() -> Path:
+    """Path of the supported ``iree-compile``.
+
+    Looks on ``PATH``, then in the running interpreter's scripts directory,
+    and checks ``iree-compile --version`` (cached per file and mtime).
+
+    Raises:
+        IreeToolError: not found, cannot run, or a version other than
+            :data:`SUPPORTED_VERSION`; the one-line message says which version
+            is needed and how to install it.
+    """
+    exe = _which()
+    if exe is None:
+        raise IreeToolError(
+            f"not found on PATH; iree-compile {SUPPORTED_VERSION} (iree-base-compiler=="
+            f"{SUPPORTED_VERSION}) is needed: {INSTALL_HINT}", name="iree-compile")
+    _checked(exe)
+    return Path(exe)
+
+
+def iree_compile_version() -> str:
+    """Version of the ``iree-compile`` in use, e.g. ``3.13.0rc20261016``.
+
+    Raises:
+        IreeToolError: as :func:`find_iree_compile`.
+    """
+    return _checked(str(find_iree_compile()))[0]
+
+
+def default_cache_dir() -> Path:
+    """Where :func:`compile_program` keeps outputs when given no directory:
+    ``<user cache dir>/iree-compile``, the user cache dir being
+    ``platformdirs.user_cache_dir("portable-kernel-runtime")``."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("portable-kernel-runtime")) / "iree-compile"
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """Outputs of :func:`compile_program` for one (program, architecture).
+
+    Attributes:
+        source: the MLIR file compiled (absolute).
+        arch: canonical architecture name (``x86_64``, ``aarch64``...).
+        vmfb: the IREE VM module.
+        hal_mlir: the HAL-level IR of the same compile.
+        so_files: every embedded ELF the compiler dumped (one per
+            ``hal.executable``; none for a program without dispatches), sorted.
+        functions: public function names of the module, in order of appearance.
+    """
+
+    source: Path
+    arch: str
+    vmfb: Path
+    hal_mlir: Path
+    so_files: tuple[Path, ...]
+    functions: tuple[str, ...]
+
+    @property
+    def function(self) -> str:
+        """The single public function.
+
+        Raises:
+            ValueError: the module has none or several.
+        """
+        if len(self.functions) != 1:
+            raise ValueError(f"{self.source.name} has public functions "
+                             f"{list(self.functions)}; name one")
+        return self.functions[0]
+
+    @property
+    def variant(self) -> str:
+        """The executable variant name for :attr:`arch`, e.g.
+        ``embedded_elf_x86_64``."""
+        return variant_name(self.arch)
+
+    def so_for(self, executable: str, variant: str | None = None) -> Path:
+        """The dumped ``.so`` of ``hal.executable @executable`` (variant
+        ``@variant``, default :attr:`variant`).
+
+        ``iree-compile`` names dumps ``<module>_<executable>_<variant>.so``,
+        <module> being the MLIR module name (``module`` when unnamed).
+
+        Raises:
+            FileNotFoundError: no single dumped file matches.
+        """
+        variant = variant or self.variant
+        exact = f"module_{executable}_{variant}.so"
+        for p in self.so_files:
+            if p.name == exact:
+                return p
+        hits = [p for p in self.so_files if p.name.endswith(f"_{executable}_{variant}.so")]
+        if len(hits) != 1:
+            raise FileNotFoundError(
+                f"no unique dumped binary for executable {executable!r} variant "
+                f"{variant!r} among {[p.name for p in self.so_files]}")
+        return hits[0]
+
+
+def _run_compile(args: list[str]) -> None:
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True)
+    except OSError as e:
+        raise IreeToolError(f"cannot run it ({e})", name=args[0]) from None
+    if proc.returncode != 0:
+        raise CompileError(f"iree-compile failed ({proc.returncode}):\n"
+                           f"$ {' '.join(args)}\n{proc.stderr}",
+                           name=args[1], value=proc.returncode)
+
+
+def _public_functions(hal_text: str) -> tuple[str, ...]:
+    return tuple(re.findall(r"^\s*util\.func public @([\w$.-]+)\(", hal_text, re.M))
+
+
+def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = None,
+                    *, extra_flags: Sequence[str] = ()) -> Compiled:
+    """Compile an MLIR program for ``arch`` (name or alias), cached.
+
+    Writes ``<stem>.vmfb``, ``binaries/*.so`` (the embedded ELFs) and
+    ``<stem>.hal.mlir`` (the host-side IR as ``--compile-to=hal`` prints it,
+    taken from the same run's ``--dump-compilation-phases-to`` output, or from
+    a second ``--compile-to=hal`` run when that phase is missing) into one
+    directory:
+
+    * ``out_dir/<stem>-<arch>/`` when ``out_dir`` is given;
+    * ``<default_cache_dir()>/<stem>-<arch>-<hash>/`` otherwise.
+
+    The directory carries ``stamp.txt``, a SHA-256 of the source text, the
+    flags and the compiler's ``--version`` output; a directory whose stamp
+    matches is reused without running the compiler.
+
+    Args:
+        mlir_path: the MLIR source (any input ``iree-compile`` accepts).
+        arch: target architecture, e.g. ``x86_64``, ``arm64``, ``rv32``.
+        out_dir: cache directory; created if needed.
+        extra_flags: more ``iree-compile`` flags (part of the hash).
+
+    Raises:
+        IreeToolError: ``iree-compile`` missing or not :data:`SUPPORTED_VERSION`.
+        CompileError: the compiler reported an error (message has its stderr).
+        fatelf.FatElfSelectError: unknown architecture.
+        OSError: the source cannot be read or the directory written.
+    """
+    info = arches.lookup(arch, runtime=True)
+    arch = info.name
+    mlir_path = Path(mlir_path).resolve()
+    flags = list(target_flags(arch)) + list(extra_flags)
+    exe = str(find_iree_compile())
+    _, version_text = _checked(exe)
+    key = hashlib.sha256("\0".join(
+        [mlir_path.read_text(), *flags, version_text]).encode()).hexdigest()
+    if out_dir is None:
+        out_dir = default_cache_dir()
+        dest = out_dir / f"{mlir_path.stem}-{arch}-{key[:16]}"
+    else:
+        out_dir = Path(out_dir)
+        dest = out_dir / f"{mlir_path.stem}-{arch}"
+    stamp = dest / "stamp.txt"
+    vmfb = dest / f"{mlir_path.stem}.vmfb"
+    hal = dest / f"{mlir_path.stem}.hal.mlir"
+    dump = dest / "binaries"
+
+    if not (stamp.is_file() and stamp.read_text() == key and vmfb.is_file()
+            and hal.is_file()):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=out_dir))
+        try:
+            tdump = tmp / "binaries"
+            tdump.mkdir()
+            phases = tmp / "phases"
+            # One run gives the vmfb, the dumped ELFs and (as a compilation
+            # phase) the HAL-level IR of that very compile.
+            _run_compile([exe, str(mlir_path), "-o", str(tmp / vmfb.name), *flags,
+                          f"--iree-hal-dump-executable-binaries-to={tdump}",
+                          f"--dump-compilation-phases-to={phases}"])
+            hal_phase = sorted(phases.glob("*.hal.mlir"))
+            if len(hal_phase) == 1:
+                os.replace(hal_phase[0], tmp / hal.name)
+            else:
+                _run_compile([exe, str(mlir_path), "--compile-to=hal",
+                              "-o", str(tmp / hal.name), *flags])
+            shutil.rmtree(phases, ignore_errors=True)
+            (tmp / "stamp.txt").write_text(key)
+            if dest.exists():
+                shutil.rmtree(dest)
+            try:
+                os.replace(tmp, dest)
+            except OSError:
+                # another process won the race; use its result
+                if not (dest / "stamp.txt").is_file():
+                    raise
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    so_files = tuple(sorted(dump.glob("*.so")))
+    return Compiled(source=mlir_path, arch=arch, vmfb=vmfb, hal_mlir=hal,
+                    so_files=so_files, functions=_public_functions(hal.read_text()))
+
+
+def compile_many(jobs: Iterable[tuple[PathLike, str]], out_dir: PathLike | None = None,
+                 *, max_workers: int | None = None,
+                 extra_flags: Sequence[str] = ()) -> list[Compiled]:
+    """:func:`compile_program` for several ``(mlir_path, arch)`` pairs, run in
+    parallel threads (default: one per CPU); results in job order.
+
+    Raises:
+        The first error of :func:`compile_program` among the jobs.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = list(jobs)
+    with ThreadPoolExecutor(max_workers or os.cpu_count() or 2) as pool:
+        return list(pool.map(lambda j: compile_program(j[0], j[1], out_dir,
+                                                       extra_flags=extra_flags), jobs))

@@ -1,0 +1,53 @@
+"""Errors raised by :mod:`hal_cpu.iree`; all derive from
+:class:`hal_cpu.HalCpuError`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import HalCpuError
+
+
+class IreeToolError(HalCpuError):
+    """An IREE tool is missing, has an unsupported version, or cannot run.
+
+    Raised for ``iree-compile`` (package ``iree-base-compiler``) and for
+    IREE's Python runtime (``iree.runtime``, package ``iree-base-runtime``).
+    ``name`` is the tool or its path, ``field`` what was checked (e.g.
+    ``version``), ``value`` the version found, if any.
+    """
+
+
+class CompileError(IreeToolError):
+    """``iree-compile`` exited with an error; the message ends with the
+    command line and the compiler's diagnostics (several lines)."""
+
+
+class EvaluationError(HalCpuError):
+    """The HAL-level IR needs something the planner cannot parse or compute.
+
+    Attributes:
+        op: name of the IR op concerned (e.g. ``hal.command_buffer.collective``),
+            or None.
+        line: 1-based line of that op in the IR file, or None.
+        path: the IR file (a :class:`~pathlib.Path`), or None for IR given
+            as text.
+        detail: the message without the location prefix.
+
+    The message reads ``<path>: line <n>: <what is wrong>``.
+    """
+
+    def __init__(self, message: str, *, op: str | None = None,
+                 line: int | None = None, path=None):
+        path = Path(path) if path else None
+        self.op, self.line, self.path, self.detail = op, line, path, message
+        super().__init__(message, name=str(path) if path else None,
+                         field=f"line {line}" if line else None, value=op)
+
+    def located(self, path=None, op: str | None = None,
+                line: int | None = None) -> "EvaluationError":
+        """This error with the location filled in where it was unknown."""
+        err = EvaluationError(self.detail, op=self.op or op,
+                              line=self.line or line, path=self.path or path)
+        err.__cause__ = self.__cause__
+        return err

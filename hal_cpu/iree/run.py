@@ -1,0 +1,126 @@
+"""Running a plan: buffers and transfers with numpy, dispatches through
+:class:`hal_cpu.Executable` (or any callback)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .errors import EvaluationError
+from .plan import BindingRef, Dispatch, FillStep, ProgramPlan
+
+__all__ = ["PlanRunner", "run_plan"]
+
+#: ``run_dispatch(dispatch, bindings)``: runs every workgroup of ``dispatch``
+#: over ``bindings`` (one writable uint8 array per binding).
+RunDispatch = Callable[[Dispatch, list[np.ndarray]], None]
+
+
+class PlanRunner:
+    """A ``run_dispatch`` callback for :func:`run_plan` that dispatches with
+    :class:`hal_cpu.Executable`, keeping one loaded executable per ``.so``
+    until :meth:`close`.
+
+    Args:
+        backend: ``"auto"``, ``"native"`` or ``"emulated"`` (as
+            :class:`hal_cpu.Executable`).
+        arch: architecture (name or alias) of the executables, or None to
+            take it from each ELF.
+        plugins: a :class:`hal_cpu.plugins.PluginManager` resolving imports,
+            or None.
+
+    Attributes:
+        calls: dispatches run so far.
+        executables: ``so_path`` -> loaded :class:`hal_cpu.Executable`.
+
+    Use as a context manager, or call :meth:`close`. Errors of loading and
+    dispatching (:class:`hal_cpu.HalCpuError`, :class:`elfloader` errors)
+    propagate unchanged.
+    """
+
+    def __init__(self, backend: str = "auto", arch: str | None = None, plugins=None):
+        self.backend, self.arch, self.plugins = backend, arch, plugins
+        self.executables: dict[Path, Any] = {}
+        self.calls = 0
+
+    def __call__(self, dispatch: Dispatch, bindings: list[np.ndarray]) -> None:
+        from ..library import Executable
+
+        exe = self.executables.get(dispatch.so_path)
+        if exe is None:
+            exe = self.executables[dispatch.so_path] = Executable(
+                dispatch.so_path, backend=self.backend, arch=self.arch,
+                plugins=self.plugins)
+        exe.dispatch(dispatch.export_name, dispatch.workgroup_count, bindings,
+                     dispatch.constants)
+        self.calls += 1
+
+    def close(self) -> None:
+        """Unload every executable."""
+        for exe in self.executables.values():
+            exe.close()
+        self.executables.clear()
+
+    def __enter__(self) -> "PlanRunner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def run_plan(plan: ProgramPlan, inputs: Sequence[Any],
+             run_dispatch: RunDispatch | None = None, *, fill_byte: int = 0,
+             backend: str = "auto", arch: str | None = None,
+             plugins=None) -> list[np.ndarray]:
+    """Execute a plan: allocate its buffers, run each step, return the results.
+
+    Args:
+        plan: from :func:`hal_cpu.iree.plan_program` for the same ``inputs``.
+        inputs: the arrays and scalars the plan was made for. Input arrays are
+            copied first, so kernels cannot modify the caller's arrays.
+        run_dispatch: ``run_dispatch(dispatch, bindings)`` receives each
+            :class:`Dispatch` and one writable uint8 numpy view per binding
+            (exactly ``offset:offset+length`` of the underlying buffer) and
+            must run every workgroup. Default: a :class:`PlanRunner` with
+            ``backend``, ``arch`` and ``plugins``, closed on return.
+        fill_byte: initial value of every byte of the transient buffers.
+
+    Returns:
+        One new numpy array per function result, with the plan's shapes and
+        dtypes.
+
+    Raises:
+        EvaluationError: a binding lies outside its buffer.
+        Whatever ``run_dispatch`` raises.
+    """
+    if run_dispatch is None:
+        with PlanRunner(backend=backend, arch=arch, plugins=plugins) as runner:
+            return run_plan(plan, inputs, runner, fill_byte=fill_byte)
+
+    storage: dict[tuple[str, Any], np.ndarray] = {}
+    for i, v in enumerate(inputs):
+        if hasattr(v, "shape"):
+            storage[("input", i)] = np.frombuffer(
+                np.ascontiguousarray(v).tobytes(), dtype=np.uint8).copy()
+    for name, size in plan.buffers.items():
+        storage[("buffer", name)] = np.full(size, fill_byte, dtype=np.uint8)
+
+    def view(b: BindingRef) -> np.ndarray:
+        buf = storage[(b.kind, b.ref)]
+        if b.offset < 0 or b.offset + b.length > buf.size:
+            raise EvaluationError(f"binding {b} outside its buffer of {buf.size} bytes")
+        return buf[b.offset:b.offset + b.length]
+
+    for step in plan.steps:
+        if isinstance(step, Dispatch):
+            run_dispatch(step, [view(b) for b in step.bindings])
+        elif isinstance(step, FillStep):
+            t = view(step.target)
+            reps = -(-t.size // len(step.pattern))
+            t[:] = np.frombuffer(step.pattern * reps, dtype=np.uint8)[:t.size]
+        else:
+            view(step.target)[:] = view(step.source).copy()
+
+    return [view(r.storage).view(r.dtype).reshape(r.shape).copy() for r in plan.results]
