@@ -95,6 +95,8 @@ class Layout:
         self.size = self._struct.size
         self.align = align
         self.names = [n for n, _, _ in self._fields]
+        #: the ``struct`` format (with ``<`` and padding) of the whole struct
+        self.format = fmt
         self._scalar = all(c == 1 for _, _, c in self._fields)
 
     def pack(self, **values) -> bytes:

@@ -32,6 +32,11 @@ class DispatchError(HalCpuError):
     count) or a workgroup returned non-zero."""
 
 
+class DispatchTimeoutError(DispatchError):
+    """A dispatch ran past its time limit (``timeout=``); the workgroups
+    not yet run were not run."""
+
+
 class UnresolvedImportError(HalCpuError):
     """Required imports of an executable that no plugin provides.
 

@@ -12,21 +12,21 @@ workgroup state laid out for the image's pointer width.
 
 from __future__ import annotations
 
-import itertools
-import struct
+import os
+import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 import elfloader
-from elfloader import Backend, as_int32
+from elfloader import Backend
 
-from . import abi
+from . import abi, runtime
+from .dispatch import DispatchLayout, run_grid
 from .errors import (DispatchError, ExportNotFoundError, LibraryError,
                      UnresolvedImportError)
 from .memory import GuestView, ptr_array
-from fatelf.cstruct import pack_array
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,62 @@ def _as_binding(value, index: int) -> np.ndarray:
                             value=type(value).__name__) from None
 
 
+def _triple(values, field: str, path: str, limit_xy: int, low: int):
+    """Three integers (x, y, z) with low <= x, y < limit_xy, low <= z < 2**16."""
+    if type(values) is tuple and len(values) == 3:
+        x, y, z = values
+        if (type(x) is int and type(y) is int and type(z) is int and
+                low <= x < limit_xy and low <= y < limit_xy and low <= z < 65536):
+            return values
+    try:
+        vals = tuple(values)
+        ok = len(vals) == 3 and all(isinstance(v, (int, np.integer))
+                                    and not isinstance(v, bool) for v in vals)
+    except TypeError:
+        ok = False
+    if not ok:
+        raise DispatchError(f"{values!r} is not three integers (x, y, z)",
+                            name=path, field=field, value=values)
+    for axis, v, limit in zip("xyz", vals, (limit_xy, limit_xy, 1 << 16)):
+        if not low <= v < limit:
+            raise DispatchError(f"{axis} = {v} is outside [{low}, {limit})",
+                                name=path, field=f"{field}.{axis}", value=int(v))
+    return tuple(int(v) for v in vals)
+
+
+def _constants(constants, exp, path: str) -> list[int]:
+    consts = list(constants)
+    if all(type(c) is int and 0 <= c < 4294967296 for c in consts) and \
+            exp.constant_count <= len(consts) <= abi.MAX_CONSTANT_COUNT:
+        return consts
+    if not exp.constant_count <= len(consts) <= abi.MAX_CONSTANT_COUNT:
+        raise DispatchError(f"export {exp.label} declares {exp.constant_count} "
+                            f"constants (at most {abi.MAX_CONSTANT_COUNT}), "
+                            f"{len(consts)} given", name=path, field="constants",
+                            value=len(consts))
+    for i, c in enumerate(consts):
+        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) \
+                or not 0 <= c < 1 << 32:
+            raise DispatchError(f"{c!r} is not a uint32 (pass float constants "
+                                "as their bit pattern)", name=path,
+                                field=f"constants[{i}]", value=c)
+    return [int(c) for c in consts]
+
+
+def _workers(workers, backend, total: int, path: str) -> int:
+    if workers is None:
+        try:
+            workers = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            workers = os.cpu_count() or 1
+    elif isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise DispatchError(f"{workers!r} is not a positive number of workers",
+                            name=path, field="workers", value=workers)
+    if backend.kind != "native":
+        return 1
+    return max(1, min(workers, total, 255))
+
+
 class Executable:
     """A loaded executable library.
 
@@ -117,6 +173,7 @@ class Executable:
         self.arch = self.module.arch
         self.path = self.module.name
         self._allocs: list[int] = []
+        self._layouts: dict | None = {}
         try:
             self._query(plugins)
         except BaseException:
@@ -246,121 +303,94 @@ class Executable:
                  workgroup_count: Sequence[int] = (1, 1, 1),
                  bindings: Sequence = (), constants: Sequence[int] = (),
                  *, workgroup_size: Sequence[int] | None = None,
-                 processor_id: int = 0) -> None:
+                 workers: int | None = None, timeout: float | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> None:
         """Run every workgroup of the grid.
 
         Args:
             export: ordinal or name.
             workgroup_count: (x, y, z), x, y < 2**32, z < 2**16; a zero
                 count runs no workgroup.
-            bindings: C-contiguous numpy arrays or writable buffers, in
-                binding order; results land in them (zero copy natively).
+            bindings: C-contiguous numpy arrays (any dtype) or buffers
+                (``bytes``, ``bytearray``...), in binding order; results land
+                in them. Every binding the kernel sees is 64-byte aligned:
+                natively an aligned writable array is used in place, any
+                other is copied into aligned memory (and back if writable).
+                Read-only arrays and ``bytes`` are never written.
             constants: uint32 push constants (ints in [0, 2**32)).
-            workgroup_size: override of the export's (x, y, z).
-            processor_id: value given to ``workgroup_state.processor_id``.
+            workgroup_size: override of the export's (x, y, z) (each in
+                [1, 2**32), z < 2**16).
+            workers: host threads running workgroups at once (native
+                backend; the emulated backend runs one). Default: the CPUs
+                this process may use. Each worker has its own workgroup
+                state, ``processor_id`` (0..workers-1) and local memory;
+                ``max_concurrency`` in the dispatch state says how many.
+            timeout: seconds after which no further workgroup starts
+                (checked between chunks of workgroups); None: no limit.
+            progress: called as ``progress(done, total)`` (workgroups) after
+                each chunk.
 
         Raises:
-            DispatchError: fewer bindings/constants than the export declares,
-                bad counts, or a workgroup returned non-zero (the message names
-                the export and the workgroup id).
+            DispatchError: bad arguments (fewer bindings/constants than the
+                export declares, counts out of range, non-integer
+                constants), or a workgroup returned non-zero (the message
+                names the export and the workgroup id).
+            DispatchTimeoutError: ``timeout`` passed.
+            LibraryError: the executable was closed.
             elfloader.EmulationError: the emulated CPU faulted.
         """
+        if self._layouts is None:
+            raise LibraryError("the executable is closed", name=self.path,
+                               field="dispatch", value=export)
         exp = self.export(export)
-        where = dict(name=self.path)
-        wc = tuple(int(v) for v in workgroup_count)
-        if len(wc) != 3 or min(wc) < 0 or wc[0] >= 1 << 32 or \
-                wc[1] >= 1 << 32 or wc[2] >= 1 << 16:
-            raise DispatchError(f"workgroup count {wc} must be three "
-                                "non-negative integers (z < 65536)",
-                                field="workgroup_count", value=wc, **where)
-        if len(bindings) < exp.binding_count:
+        wc = _triple(workgroup_count, "workgroup_count", self.path, 1 << 32, 0)
+        wsize = (_triple(workgroup_size, "workgroup_size", self.path, 1 << 32, 1)
+                 if workgroup_size is not None else exp.workgroup_size)
+        n = len(bindings)
+        if n < exp.binding_count or n > abi.MAX_BINDING_COUNT:
             raise DispatchError(f"export {exp.label} declares {exp.binding_count} "
-                                f"bindings, {len(bindings)} given",
-                                field="bindings", value=len(bindings), **where)
-        if len(constants) < exp.constant_count:
-            raise DispatchError(f"export {exp.label} declares "
-                                f"{exp.constant_count} constants, "
-                                f"{len(constants)} given", field="constants",
-                                value=len(constants), **where)
-        if len(bindings) > abi.MAX_BINDING_COUNT or \
-                len(constants) > abi.MAX_CONSTANT_COUNT:
-            raise DispatchError("at most 64 bindings and 64 constants",
-                                field="bindings", value=len(bindings), **where)
-        try:
-            consts = [int(c) for c in constants]
-        except (TypeError, ValueError):
-            raise DispatchError("constants must be integers (uint32 bit "
-                                "patterns)", field="constants", **where) from None
-        if any(not 0 <= c < 1 << 32 for c in consts):
-            raise DispatchError("constants must fit uint32", field="constants",
-                                value=consts, **where)
+                                f"bindings (at most {abi.MAX_BINDING_COUNT}), "
+                                f"{n} given", name=self.path, field="bindings",
+                                value=n)
+        consts = _constants(constants, exp, self.path)
         arrays = [_as_binding(b, i) for i, b in enumerate(bindings)]
-        if 0 in wc:
+        total = wc[0] * wc[1] * wc[2]
+        if total == 0:
             return  # an empty grid runs nothing, as in IREE
-        wsize = tuple(workgroup_size) if workgroup_size else exp.workgroup_size
-        self._run(exp, wc, wsize, arrays, consts, processor_id)
-
-    def _run(self, exp: Export, wc, wsize, arrays, consts, processor_id) -> None:
-        be, ps = self.backend, self.backend.pointer_size
-        abi_key = be.arch.c_abi
-        finishers, scratch = [], None
+        if total > runtime.MAX_END:
+            raise DispatchError(f"{total} workgroups exceed the 2**64 - 1 a "
+                                "dispatch can run", name=self.path,
+                                field="workgroup_count", value=wc)
+        workers = _workers(workers, self.backend, total, self.path)
+        key = (exp.ordinal, n, len(consts), workers)
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = self._layouts[key] = DispatchLayout(
+                self.backend, n, len(consts), workers, exp.local_memory_size)
+        finishers = []
         try:
-            ptrs = []
+            pointers = []
             for a in arrays:
-                addr, finish = be.map_array(a)
-                ptrs.append(addr)
+                address, finish = self.backend.map_array(a)
+                pointers.append(address)
                 finishers.append(finish)
-            # One scratch block per dispatch: workgroup state, dispatch state,
-            # constants, binding pointers and lengths, local memory.
-            wg_layout = abi.WORKGROUP_STATE.layout(*abi_key)
-            state_layout = abi.DISPATCH_STATE.layout(*abi_key)
-            parts = [wg_layout.size, state_layout.size, 4 * len(consts),
-                     ps * len(arrays), ps * len(arrays), exp.local_memory_size]
-            offsets, total = [], 0
-            for size in parts:
-                offsets.append(total)
-                total += -(-size // 64) * 64
-            scratch = be.alloc(max(total, 64), 64)
-            wg_addr, state_addr, c_addr, p_addr, l_addr, local = \
-                [scratch + o for o in offsets]
-            block = bytearray(total)
-            state = state_layout.pack(
-                workgroup_size_x=wsize[0], workgroup_size_y=wsize[1],
-                workgroup_size_z=wsize[2], constant_count=len(consts),
-                workgroup_count_x=wc[0], workgroup_count_y=wc[1],
-                workgroup_count_z=wc[2], max_concurrency=1,
-                binding_count=len(arrays), constants=c_addr,
-                binding_ptrs=p_addr, binding_lengths=l_addr)
-            for off, data in ((offsets[1], state),
-                              (offsets[2], pack_array("u32", ps, consts)),
-                              (offsets[3], ptr_array(ps, ptrs)),
-                              (offsets[4], ptr_array(ps, [a.nbytes for a in arrays]))):
-                block[off:off + len(data)] = data
-            wg = wg_layout.pack(processor_id=processor_id,
-                                local_memory=local if exp.local_memory_pages else 0,
-                                local_memory_size=exp.local_memory_size)
-            block[:len(wg)] = wg
-            be.write(scratch, block)
-            ids = struct.Struct("<IIH")
-            write, call, fn, env = be.write, be.call, exp.address, self._env
-            for z, y, x in itertools.product(range(wc[2]), range(wc[1]),
-                                             range(wc[0])):
-                write(wg_addr, ids.pack(x, y, z))
-                ret = call(fn, env, state_addr, wg_addr)
-                if ret & 0xFFFFFFFF:
-                    raise DispatchError(
-                        f"export {exp.label} returned {as_int32(ret)} in "
-                        f"workgroup ({x}, {y}, {z})", name=self.path,
-                        field="workgroup_id", value=(x, y, z))
+            layout.write(wsize, wc, workers, consts, pointers,
+                         [a.nbytes for a in arrays])
+            deadline = time.monotonic() + timeout if timeout else None
+            run_grid(self.backend, layout, exp.address, self._env, total,
+                     workers, label=exp.label, path=self.path, grid=wc,
+                     deadline=deadline, progress=progress)
         finally:
             for finish in finishers:
                 finish()
-            if scratch is not None:
-                be.release(scratch)
 
     # --- lifetime ---------------------------------------------------------
     def close(self) -> None:
-        """Unload the library (and its backend when this object created it)."""
+        """Unload the library (and its backend when this object created it).
+        Using the executable afterwards raises :class:`LibraryError`."""
+        for layout in (self._layouts or {}).values():
+            layout.close()
+        self._layouts = None
         for addr in self._allocs:
             self.backend.release(addr)
         self._allocs = []

@@ -15,6 +15,7 @@ from elfloader import (ElfError, ElfFormatError, RelocationError,
 from elfloader.backend.emulated import EmulatedBackend
 from elfloader.backend.native import NativeBackend
 from hal_cpu import DispatchError, Executable, LibraryError
+from hal_cpu.iree import plan_program
 
 from conftest import PREBUILT
 
@@ -200,8 +201,65 @@ def test_too_few_bindings_or_constants(compiled):
             exe.dispatch(0, (1, 1, 1), arrays[:-1], [0] * exp.constant_count)
         with pytest.raises(DispatchError, match="declares .* constants"):
             exe.dispatch(0, (1, 1, 1), arrays, [0] * (exp.constant_count - 1))
-        with pytest.raises(DispatchError, match="workgroup count"):
-            exe.dispatch(0, (-1, 1, 1), arrays, [0] * exp.constant_count)
+        consts = [0] * exp.constant_count
+        for kwargs, field in (
+                (dict(workgroup_count=(-1, 1, 1)), "workgroup_count.x"),
+                (dict(workgroup_count=(1, 1, 65536)), "workgroup_count.z"),
+                (dict(workgroup_count=(1 << 32, 1, 1)), "workgroup_count.x"),
+                (dict(workgroup_count=(1.9, 1, 1)), "workgroup_count"),
+                (dict(workgroup_count=(1, 1)), "workgroup_count"),
+                (dict(workgroup_size=(-1, 1, 1)), "workgroup_size.x"),
+                (dict(workgroup_size=(0, 1, 1)), "workgroup_size.x"),
+                (dict(workers=0), "workers"),
+                (dict(constants=[1.7] * exp.constant_count), "constants[0]"),
+                (dict(constants=[-1] * exp.constant_count), "constants[0]"),
+                (dict(constants=[1 << 32] * exp.constant_count), "constants[0]")):
+            args = dict(workgroup_count=(1, 1, 1), bindings=arrays, constants=consts)
+            args.update(kwargs)
+            with pytest.raises(DispatchError) as info:
+                exe.dispatch(0, **args)
+            assert info.value.field == field, (kwargs, str(info.value))
+            assert info.value.name == exe.path
+
+
+def test_dispatch_after_close_is_typed(compiled):
+    from hal_cpu import LibraryError
+    for backend in ("native", "emulated"):
+        exe = Executable(compiled("mul_add", "x86_64").so_files[0], backend=backend)
+        exe.close()
+        with pytest.raises(LibraryError, match="closed"):
+            exe.dispatch(0, (1, 1, 1), [np.zeros(4, np.float32)] * 3)
+
+
+def test_read_only_bindings_are_never_written(compiled):
+    """A kernel writing into a read-only array or ``bytes`` object leaves it
+    unchanged on both backends; writable unaligned arrays get the results."""
+    c = compiled("mul_add", "x86_64")
+    n = 10007
+    a = np.arange(n, dtype=np.float32)
+    (d,) = plan_program(c, [a, a]).dispatches
+    for backend in ("native", "emulated"):
+        with Executable(c.so_files[0], backend=backend) as exe:
+            out = np.zeros(n, np.float32)
+            out.setflags(write=False)
+            raw = bytes(4 * n)
+            # unaligned writable output: a view 4 bytes into a bigger buffer
+            big = np.zeros(n + 16, np.float32)
+            unaligned = big[1:n + 1]
+            assert unaligned.__array_interface__["data"][0] % 64
+            for target in (out, raw):
+                exe.dispatch(d.export_name, d.workgroup_count, [a, a, target])
+            exe.dispatch(d.export_name, d.workgroup_count, [a, a, unaligned])
+            assert not out.any() and raw == bytes(4 * n)
+            np.testing.assert_array_equal(unaligned, a * a + a)
+
+
+def test_zero_size_binding_is_safe(compiled):
+    so = compiled("mul_add", "x86_64").so_files[0]
+    for backend in ("native", "emulated"):
+        with Executable(so, backend=backend) as exe:
+            empty = np.zeros(0, np.float32)
+            exe.dispatch(0, (0, 1, 1), [empty, empty, empty])
 
 
 def test_foreign_arch_refused_natively():

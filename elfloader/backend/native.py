@@ -66,6 +66,7 @@ class NativeBackend(Backend):
         self._fn_cache: dict[tuple[int, int], Callable] = {}
         self._fn_types: dict[int, type] = {}
         self._pending: BaseException | None = None
+        self._bounce: dict[tuple[int, int], list[int]] = {}
 
     # --- memory -----------------------------------------------------------
     def reserve(self, size: int, align: int = 0) -> int:
@@ -105,7 +106,8 @@ class NativeBackend(Backend):
         return ctypes.string_at(address, size)
 
     def write(self, address: int, data) -> None:
-        data = bytes(data)
+        if type(data) is not bytes:
+            data = bytes(data)
         ctypes.memmove(address, data, len(data))
 
     def protect(self, address: int, size: int, prot: int) -> None:
@@ -125,11 +127,34 @@ class NativeBackend(Backend):
                                f"{prot_str(prot)}) failed: {os.strerror(err)}",
                                field="protect", value=prot_str(prot))
 
-    def map_array(self, array: np.ndarray):
+    def map_array(self, array: np.ndarray, align: int = 64):
+        """The array's own memory when it is writable and ``align``-aligned
+        (zero copy); otherwise an aligned copy, copied back after the guest
+        ran unless the array is read-only (read-only arrays and ``bytes``
+        are never written). An empty array gets a private aligned block."""
         if not array.flags.c_contiguous:
             raise BackendError("arrays must be C-contiguous", field="binding",
                                value=array.shape)
-        return array.ctypes.data if array.size else self.alloc(16), _noop
+        address, readonly = array.__array_interface__["data"]
+        size = array.nbytes
+        if size and not readonly and address % align == 0:
+            return address, _noop
+        # Aligned copies are kept for reuse by later dispatches.
+        key = (max(size, align), align)
+        pool = self._bounce.setdefault(key, [])
+        copy = pool.pop() if pool else self.alloc(*key)
+        if size:
+            ctypes.memmove(copy, address, size)
+
+        def finish():
+            if size and not readonly:
+                ctypes.memmove(address, copy, size)
+            if len(pool) < 8:
+                pool.append(copy)
+            else:
+                self.release(copy)
+
+        return copy, finish
 
     # --- calls ------------------------------------------------------------
     def _fn_type(self, n: int):
@@ -170,6 +195,7 @@ class NativeBackend(Backend):
             _munmap(addr, size)
         self._maps.clear()
         self._buffers.clear()
+        self._bounce.clear()
         self._fn_cache.clear()
 
     @property

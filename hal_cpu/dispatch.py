@@ -1,0 +1,280 @@
+"""Running a dispatch: cached layouts and the workgroup loop in machine code.
+
+A dispatch of an export over a 3-D grid needs, in the backend's memory, the
+dispatch state, the constants, the binding pointer and length arrays
+(iree/hal/local/executable_library.h, v0.6) and, per worker, a workgroup
+state, local memory and the range of the runtime support library's
+workgroup loop (:mod:`hal_cpu.runtime`). :class:`DispatchLayout` lays all
+of them out in one block, built once per export, binding count, constant
+count and worker count; a dispatch only rewrites what changed (one write).
+
+:func:`run_grid` crosses into the backend once per chunk of workgroups:
+chunks grow until one takes about :data:`CHUNK_SECONDS`, so Ctrl-C, a time
+limit and progress reports stay responsive while the per-workgroup cost is
+the kernel's own. With several workers (native backend), each host thread
+runs the loop on chunks it takes from a shared counter, with the GIL
+released; a failing workgroup raises the stop flag the others check.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+import weakref
+from typing import Callable, Sequence
+
+import elfloader
+from elfloader import Backend, as_int32
+
+from fatelf.cstruct import pack_array, scalar_code
+
+from . import abi, runtime
+from .errors import DispatchError, DispatchTimeoutError
+
+#: Target duration of one crossing into the backend, in seconds.
+CHUNK_SECONDS = 0.05
+
+_LOOPS: "weakref.WeakKeyDictionary[Backend, int]" = weakref.WeakKeyDictionary()
+_LOOPS_LOCK = threading.Lock()
+
+
+def loop_function(backend: Backend) -> int:
+    """Address of the workgroup loop in ``backend``, loading the runtime
+    support bundle (:data:`hal_cpu.runtime.BUNDLE`) the first time; the
+    loaded library lives as long as the backend."""
+    with _LOOPS_LOCK:
+        address = _LOOPS.get(backend)
+        if address is None:
+            module = elfloader.load(runtime.BUNDLE, backend=backend)
+            address = _LOOPS[backend] = module.lookup(runtime.LOOP_SYMBOL)
+        return address
+
+
+def _up(value: int, align: int) -> int:
+    return -(-value // align) * align
+
+
+class DispatchLayout:
+    """One block of backend memory for dispatches of one export.
+
+    Args:
+        backend: where the block lives.
+        binding_count, constant_count: sizes of the arrays.
+        workers: how many workgroup states (one per worker).
+        local_memory_size: bytes of local memory per worker.
+
+    Attributes:
+        block: the block's address; state: the dispatch state's address;
+        workgroup_states, ranges: per-worker addresses; stop: address of the
+        uint32 stop flag.
+    """
+
+    def __init__(self, backend: Backend, binding_count: int, constant_count: int,
+                 workers: int, local_memory_size: int):
+        self.backend = backend
+        ps = backend.pointer_size
+        key = backend.arch.c_abi
+        state = abi.DISPATCH_STATE.layout(*key)
+        wg = abi.WORKGROUP_STATE.layout(*key)
+        rng = runtime.WORKGROUP_RANGE.layout(*key)
+        self.binding_count, self.constant_count = binding_count, constant_count
+        self.workers = workers
+        # Rewritten on every dispatch: state, constants, pointers, lengths.
+        consts_at = _up(state.size, 8)
+        ptrs_at = _up(consts_at + 4 * constant_count, ps)
+        lens_at = ptrs_at + ps * binding_count
+        head = _up(lens_at + ps * binding_count, 64)
+        word = scalar_code("ptr", ps)
+        pad = lambda n: "x" * n  # noqa: E731
+        self._head = struct.Struct(
+            state.format + pad(consts_at - state.size) + "I" * constant_count
+            + pad(ptrs_at - consts_at - 4 * constant_count)
+            + word * (2 * binding_count))
+        per = _up(wg.size, 64) + _up(rng.size, 64) + _up(local_memory_size, 64)
+        total = head + per * workers + 64
+        self.block = backend.alloc(total, 64)
+        b = self.block
+        self.state, self.consts, self.ptrs, self.lens = (
+            b, b + consts_at, b + ptrs_at, b + lens_at)
+        self.workgroup_states, self.ranges = [], []
+        for w in range(workers):
+            at = b + head + per * w
+            wg_at, range_at = at, at + _up(wg.size, 64)
+            local = range_at + _up(rng.size, 64)
+            backend.write(wg_at, wg.pack(
+                processor_id=w, local_memory=local if local_memory_size else 0,
+                local_memory_size=local_memory_size))
+            self.workgroup_states.append(wg_at)
+            self.ranges.append(range_at)
+        self.stop = b + head + per * workers
+        self._range = rng
+        self._range_struct = struct.Struct(rng.format)
+        assert rng.names == ["begin", "end", "failed_index", "stop", "status",
+                             "reserved"]
+        static = dict(constants=self.consts, binding_ptrs=self.ptrs,
+                      binding_lengths=self.lens, constant_count=constant_count,
+                      binding_count=binding_count)
+        self._state_template = [static.get(n, 0) for n in state.names]
+        self._state_slots = [state.names.index(n) for n in (
+            "workgroup_size_x", "workgroup_size_y", "workgroup_size_z",
+            "workgroup_count_x", "workgroup_count_y", "workgroup_count_z",
+            "max_concurrency")]
+        self._zero = bytes(4)
+
+    def write(self, workgroup_size, workgroup_count, max_concurrency,
+              constants: Sequence[int], pointers: Sequence[int],
+              lengths: Sequence[int]) -> None:
+        """Write the dispatch state and arrays for one dispatch (one write)."""
+        values = self._state_template[:]
+        for slot, v in zip(self._state_slots, (*workgroup_size, *workgroup_count,
+                                               max_concurrency)):
+            values[slot] = v
+        self.backend.write(self.block, self._head.pack(
+            *values, *constants, *pointers, *lengths))
+        self.backend.write(self.stop, self._zero)
+
+    def write_range(self, worker: int, begin: int, end: int) -> None:
+        self.backend.write(self.ranges[worker], self._range_struct.pack(
+            begin, end, runtime.NO_INDEX, self.stop, 0, 0))
+
+    def read_range(self, worker: int) -> dict:
+        return self._range.unpack(self.backend.read(self.ranges[worker],
+                                                    self._range.size))
+
+    def raise_stop(self) -> None:
+        self.backend.write(self.stop, pack_array("u32", 4, [1]))
+
+    def close(self) -> None:
+        self.backend.release(self.block)
+
+
+class _Chunks:
+    """Hands out [begin, end) chunks of linear workgroup ids, growing each
+    worker's chunk until one crossing takes about CHUNK_SECONDS."""
+
+    def __init__(self, total: int, first: int):
+        self.total, self.next, self.first = total, 0, first
+        self.lock = threading.Lock()
+        self.done = 0
+
+    def take(self, size: int) -> tuple[int, int] | None:
+        with self.lock:
+            if self.next >= self.total:
+                return None
+            begin = self.next
+            self.next = min(self.total, begin + max(1, size))
+            return begin, self.next
+
+    def finished(self, n: int) -> int:
+        with self.lock:
+            self.done += n
+            return self.done
+
+
+def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int,
+             total: int, workers: int, *, label: str, path: str,
+             grid: tuple[int, int, int], deadline: float | None = None,
+             progress: Callable[[int, int], None] | None = None) -> None:
+    """Run linear workgroup ids ``0 <= i < total`` through the loop.
+
+    Raises:
+        DispatchError: a workgroup returned non-zero (the lowest failing id
+            among those run is reported, with its (x, y, z)).
+        DispatchTimeoutError: ``deadline`` (``time.monotonic()``) passed.
+        KeyboardInterrupt: propagated after the workers stopped.
+        elfloader.EmulationError: the emulated CPU faulted.
+    """
+    loop = loop_function(backend)
+    first = 256 if backend.kind == "native" else 1
+    if workers == 1 and total <= first:
+        # One crossing runs the whole grid.
+        layout.write_range(0, 0, total)
+        ret = as_int32(backend.call(loop, fn, environment, layout.state,
+                                    layout.workgroup_states[0], layout.ranges[0]))
+        if ret == runtime.LOOP_OK:
+            if progress is not None:
+                progress(total, total)
+            return
+        r = layout.read_range(0)
+        if r["status"]:
+            _raise_failure(r["failed_index"], r["status"], grid, label, path)
+        raise DispatchError(f"workgroup loop refused the grid: "
+                            f"{runtime.return_name(ret)}", name=path,
+                            field="workgroup_count", value=grid)
+    chunks = _Chunks(total, first)
+    failures: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+
+    def work(w: int) -> None:
+        size = chunks.first
+        wg, rng = layout.workgroup_states[w], layout.ranges[w]
+        try:
+            while not failures and not errors:
+                span = chunks.take(size)
+                if span is None:
+                    return
+                begin, end = span
+                layout.write_range(w, begin, end)
+                t0 = time.perf_counter()
+                ret = as_int32(backend.call(loop, fn, environment, layout.state,
+                                            wg, rng))
+                elapsed = time.perf_counter() - t0
+                if ret != runtime.LOOP_OK:
+                    r = layout.read_range(w)
+                    if r["status"]:
+                        failures.append((r["failed_index"], r["status"]))
+                        layout.raise_stop()
+                        return
+                    if ret == runtime.LOOP_STOPPED:
+                        return
+                    raise DispatchError(f"workgroup loop refused the range "
+                                        f"[{begin}, {end}): "
+                                        f"{runtime.return_name(ret)}",
+                                        name=path, field="workgroup_count",
+                                        value=grid)
+                done = chunks.finished(end - begin)
+                if progress is not None and w == 0:
+                    progress(done, total)
+                if deadline is not None and time.monotonic() > deadline:
+                    raise DispatchTimeoutError(
+                        f"export {label} ran past its time limit after {done} "
+                        f"of {total} workgroups", name=path, field="timeout",
+                        value=done)
+                per = elapsed / (end - begin)
+                size = max(size, min(size * 4, int(CHUNK_SECONDS / per) if per
+                                     else size * 4))
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+            layout.raise_stop()
+
+    if workers == 1:
+        work(0)
+    else:
+        threads = [threading.Thread(target=work, args=(w,), daemon=True)
+                   for w in range(1, workers)]
+        for t in threads:
+            t.start()
+        try:
+            work(0)
+        finally:
+            for t in threads:
+                while t.is_alive():
+                    try:
+                        t.join()
+                    except KeyboardInterrupt as exc:
+                        errors.append(exc)
+                        layout.raise_stop()
+    if failures:
+        _raise_failure(*min(failures), grid, label, path)
+    if errors:
+        raise errors[0]
+
+
+def _raise_failure(index: int, status: int, grid, label: str, path: str):
+    x = index % grid[0]
+    y = index // grid[0] % grid[1]
+    z = index // (grid[0] * grid[1])
+    raise DispatchError(f"export {label} returned {status} in workgroup "
+                        f"({x}, {y}, {z})", name=path, field="workgroup_id",
+                        value=(x, y, z))
