@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from fatelf import arches
 from hal_cpu import Executable
 from hal_cpu.buffers import dtype_name
 from hal_cpu.demo import SAMPLES, load_manifest
@@ -51,12 +52,13 @@ def time_iree(kernel, seconds) -> float | None:
     tool = shutil.which("iree-benchmark-executable")
     if tool is None:
         return None
-    entry = kernel["per_arch"]["x86_64"]
+    host = arches.host()
+    entry = kernel["per_arch"][host.name]
     specs = [f"--binding={'x'.join(map(str, b['shape']))}x"
              f"{dtype_name(np.dtype(b['dtype']))}=1" for b in kernel["bindings"]]
     wc = ",".join(map(str, entry["workgroup_count"]))
     out = subprocess.run(
-        [tool, "--device=local-sync", "--executable_format=embedded-elf-x86_64",
+        [tool, "--device=local-sync", f"--executable_format={host.iree_format}",
          f"--executable_file={SAMPLES / entry['file']}", "--entry_point=0",
          f"--workgroup_count={wc}", *specs, *[f"--constant={c}" for c in entry["constants"]],
          "--benchmark_format=json", f"--benchmark_min_time={seconds}s"],

@@ -21,8 +21,22 @@ DTYPES = {
     "si64": np.int64, "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32,
     "ui64": np.uint64, "f16": np.float16, "f32": np.float32, "f64": np.float64,
 }
+# bf16 and the 8-bit floats IREE's buffer views print, through ml_dtypes.
+for _name, _attr in (("bf16", "bfloat16"), ("f8E4M3FN", "float8_e4m3fn"),
+                     ("f8E5M2", "float8_e5m2"), ("f8E4M3FNUZ", "float8_e4m3fnuz"),
+                     ("f8E5M2FNUZ", "float8_e5m2fnuz"),
+                     ("f8E4M3B11FNUZ", "float8_e4m3b11fnuz"),
+                     ("f8E4M3", "float8_e4m3"), ("f8E3M4", "float8_e3m4"),
+                     ("f6E2M3FN", "float6_e2m3fn"), ("f6E3M2FN", "float6_e3m2fn"),
+                     ("f4E2M1FN", "float4_e2m1fn"), ("f8E8M0FNU", "float8_e8m0fnu")):
+    try:
+        DTYPES[_name] = getattr(__import__("ml_dtypes"), _attr)
+    except (ImportError, AttributeError):
+        pass
 _NAMES = {np.dtype(v): k for k, v in reversed(list(DTYPES.items()))}
-_SHAPE = re.compile(r"^((?:\d+x)*)([a-z]+\d+)$")
+_SHAPE = re.compile(r"^((?:\d+x)*)([a-zA-Z]+\d+[A-Za-z0-9]*)$")
+#: Largest binding a spec may create, in bytes.
+MAX_SPEC_BYTES = 1 << 34
 
 
 class BindingSpecError(HalCpuError):
@@ -49,10 +63,22 @@ def parse_binding(spec: str) -> np.ndarray:
         return BindingSpecError(msg, name=repr(spec), field="binding", value=value)
 
     if spec.startswith("@"):
+        path = spec[1:]
         try:
-            arr = np.load(spec[1:], allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise fail(f"cannot read numpy file: {exc}") from None
+            arr = np.load(path, allow_pickle=False)
+        except OSError as exc:
+            raise fail(f"cannot read {path}: {exc.strerror or exc}") from None
+        except (ValueError, EOFError) as exc:
+            why = ("it holds Python objects (pickled), which are not loaded"
+                   if "pickle" in str(exc) else "it is not a .npy file")
+            raise fail(f"cannot read {path}: {why}") from None
+        if not isinstance(arr, np.ndarray) or arr.dtype.hasobject:
+            raise fail(f"cannot read {path}: not a single numeric array")
+        try:
+            dtype_name(arr.dtype)
+        except BindingSpecError:
+            raise fail(f"{path} holds {arr.dtype}, which has no IREE element "
+                       "type") from None
         return np.ascontiguousarray(arr)
     head, sep, body = spec.partition("=")
     m = _SHAPE.match(head.strip())
@@ -63,7 +89,13 @@ def parse_binding(spec: str) -> np.ndarray:
         raise fail(f"unknown element type {m.group(2)!r}; known: "
                    f"{', '.join(DTYPES)}", m.group(2))
     dtype = np.dtype(DTYPES[m.group(2)])
-    count = int(np.prod(dims, dtype=np.int64)) if dims else 1
+    count = 1
+    for d in dims:
+        count *= d
+    if count * dtype.itemsize > MAX_SPEC_BYTES:
+        raise fail(f"{count} elements of {m.group(2)} are more than the "
+                   f"{MAX_SPEC_BYTES >> 30} GiB a binding spec may create",
+                   count)
     if not sep or not body.strip():
         return np.zeros(dims, dtype)
     body = body.strip()
@@ -89,19 +121,26 @@ def parse_binding(spec: str) -> np.ndarray:
 
 
 def _parse_value(token: str, dtype: np.dtype):
-    if dtype.kind == "f":
-        return float(token)
     if dtype.kind == "b":
-        return token.lower() in ("1", "true")
-    return int(token, 0)
+        value = token.lower()
+        if value not in ("0", "1", "true", "false"):
+            raise ValueError(f"{token!r} is not an i1 value (0, 1, true, false)")
+        return value in ("1", "true")
+    if dtype.kind in "iu":
+        value = int(token, 0)
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise ValueError(f"{value} does not fit {dtype}")
+        return value
+    return float(token)
 
 
 def _fmt(v) -> str:
-    if isinstance(v, (float, np.floating)):
-        return f"{float(v):g}"
     if isinstance(v, (bool, np.bool_)):
         return "1" if v else "0"
-    return str(int(v))
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    return f"{float(v):g}"
 
 
 def format_buffer_view(array: np.ndarray, max_elements: int = 1024) -> str:

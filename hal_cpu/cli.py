@@ -8,10 +8,13 @@ Flags are spelled as IREE's tools spell them (``--entry_point``,
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 
 import numpy as np
 
+from fatelf import arches
 from fatelf.errors import PortableKernelError
 
 import elfloader
@@ -21,11 +24,14 @@ from .errors import HalCpuError
 
 
 def _triple(text: str) -> tuple[int, int, int]:
-    parts = [p for p in text.replace(" ", "").split(",") if p]
-    if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(f"expected X,Y,Z, got {text!r}")
-    vals = [int(p) for p in parts] + [1] * (3 - len(parts))
-    return tuple(vals)
+    parts = text.replace(" ", "").split(",")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"expected three counts X,Y,Z, got {text!r}")
+    vals = tuple(int(p) for p in parts)
+    for axis, v, limit in zip("xyz", vals, (1 << 32, 1 << 32, 1 << 16)):
+        if v >= limit:
+            raise argparse.ArgumentTypeError(f"{axis} = {v} is not below {limit}")
+    return vals
 
 
 def _u32(text: str) -> int:
@@ -36,6 +42,29 @@ def _u32(text: str) -> int:
     if not 0 <= v < 1 << 32:
         raise argparse.ArgumentTypeError(f"{text} does not fit uint32")
     return v
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return v
+
+
+def _arch(text: str) -> str:
+    try:
+        return arches.lookup(text, runtime=True).name
+    except PortableKernelError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def _output(text: str) -> tuple[int, str]:
@@ -49,35 +78,51 @@ def _output(text: str) -> tuple[int, str]:
 def _add_target_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=elfloader.backend.KINDS, default="auto",
                    help="native (host architecture only), emulated, or auto "
-                        "(native when the file matches the host)")
-    p.add_argument("--arch", choices=elfloader.arch.names(),
+                        "(native when the file matches the host; default)")
+    p.add_argument("--arch", type=_arch, metavar="ARCH",
                    help="architecture the file must be for / to select from "
-                        "a FatELF bundle")
+                        "a FatELF bundle: " + ", ".join(arches.RUNTIME_ARCHES)
+                        + " or an alias (amd64, i686, arm64, armhf, rv64...)")
     p.add_argument("--executable_plugin", action="append", default=[],
                    metavar="SPEC", help="plugin resolving imports: path.sos, "
                    "embedded:path, a system library path, with optional "
                    "?key=value&... load parameters (repeatable)")
 
 
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("portable-kernel-runtime")
+    except Exception:  # noqa: BLE001 - not installed as a distribution
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hal-cpu", description="Inspect and run IREE CPU executables "
-        "(embedded ELF / FatELF), natively or emulated.")
+        "(embedded ELF / FatELF), natively or emulated.",
+        epilog="Exit status: 0 success, 1 error (one line on stderr), "
+        "2 usage error, 130 interrupted.")
+    parser.add_argument("--version", action="version",
+                        version=f"hal-cpu {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("inspect", help="show an executable library or plugin")
-    p.add_argument("file")
+    p = sub.add_parser("inspect", help="show an executable library or plugin "
+                       "without running its code")
+    p.add_argument("file", help="executable or plugin: ELF (.so) or FatELF (.sos)")
     p.add_argument("--resolve", action="append", default=[], metavar="NAME",
-                   help="for a plugin: import names to resolve")
+                   help="for a plugin: import names to resolve (repeatable)")
     _add_target_flags(p)
 
     p = sub.add_parser("run", help="dispatch one export over a workgroup grid")
-    p.add_argument("file")
+    p.add_argument("file", help="executable library: ELF (.so) or FatELF (.sos)")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--function", help="export name")
     which.add_argument("--entry_point", type=int, help="export ordinal")
     p.add_argument("--workgroup_count", type=_triple, default=(1, 1, 1),
-                   metavar="X,Y,Z")
+                   metavar="X,Y,Z", help="workgroups along x, y, z (default "
+                   "1,1,1); `hal-cpu plan` or the host program gives the "
+                   "count a dispatch needs")
     p.add_argument("--binding", action="append", default=[], metavar="SPEC",
                    help="4xf32=1,2,3,4 | 4xf32=0 | 2x8xi32 | @file.npy | "
                         "4xf32=@raw.bin (repeatable, in binding order)")
@@ -86,11 +131,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", action="append", default=[], type=_output,
                    metavar="I=@file.npy", help="save binding I after the "
                    "dispatch (repeatable)")
+    p.add_argument("--print_bindings", default="all", metavar="all|none|I,J",
+                   help="which bindings to print after the dispatch (default all)")
+    p.add_argument("--workers", type=_positive, default=None,
+                   help="host threads running workgroups (native backend; "
+                        "default: the CPUs this process may use)")
+    p.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+                   help="stop a dispatch that runs longer than S seconds")
+    p.add_argument("--benchmark_repetitions", type=_positive, default=None,
+                   metavar="N", help="dispatch N times and print the time per "
+                   "dispatch (min and median)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar for long dispatches")
+    p.add_argument("--verbose", action="store_true",
+                   help="say which backend, architecture and workers ran")
     _add_target_flags(p)
 
     p = sub.add_parser("demo", help="run the bundled sample executables for "
                        "every architecture and check them against numpy")
-    p.add_argument("--arch", action="append", choices=elfloader.arch.names(),
+    p.add_argument("--arch", action="append", type=_arch, metavar="ARCH",
                    help="only these architectures (repeatable)")
     return parser
 
@@ -155,21 +214,90 @@ def describe(exe) -> str:
     return "\n".join(lines)
 
 
+def _print_selection(text: str, count: int) -> list[int]:
+    if text == "all":
+        return list(range(count))
+    if text == "none":
+        return []
+    try:
+        picked = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        picked = [-1]
+    bad = [i for i in picked if not 0 <= i < count]
+    if bad or not picked:
+        raise HalCpuError(f"{text!r} is not all, none or binding indices below "
+                          f"{count}", field="--print_bindings", value=text)
+    return picked
+
+
+class _Progress:
+    """A tqdm bar on stderr (when it is a terminal) for dispatches that run
+    longer than about a second."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and sys.stderr.isatty()
+        self.start = time.monotonic()
+        self.bar = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            if time.monotonic() - self.start < 1.0:
+                return
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, unit="wg", file=sys.stderr,
+                            leave=False)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def cmd_run(args) -> int:
     from .library import Executable
     arrays = [parse_binding(s) for s in args.binding]
-    arch = _file_arch(args)
-    with Executable(args.file, arch=arch, backend=args.backend,
-                    plugins=_plugins(args, arch)) as exe:
-        export = args.function if args.function is not None else args.entry_point
-        exe.dispatch(export, args.workgroup_count, arrays, args.constant)
+    shown = _print_selection(args.print_bindings, len(arrays))
     for i, path in args.output:
         if not 0 <= i < len(arrays):
             raise HalCpuError(f"no binding {i} ({len(arrays)} bindings)",
                               field="--output", value=i)
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+            raise HalCpuError(f"cannot write {path}: {directory} is not a "
+                              "writable directory", field="--output", value=path)
+    arch = _file_arch(args)
+    with Executable(args.file, arch=arch, backend=args.backend,
+                    plugins=_plugins(args, arch)) as exe:
+        export = args.function if args.function is not None else args.entry_point
+        progress = _Progress(not args.no_progress)
+        run = lambda: exe.dispatch(export, args.workgroup_count, arrays,  # noqa: E731
+                                   args.constant, workers=args.workers,
+                                   timeout=args.timeout, progress=progress)
+        try:
+            run()
+            times = []
+            for _ in range(args.benchmark_repetitions or 0):
+                t0 = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - t0)
+        finally:
+            progress.close()
+        where = (f"{exe.arch.name}, {exe.backend.kind}, "
+                 f"workers={exe.last_workers}")
+        if args.verbose:
+            print(f"hal-cpu: ran {exe.export(export).label} of {exe.path} "
+                  f"({where})", file=sys.stderr)
+    for i, path in args.output:
         np.save(path, arrays[i])
-    for a in arrays:
-        print(format_buffer_view(a))
+    for i in shown:
+        print(f"binding[{i}]: {format_buffer_view(arrays[i])}")
+    if times:
+        times.sort()
+        print(f"dispatch time ({where}, {len(times)} repetitions): "
+              f"min {times[0] * 1e6:.2f} us, median "
+              f"{times[len(times) // 2] * 1e6:.2f} us")
     return 0
 
 
@@ -186,6 +314,14 @@ def main(argv=None) -> int:
     except PortableKernelError as exc:
         print(f"hal-cpu: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("hal-cpu: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): end quietly.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ from .errors import DispatchError, DispatchTimeoutError
 
 #: Target duration of one crossing into the backend, in seconds.
 CHUNK_SECONDS = 0.05
+#: Worker threads start only when the rest of a grid would take longer.
+THREAD_SECONDS = 0.0005
 
 _LOOPS: "weakref.WeakKeyDictionary[Backend, int]" = weakref.WeakKeyDictionary()
 _LOOPS_LOCK = threading.Lock()
@@ -80,17 +82,20 @@ class DispatchLayout:
         rng = runtime.WORKGROUP_RANGE.layout(*key)
         self.binding_count, self.constant_count = binding_count, constant_count
         self.workers = workers
-        # Rewritten on every dispatch: state, constants, pointers, lengths.
+        # Rewritten on every dispatch, in one write: state, constants,
+        # pointers, lengths and worker 0's range.
         consts_at = _up(state.size, 8)
         ptrs_at = _up(consts_at + 4 * constant_count, ps)
         lens_at = ptrs_at + ps * binding_count
-        head = _up(lens_at + ps * binding_count, 64)
+        range0_at = _up(lens_at + ps * binding_count, 8)
+        head = _up(range0_at + rng.size, 64)
         word = scalar_code("ptr", ps)
         pad = lambda n: "x" * n  # noqa: E731
         self._head = struct.Struct(
             state.format + pad(consts_at - state.size) + "I" * constant_count
             + pad(ptrs_at - consts_at - 4 * constant_count)
-            + word * (2 * binding_count))
+            + word * (2 * binding_count)
+            + pad(range0_at - lens_at - ps * binding_count) + rng.format[1:])
         per = _up(wg.size, 64) + _up(rng.size, 64) + _up(local_memory_size, 64)
         total = head + per * workers + 64
         self.block = backend.alloc(total, 64)
@@ -100,8 +105,9 @@ class DispatchLayout:
         self.workgroup_states, self.ranges = [], []
         for w in range(workers):
             at = b + head + per * w
-            wg_at, range_at = at, at + _up(wg.size, 64)
-            local = range_at + _up(rng.size, 64)
+            wg_at = at
+            range_at = b + range0_at if w == 0 else at + _up(wg.size, 64)
+            local = at + _up(wg.size, 64) + _up(rng.size, 64)
             backend.write(wg_at, wg.pack(
                 processor_id=w, local_memory=local if local_memory_size else 0,
                 local_memory_size=local_memory_size))
@@ -112,27 +118,32 @@ class DispatchLayout:
         self._range_struct = struct.Struct(rng.format)
         assert rng.names == ["begin", "end", "failed_index", "stop", "status",
                              "reserved"]
-        static = dict(constants=self.consts, binding_ptrs=self.ptrs,
-                      binding_lengths=self.lens, constant_count=constant_count,
-                      binding_count=binding_count)
-        self._state_template = [static.get(n, 0) for n in state.names]
-        self._state_slots = [state.names.index(n) for n in (
+        # write() packs the state fields in this order, without names.
+        assert state.names == [
             "workgroup_size_x", "workgroup_size_y", "workgroup_size_z",
-            "workgroup_count_x", "workgroup_count_y", "workgroup_count_z",
-            "max_concurrency")]
+            "constant_count", "workgroup_count_x", "workgroup_count_y",
+            "workgroup_count_z", "max_concurrency", "binding_count",
+            "constants", "binding_ptrs", "binding_lengths"], state.names
         self._zero = bytes(4)
+        self._stopped = True
+        #: the workgroup loop as a callable of the backend, once loaded
+        self.loop: Callable[..., int] | None = None
 
     def write(self, workgroup_size, workgroup_count, max_concurrency,
               constants: Sequence[int], pointers: Sequence[int],
-              lengths: Sequence[int]) -> None:
-        """Write the dispatch state and arrays for one dispatch (one write)."""
-        values = self._state_template[:]
-        for slot, v in zip(self._state_slots, (*workgroup_size, *workgroup_count,
-                                               max_concurrency)):
-            values[slot] = v
+              lengths: Sequence[int], end: int = 0) -> None:
+        """Write the dispatch state and arrays for one dispatch, and worker
+        0's range as ``[0, end)`` (one write)."""
+        sx, sy, sz = workgroup_size
+        cx, cy, cz = workgroup_count
         self.backend.write(self.block, self._head.pack(
-            *values, *constants, *pointers, *lengths))
-        self.backend.write(self.stop, self._zero)
+            sx, sy, sz, self.constant_count, cx, cy, cz, max_concurrency,
+            self.binding_count, self.consts, self.ptrs, self.lens,
+            *constants, *pointers, *lengths,
+            0, end, runtime.NO_INDEX, self.stop, 0, 0))
+        if self._stopped:
+            self.backend.write(self.stop, self._zero)
+            self._stopped = False
 
     def write_range(self, worker: int, begin: int, end: int) -> None:
         self.backend.write(self.ranges[worker], self._range_struct.pack(
@@ -143,6 +154,7 @@ class DispatchLayout:
                                                     self._range.size))
 
     def raise_stop(self) -> None:
+        self._stopped = True
         self.backend.write(self.stop, pack_array("u32", 4, [1]))
 
     def close(self) -> None:
@@ -157,6 +169,7 @@ class _Chunks:
         self.total, self.next, self.first = total, 0, first
         self.lock = threading.Lock()
         self.done = 0
+        self.on_chunk = None
 
     def take(self, size: int) -> tuple[int, int] | None:
         with self.lock:
@@ -185,13 +198,14 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
         KeyboardInterrupt: propagated after the workers stopped.
         elfloader.EmulationError: the emulated CPU faulted.
     """
-    loop = loop_function(backend)
+    loop = layout.loop
+    if loop is None:
+        loop = layout.loop = backend.function(loop_function(backend), 5)
     first = 256 if backend.kind == "native" else 1
     if workers == 1 and total <= first:
-        # One crossing runs the whole grid.
-        layout.write_range(0, 0, total)
-        ret = as_int32(backend.call(loop, fn, environment, layout.state,
-                                    layout.workgroup_states[0], layout.ranges[0]))
+        # One crossing runs the whole grid (layout.write set worker 0's range).
+        ret = as_int32(loop(fn, environment, layout.state,
+                            layout.workgroup_states[0], layout.ranges[0]))
         if ret == runtime.LOOP_OK:
             if progress is not None:
                 progress(total, total)
@@ -217,8 +231,7 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
                 begin, end = span
                 layout.write_range(w, begin, end)
                 t0 = time.perf_counter()
-                ret = as_int32(backend.call(loop, fn, environment, layout.state,
-                                            wg, rng))
+                ret = as_int32(loop(fn, environment, layout.state, wg, rng))
                 elapsed = time.perf_counter() - t0
                 if ret != runtime.LOOP_OK:
                     r = layout.read_range(w)
@@ -242,29 +255,35 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
                         f"of {total} workgroups", name=path, field="timeout",
                         value=done)
                 per = elapsed / (end - begin)
+                if w == 0 and chunks.on_chunk is not None:
+                    chunks.on_chunk(per * (total - done))
                 size = max(size, min(size * 4, int(CHUNK_SECONDS / per) if per
                                      else size * 4))
         except BaseException as exc:  # noqa: BLE001 - re-raised below
             errors.append(exc)
             layout.raise_stop()
 
-    if workers == 1:
-        work(0)
-    else:
-        threads = [threading.Thread(target=work, args=(w,), daemon=True)
-                   for w in range(1, workers)]
-        for t in threads:
-            t.start()
-        try:
-            work(0)
-        finally:
+    threads: list[threading.Thread] = []
+
+    def start_helpers(seconds_left: float) -> None:
+        # Threads only pay off when the rest of the grid takes a while.
+        if workers > 1 and not threads and seconds_left > THREAD_SECONDS:
+            threads.extend(threading.Thread(target=work, args=(w,), daemon=True)
+                           for w in range(1, workers))
             for t in threads:
-                while t.is_alive():
-                    try:
-                        t.join()
-                    except KeyboardInterrupt as exc:
-                        errors.append(exc)
-                        layout.raise_stop()
+                t.start()
+
+    chunks.on_chunk = start_helpers
+    try:
+        work(0)
+    finally:
+        for t in threads:
+            while t.is_alive():
+                try:
+                    t.join()
+                except KeyboardInterrupt as exc:
+                    errors.append(exc)
+                    layout.raise_stop()
     if failures:
         _raise_failure(*min(failures), grid, label, path)
     if errors:

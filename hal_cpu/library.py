@@ -68,6 +68,8 @@ class Export:
 
 
 def _as_binding(value, index: int) -> np.ndarray:
+    if type(value) is np.ndarray and value.flags.c_contiguous:
+        return value
     if isinstance(value, np.ndarray):
         if not value.flags.c_contiguous:
             raise DispatchError("binding arrays must be C-contiguous",
@@ -123,12 +125,17 @@ def _constants(constants, exp, path: str) -> list[int]:
     return [int(c) for c in consts]
 
 
-def _workers(workers, backend, total: int, path: str) -> int:
+def _host_workers() -> int:
+    """The CPUs this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _workers(workers, backend, total: int, path: str, default: int) -> int:
     if workers is None:
-        try:
-            workers = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            workers = os.cpu_count() or 1
+        workers = default
     elif isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise DispatchError(f"{workers!r} is not a positive number of workers",
                             name=path, field="workers", value=workers)
@@ -174,6 +181,8 @@ class Executable:
         self.path = self.module.name
         self._allocs: list[int] = []
         self._layouts: dict | None = {}
+        self.last_workers = 0
+        self._default_workers = _host_workers()
         try:
             self._query(plugins)
         except BaseException:
@@ -222,6 +231,8 @@ class Executable:
                         enumerate(view.array("ptr", lib["imports.symbols"], n,
                                              "imports.symbols"))]
         self.exports = self._read_exports(lib)
+        self._export_cache = {e.ordinal: e for e in self.exports}
+        self._export_cache.update({e.name: e for e in self.exports if e.name})
         self._bind_environment(plugins)
 
     def _read_exports(self, lib) -> list[Export]:
@@ -342,7 +353,9 @@ class Executable:
         if self._layouts is None:
             raise LibraryError("the executable is closed", name=self.path,
                                field="dispatch", value=export)
-        exp = self.export(export)
+        exp = self._export_cache.get(export) if type(export) in (int, str) else None
+        if exp is None:
+            exp = self.export(export)
         wc = _triple(workgroup_count, "workgroup_count", self.path, 1 << 32, 0)
         wsize = (_triple(workgroup_size, "workgroup_size", self.path, 1 << 32, 1)
                  if workgroup_size is not None else exp.workgroup_size)
@@ -361,7 +374,9 @@ class Executable:
             raise DispatchError(f"{total} workgroups exceed the 2**64 - 1 a "
                                 "dispatch can run", name=self.path,
                                 field="workgroup_count", value=wc)
-        workers = _workers(workers, self.backend, total, self.path)
+        workers = _workers(workers, self.backend, total, self.path,
+                           self._default_workers)
+        self.last_workers = workers
         key = (exp.ordinal, n, len(consts), workers)
         layout = self._layouts.get(key)
         if layout is None:
@@ -369,13 +384,15 @@ class Executable:
                 self.backend, n, len(consts), workers, exp.local_memory_size)
         finishers = []
         try:
-            pointers = []
+            pointers, lengths = [], []
+            map_array = self.backend.map_array
             for a in arrays:
-                address, finish = self.backend.map_array(a)
+                address, finish = map_array(a)
                 pointers.append(address)
-                finishers.append(finish)
-            layout.write(wsize, wc, workers, consts, pointers,
-                         [a.nbytes for a in arrays])
+                lengths.append(a.nbytes)
+                if finish is not None:
+                    finishers.append(finish)
+            layout.write(wsize, wc, workers, consts, pointers, lengths, total)
             deadline = time.monotonic() + timeout if timeout else None
             run_grid(self.backend, layout, exp.address, self._env, total,
                      workers, label=exp.label, path=self.path, grid=wc,

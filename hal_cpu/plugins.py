@@ -330,6 +330,26 @@ class EmbeddedPlugin(NativeAbiPlugin):
             self.module.close()
 
 
+def _embedded_hint(path) -> str:
+    """A hint when a file given as a system library is an embedded ELF."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return ""
+    import fatelf
+    if fatelf.is_fatelf(head):
+        return "; it is a FatELF bundle: pass it as embedded:PATH or name it .sos"
+    if head == b"\x7fELF":
+        try:
+            elfloader.read_image(path)
+        except elfloader.ElfError:
+            return ""
+        return ("; it is an embedded ELF (self-contained, no DT_NEEDED): pass "
+                "it as embedded:PATH or name it .sos")
+    return ""
+
+
 class SystemPlugin(NativeAbiPlugin):
     """A host shared library loaded with the platform's loader (ctypes);
     runs only with the native backend."""
@@ -348,9 +368,9 @@ class SystemPlugin(NativeAbiPlugin):
             query = ctypes.cast(getattr(self.lib, abi.PLUGIN_QUERY),
                                 ctypes.c_void_p).value
         except OSError as exc:
-            raise PluginError(f"cannot load system library: {exc}",
-                              name=os.fspath(path), field="path",
-                              value=os.fspath(path)) from None
+            raise PluginError(f"cannot load system library: {exc}"
+                              + _embedded_hint(path), name=os.fspath(path),
+                              field="path", value=os.fspath(path)) from None
         except AttributeError:
             raise PluginError(f"no exported {abi.PLUGIN_QUERY}",
                               name=os.fspath(path), field="symbol",

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fatelf import arches
+
 from hal_cpu.iree import Compiled, compile_program
 from program_specs import PROGRAMS
 
@@ -52,15 +54,10 @@ def rng():
 # --- tiny real ELFs built with zig, for the FatELF tests ----------------------
 C_SOURCE = "int fatelf_test_add(int a, int b) { return a + b; }\n"
 C_SOURCE_V2 = "int fatelf_test_add(int a, int b) { return a * b + 7; }\n"
-ZIG_TARGETS = {  # our arch name -> zig target cpu
-    "x86_64": "x86_64",
-    "aarch64": "aarch64",
-    "riscv64": "riscv64",
-    "x86_32": "x86",
-    "arm32": "arm",
-    "riscv32": "riscv32",
-    "aarch64_be": "aarch64_be",
-}
+#: arch name -> zig target flags: the runtime's six from the architecture
+#: table, plus a big-endian target FatELF must also carry.
+ZIG_TARGETS = {**{name: arches.lookup(name).zig_flags for name in arches.RUNTIME_ARCHES},
+               "aarch64_be": ("-target", "aarch64_be-freestanding-none")}
 
 
 def _zig(args, cwd):
@@ -68,10 +65,10 @@ def _zig(args, cwd):
                    capture_output=True)
 
 
-def _build_so(workdir: Path, cpu: str, source: str, out: str) -> Path:
+def _build_so(workdir: Path, flags, source: str, out: str) -> Path:
     path = workdir / out
     if not path.exists():
-        _zig(["cc", "-target", f"{cpu}-freestanding-none", "-fPIC", "-ffreestanding",
+        _zig(["cc", *flags, "-fPIC", "-ffreestanding",
               "-nostdlib", "-O2", "-c", "-o", f"{out}.o", source], workdir)
         _zig(["ld.lld", "-shared", "-o", out, f"{out}.o"], workdir)
     return path
@@ -85,8 +82,8 @@ def elf_files(tmp_path_factory) -> dict[str, Path]:
     workdir = tmp_path_factory.mktemp("fatelf-elfs")
     (workdir / "a.c").write_text(C_SOURCE)
     (workdir / "b.c").write_text(C_SOURCE_V2)
-    jobs = {name: (cpu, "a.c", f"{name}.so") for name, cpu in ZIG_TARGETS.items()}
-    jobs["x86_64_v2"] = ("x86_64", "b.c", "x86_64_v2.so")
+    jobs = {name: (flags, "a.c", f"{name}.so") for name, flags in ZIG_TARGETS.items()}
+    jobs["x86_64_v2"] = (ZIG_TARGETS["x86_64"], "b.c", "x86_64_v2.so")
     with ThreadPoolExecutor(max_workers=4) as pool:
         futures = {k: pool.submit(_build_so, workdir, *v) for k, v in jobs.items()}
         return {k: f.result() for k, f in futures.items()}

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import fatelf
-import iree_tools
+from hal_cpu import iree as iree_tools
 from conftest import PREBUILT, ROOT
 
 ARCHES_64 = ["x86_64", "aarch64", "riscv64"]
@@ -54,7 +54,7 @@ def test_run_with_npy_files(compiled, tmp_path, arch):
     proc = hal_cpu("run", compiled("matmul", arch).so_files[0], *args)
     np.testing.assert_allclose(np.load(tmp_path / "c.npy"), a @ b, rtol=1e-4,
                                atol=1e-4)
-    assert proc.stdout.splitlines()[2].startswith("37x29xf32=[")
+    assert proc.stdout.splitlines()[2].startswith("binding[2]: 37x29xf32=[")
 
 
 @pytest.mark.parametrize("arch,backend", [("x86_64", "native"),
@@ -87,7 +87,7 @@ def test_run_prints_buffer_views(compiled):
                    "--binding=10007xf32=2", "--binding=10007xf32=3",
                    "--binding=10007xf32")
     lines = proc.stdout.splitlines()
-    assert lines[2].startswith("10007xf32=8 8 8")
+    assert lines[2].startswith("binding[2]: 10007xf32=8 8 8")
 
 
 def test_inspect_library_and_plugin(compiled):
@@ -116,7 +116,7 @@ def test_run_with_plugin(compile_cache, tmp_path):
                    "--binding=100xf32=3", "--binding=100xf32=4",
                    "--binding=100xf32",
                    f"--executable_plugin={PREBUILT / 'standalone.sos'}")
-    assert proc.stdout.splitlines()[2].startswith("100xf32=12 12 12")
+    assert proc.stdout.splitlines()[2].startswith("binding[2]: 100xf32=12 12 12")
 
 
 @pytest.mark.parametrize("args,words", [

@@ -20,6 +20,9 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection
 
+from fatelf.arches import lookup
+from hal_cpu.iree import BASE_FLAGS
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_plugins"
 PREBUILT = SAMPLES / "prebuilt"
@@ -529,12 +532,7 @@ needs_iree = pytest.mark.skipif(
     not (IREE_COMPILE and IREE_RUN and IS_X86_64_LINUX), reason="iree-compile/iree-run-module not available"
 )
 
-COMPILE_FLAGS = [
-    "--iree-hal-target-device=local",
-    "--iree-hal-local-target-device-backends=llvm-cpu",
-    "--iree-llvmcpu-target-triple=x86_64-pc-linux-elf",
-    "--iree-llvmcpu-target-cpu=generic",
-]
+COMPILE_FLAGS = [*BASE_FLAGS, *lookup("x86_64").iree_flags]
 
 
 @pytest.fixture(scope="module")

@@ -106,9 +106,11 @@ class Backend(abc.ABC):
     def map_array(self, array: np.ndarray) -> tuple[int, Callable[[], None]]:
         """Make a C-contiguous array visible to guest code.
 
-        Returns ``(address, finish)``; call ``finish()`` after the guest has
-        run to bring its writes back into ``array`` and free any copy. The
-        native backend hands out the array's own memory (zero copy)."""
+        Returns ``(address, finish)``; call ``finish()`` (unless it is None)
+        after the guest has run to bring its writes back into ``array`` and
+        free any copy. The native backend hands out the array's own memory
+        when it is writable and aligned (zero copy, ``finish`` None). The
+        address is 64-byte aligned; read-only arrays are never written."""
 
     # --- calls ------------------------------------------------------------
     @abc.abstractmethod
@@ -116,6 +118,13 @@ class Backend(abc.ABC):
         """Call ``address`` with integer/pointer arguments in the C calling
         convention; returns the integer result register, unsigned, pointer
         width. Interpret narrower results with :func:`as_int32`."""
+
+    def function(self, address: int, nargs: int) -> Callable[..., int]:
+        """A callable for repeated calls of ``address`` with ``nargs``
+        integer arguments, each already in range (unsigned, pointer width);
+        faster than :meth:`call` where the backend allows."""
+        call = self.call
+        return lambda *args: call(address, *args)
 
     @abc.abstractmethod
     def callback(self, function: Callable[..., int], nargs: int) -> int:

@@ -31,6 +31,9 @@ _munmap = _libc.munmap
 _munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
+_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+
 _WORD = ctypes.c_uint64 if ctypes.sizeof(ctypes.c_void_p) == 8 else ctypes.c_uint32
 
 
@@ -67,6 +70,7 @@ class NativeBackend(Backend):
         self._fn_types: dict[int, type] = {}
         self._pending: BaseException | None = None
         self._bounce: dict[tuple[int, int], list[int]] = {}
+        self._closed = False
 
     # --- memory -----------------------------------------------------------
     def reserve(self, size: int, align: int = 0) -> int:
@@ -135,10 +139,13 @@ class NativeBackend(Backend):
         if not array.flags.c_contiguous:
             raise BackendError("arrays must be C-contiguous", field="binding",
                                value=array.shape)
-        address, readonly = array.__array_interface__["data"]
         size = array.nbytes
+        try:
+            address, readonly = _addressof(_from_buffer(array)), False
+        except (TypeError, ValueError):   # read-only or empty
+            address, readonly = array.__array_interface__["data"]
         if size and not readonly and address % align == 0:
-            return address, _noop
+            return address, None
         # Aligned copies are kept for reuse by later dispatches.
         key = (max(size, align), align)
         pool = self._bounce.setdefault(key, [])
@@ -164,6 +171,9 @@ class NativeBackend(Backend):
         return t
 
     def call(self, address: int, *args: int) -> int:
+        if self._closed:
+            raise BackendError("the native backend is closed", field="call",
+                               value=address)
         key = (address, len(args))
         fn = self._fn_cache.get(key)
         if fn is None:
@@ -174,6 +184,21 @@ class NativeBackend(Backend):
             exc, self._pending = self._pending, None
             raise exc
         return result
+
+    def function(self, address: int, nargs: int):
+        fn = self._fn_type(nargs)(address)
+
+        def call(*args: int) -> int:
+            if self._closed:
+                raise BackendError("the native backend is closed",
+                                   field="call", value=address)
+            result = fn(*args)
+            if self._pending is not None:
+                exc, self._pending = self._pending, None
+                raise exc
+            return result
+
+        return call
 
     def callback(self, function: Callable[..., int], nargs: int) -> int:
         mask = (1 << (8 * ctypes.sizeof(_WORD))) - 1
@@ -191,6 +216,7 @@ class NativeBackend(Backend):
         return ctypes.cast(cfn, ctypes.c_void_p).value
 
     def close(self) -> None:
+        self._closed = True
         for addr, size in list(self._maps.items()):
             _munmap(addr, size)
         self._maps.clear()
@@ -203,6 +229,3 @@ class NativeBackend(Backend):
         """Bytes currently mapped by :meth:`reserve` (for leak checks)."""
         return sum(self._maps.values())
 
-
-def _noop() -> None:
-    pass
