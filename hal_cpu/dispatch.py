@@ -36,6 +36,8 @@ from .errors import DispatchError, DispatchTimeoutError
 CHUNK_SECONDS = 0.05
 #: Worker threads start only when the rest of a grid would take longer.
 THREAD_SECONDS = 0.0005
+#: Workgroups in a worker's first chunk, per backend kind.
+FIRST_CHUNK = {"native": 256, "emulated": 1}
 
 _LOOPS: "weakref.WeakKeyDictionary[Backend, int]" = weakref.WeakKeyDictionary()
 _LOOPS_LOCK = threading.Lock()
@@ -201,7 +203,7 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
     loop = layout.loop
     if loop is None:
         loop = layout.loop = backend.function(loop_function(backend), 5)
-    first = 256 if backend.kind == "native" else 1
+    first = FIRST_CHUNK.get(backend.kind, 1)
     if workers == 1 and total <= first:
         # One crossing runs the whole grid (layout.write set worker 0's range).
         ret = as_int32(loop(fn, environment, layout.state,

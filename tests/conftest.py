@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from fatelf import arches
+from fatelf.cstruct import CStruct
 
 from hal_cpu.iree import Compiled, compile_program
 from program_specs import PROGRAMS
@@ -87,3 +88,12 @@ def elf_files(tmp_path_factory) -> dict[str, Path]:
     with ThreadPoolExecutor(max_workers=4) as pool:
         futures = {k: pool.submit(_build_so, workdir, *v) for k, v in jobs.items()}
         return {k: f.result() for k, f in futures.items()}
+
+
+#: The params struct of the sample plugins' ``simple_mul_workgroup`` import
+#: (sample_plugins/sample_common.h, mul_params_t).
+SIMPLE_MUL = CStruct("mul_params_t", [
+    ("binding0", "ptr"), ("offset0", "size"), ("binding1", "ptr"),
+    ("offset1", "size"), ("binding2", "ptr"), ("offset2", "size"),
+    ("dim", "size"), ("tid", "size"), ("processor_id", "u32"),
+    ("processor_data", "ptr")])

@@ -10,9 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fatelf.cstruct import CStruct
-
-from conftest import PREBUILT, ROOT
+from conftest import PREBUILT, ROOT, SIMPLE_MUL
 from hal_cpu import (Executable, PluginError, PluginSpecError,
                      PluginStatusError, UnresolvedImportError)
 from hal_cpu.iree import PlanRunner, compile_program, plan_program, run_plan
@@ -56,20 +54,12 @@ def test_last_registered_plugin_wins(compile_cache):
         np.testing.assert_allclose(out, a * b + plus + b)
 
 
-#: sample_plugins/sample_common.h, mul_params_t
-SIMPLE_MUL_PARAMS = CStruct("mul_params_t", [
-    ("binding0", "ptr"), ("offset0", "size"), ("binding1", "ptr"),
-    ("offset1", "size"), ("binding2", "ptr"), ("offset2", "size"),
-    ("dim", "size"), ("tid", "size"), ("processor_id", "u32"),
-    ("processor_data", "ptr")])
-
-
 def test_python_plugin_from_native_and_emulated_code(compile_cache):
     a = np.arange(130, dtype=np.float32)
     b = np.full(130, 3, np.float32)
 
     def mul_minus_one(params, context):
-        p = params.struct(SIMPLE_MUL_PARAMS)
+        p = params.struct(SIMPLE_MUL)
         b0, o0, b1, o1, b2, o2 = (p[k] for k in ("binding0", "offset0", "binding1",
                                                   "offset1", "binding2", "offset2"))
         dim, tid = p["dim"], p["tid"]
