@@ -185,14 +185,42 @@ def cmd_inspect(args) -> int:
         print(inspect_plugin(args.file, arch=arch, backend=args.backend,
                              resolve=args.resolve))
         return 0
-    with Executable(args.file, arch=arch, backend=args.backend,
-                    plugins=_plugins(args, arch)) as exe:
-        print(describe(exe))
+    # The query runs emulated, without the file's initializers and under a
+    # short time limit: inspecting never runs the file's code on this CPU.
+    with Executable(args.file, arch=arch, backend="emulated", initialize=False,
+                    bind_imports=False, timeout=INSPECT_TIMEOUT) as exe:
+        providers = _providers(args, arch, exe.imports)
+        print(describe(exe, providers))
     return 0
 
 
-def describe(exe) -> str:
-    """Human-readable summary of an :class:`Executable`."""
+#: Seconds the library query may run under emulation for ``inspect``.
+INSPECT_TIMEOUT = 5.0
+
+
+def _providers(args, arch, names) -> dict[str, str] | None:
+    """Import name -> the plugin that resolves it ('' when none does), or
+    None when no plugins were given."""
+    if not args.executable_plugin:
+        return None
+    from .plugins import PluginManager, ResolveBatch
+    out = {}
+    with PluginManager.from_specs(args.executable_plugin, arch=arch,
+                                  backend=args.backend) as manager:
+        for name in names:
+            out[name] = ""
+            for plugin in reversed(manager.plugins):
+                with ResolveBatch(manager.backend, [name]) as batch:
+                    plugin.resolve_into(batch)
+                    if batch.read()[0][0]:
+                        out[name] = plugin.name
+                        break
+    return out
+
+
+def describe(exe, providers: dict[str, str] | None = None) -> str:
+    """Human-readable summary of an :class:`Executable`; ``providers`` maps
+    import names to the plugin resolving them."""
     lines = [
         f"file:         {exe.path}",
         f"architecture: {exe.arch.name} ({exe.arch.elf_class}-bit, "
@@ -202,8 +230,12 @@ def describe(exe) -> str:
         f"constants:    {exe.constant_count}",
         f"imports:      {len(exe.imports)}",
     ]
-    lines += [f"  [{i}] {n}{'  (optional)' if n.startswith('?') else ''}"
-              for i, n in enumerate(exe.imports)]
+    for i, n in enumerate(exe.imports):
+        note = "  (optional)" if n.startswith("?") else ""
+        if providers is not None:
+            who = providers.get(n)
+            note += f"  resolved by {who}" if who else "  UNRESOLVED"
+        lines.append(f"  [{i}] {n}{note}")
     lines.append(f"exports:      {len(exe.exports)}")
     for e in exe.exports:
         lines.append(f"  [{e.ordinal}] {e.label}" + (f"  tag={e.tag}" if e.tag else ""))

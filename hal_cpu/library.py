@@ -12,6 +12,7 @@ workgroup state laid out for the image's pointer width.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -81,6 +82,26 @@ def _as_binding(value, index: int) -> np.ndarray:
         raise DispatchError(f"{type(value).__name__} is neither a numpy array "
                             "nor a buffer", field=f"bindings[{index}]",
                             value=type(value).__name__) from None
+
+
+#: Default limit, in seconds, on each guest call made while loading
+#: (initializers, the query, plugin functions); dispatches have none unless
+#: ``timeout=`` is given to :meth:`Executable.dispatch`.
+LOAD_TIMEOUT = 60.0
+#: Most executable-level constants a library may declare.
+MAX_EXECUTABLE_CONSTANTS = 1 << 16
+
+
+@contextlib.contextmanager
+def call_limit(backend: Backend, seconds: float):
+    """Limit each guest call on ``backend`` to ``seconds`` (0: none) inside
+    the block (emulated backends; native code cannot be stopped)."""
+    old = getattr(backend, "timeout_us", 0)
+    backend.timeout_us = int(seconds * 1e6) if seconds else 0
+    try:
+        yield
+    finally:
+        backend.timeout_us = old
 
 
 def _triple(values, field: str, path: str, limit_xy: int, low: int):
@@ -155,7 +176,12 @@ class Executable:
         arch: architecture expected / to select from a FatELF.
         plugins: a :class:`hal_cpu.PluginManager` resolving the imports; its
             backend is used (executable and plugins share one machine).
-        timeout: per-call limit in seconds for the emulated backend (0: none).
+        timeout: limit in seconds on each guest call while loading
+            (initializers, the query, plugin functions; emulated backend;
+            0: none). Default :data:`LOAD_TIMEOUT`.
+        initialize: run the file's initializers (False for inspection).
+        bind_imports: resolve imports and build the environment (False for
+            inspection: the library cannot be dispatched then).
 
     Attributes:
         name, version, features, sanitizer: from the library header.
@@ -170,24 +196,35 @@ class Executable:
     """
 
     def __init__(self, source, *, backend="auto", arch=None, plugins=None,
-                 timeout: float = 0.0):
+                 timeout: float = LOAD_TIMEOUT, initialize: bool = True,
+                 bind_imports: bool = True):
         if plugins is not None:
             backend = plugins.backend
-        options = {"timeout": timeout} if timeout else {}
-        self.module = elfloader.load(source, arch=arch, backend=backend, **options)
+        self._allocs: list[int] = []
+        self._layouts: dict | None = None
+        self.last_workers = 0
+        self._default_workers = _host_workers()
+        self.imports: list[str] = []
+        self.exports: list[Export] = []
+        if isinstance(backend, Backend):
+            with call_limit(backend, timeout):
+                self.module = elfloader.load(source, arch=arch, backend=backend,
+                                             initialize=initialize)
+        else:
+            self.module = elfloader.load(source, arch=arch, backend=backend,
+                                         initialize=initialize, timeout=timeout)
+            self.module.backend.timeout_us = 0
         self._owns_backend = not isinstance(backend, Backend)
         self.backend: Backend = self.module.backend
         self.arch = self.module.arch
         self.path = self.module.name
-        self._allocs: list[int] = []
-        self._layouts: dict | None = {}
-        self.last_workers = 0
-        self._default_workers = _host_workers()
         try:
-            self._query(plugins)
+            with call_limit(self.backend, timeout):
+                self._query(plugins if bind_imports else None, bind_imports)
         except BaseException:
             self.close()
             raise
+        self._layouts = {}
 
     # --- loading ----------------------------------------------------------
     def _alloc(self, data: bytes) -> int:
@@ -195,7 +232,7 @@ class Executable:
         self._allocs.append(addr)
         return addr
 
-    def _query(self, plugins) -> None:
+    def _query(self, plugins, bind_imports: bool) -> None:
         be = self.backend
         mod = self.module
         view = self.view = GuestView(be, mod, self.path)
@@ -223,6 +260,11 @@ class Executable:
         self.sanitizer = abi.SANITIZERS.get(header["sanitizer"],
                                             str(header["sanitizer"]))
         self.constant_count = lib["constants.count"]
+        if self.constant_count > MAX_EXECUTABLE_CONSTANTS:
+            raise LibraryError(f"{self.constant_count} executable constants exceed "
+                               f"the limit of {MAX_EXECUTABLE_CONSTANTS}",
+                               name=self.path, field="constants.count",
+                               value=self.constant_count)
         n = lib["imports.count"]
         if n > 4096:
             raise LibraryError(f"{n} imports", name=self.path,
@@ -233,7 +275,8 @@ class Executable:
         self.exports = self._read_exports(lib)
         self._export_cache = {e.ordinal: e for e in self.exports}
         self._export_cache.update({e.name: e for e in self.exports if e.name})
-        self._bind_environment(plugins)
+        if bind_imports:
+            self._bind_environment(plugins)
 
     def _read_exports(self, lib) -> list[Export]:
         view = self.view
@@ -394,9 +437,10 @@ class Executable:
                     finishers.append(finish)
             layout.write(wsize, wc, workers, consts, pointers, lengths, total)
             deadline = time.monotonic() + timeout if timeout else None
-            run_grid(self.backend, layout, exp.address, self._env, total,
-                     workers, label=exp.label, path=self.path, grid=wc,
-                     deadline=deadline, progress=progress)
+            with call_limit(self.backend, timeout or 0):
+                run_grid(self.backend, layout, exp.address, self._env, total,
+                         workers, label=exp.label, path=self.path, grid=wc,
+                         deadline=deadline, progress=progress)
         finally:
             for finish in finishers:
                 finish()
@@ -405,6 +449,8 @@ class Executable:
     def close(self) -> None:
         """Unload the library (and its backend when this object created it).
         Using the executable afterwards raises :class:`LibraryError`."""
+        if not hasattr(self, "backend"):
+            return
         for layout in (self._layouts or {}).values():
             layout.close()
         self._layouts = None

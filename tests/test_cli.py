@@ -119,6 +119,65 @@ def test_run_with_plugin(compile_cache, tmp_path):
     assert proc.stdout.splitlines()[2].startswith("binding[2]: 100xf32=12 12 12")
 
 
+def test_inspect_names_the_plugin_each_import_needs(compile_cache):
+    """inspect lists an executable's imports even when nothing resolves them,
+    and with plugins says which one provides each."""
+    comp = iree_tools.compile_program(ROOT / "sample_plugins" /
+                                      "standalone_example.mlir", "riscv64",
+                                      compile_cache)
+    so = comp.so_files[0]
+    out = hal_cpu("inspect", so).stdout
+    assert "simple_mul_workgroup" in out and "UNRESOLVED" not in out
+    out = hal_cpu("inspect", so, "--executable_plugin",
+                  str(PREBUILT / "standalone_alt.sos"), "--executable_plugin",
+                  str(PREBUILT / "standalone.sos")).stdout
+    assert "simple_mul_workgroup  resolved by" in out
+    out = hal_cpu("inspect", so, "--executable_plugin=embedded:"
+                  + str(PREBUILT / "standalone_riscv64.so")).stdout
+    assert "resolved by" in out
+
+
+def test_bad_command_lines_are_one_line(tmp_path):
+    """Every bad input named in the reliability work gets one line on stderr
+    and the right exit status, never a traceback."""
+    sample = "hal_cpu/samples/sum_last_x86_64.so"
+    base = ["run", sample, "--entry_point=0", "--workgroup_count=9,1,1"]
+    cases = [
+        (base + ["--binding=1000000000000xf32"], 1, "16 GiB"),
+        (base + ["--binding=100000000000000000000xf32"], 1, "16 GiB"),
+        (base + ["--binding=9x129xf32", "--binding=9xf32",
+                 "--output=1=@/nonexistentdir/out.npy"], 1, "not a writable directory"),
+        (base + ["--binding=@/dev/null"], 1, "not a .npy file"),
+        (base + ["--binding=8xi1=2"], 1, "i1"),
+        (["run", sample, "--entry_point=0", "--workgroup_count=1,1"], 2, "three"),
+        (["run", sample, "--entry_point=0", "--workgroup_count=4294967296,1,1"],
+         2, "x = 4294967296"),
+        (["run", sample, "--entry_point=0", "--workgroup_count=1,1,65536"],
+         2, "z = 65536"),
+        (["run", sample, "--entry_point=0", "--arch=vax"], 2, "unknown architecture"),
+        (base + ["--binding=9x129xf32", "--binding=9xf32", "--executable_plugin="
+                 + str(PREBUILT / "standalone_aarch64.so")], 1, "embedded:PATH"),
+        (base + ["--binding=9x129xf32", "--binding=9xf32", "--executable_plugin="
+                 + str(PREBUILT / "standalone.sos") + "?bias=abc"], 1,
+         "standalone.sos[x86_64]: load: load returned INVALID_ARGUMENT (3); "
+         "parameters bias=abc"),
+    ]
+    pickled = tmp_path / "p.npy"
+    np.save(pickled, np.array([object()]), allow_pickle=True)
+    cases.append((base + [f"--binding=@{pickled}"], 1, "pickled"))
+    for args, status, words in cases:
+        proc = hal_cpu(*args, check=False)
+        assert proc.returncode == status, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        if status == 1:
+            assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert words in proc.stderr, (args, proc.stderr)
+
+
+def test_version_flags():
+    assert hal_cpu("--version").stdout.startswith("hal-cpu ")
+
+
 @pytest.mark.parametrize("args,words", [
     (["run", "missing.so", "--entry_point=0"], "No such file"),
     (["run", "pyproject.toml", "--entry_point=0"], "e_ident"),
