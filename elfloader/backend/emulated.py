@@ -6,10 +6,20 @@ guests fit). A call writes the arguments with the architecture's calling
 convention, points the return address at a sentinel page and runs until the
 program counter reaches it; no per-instruction hook is installed. Python
 callbacks live in one small trampoline page, the only range with a code hook.
+
+The CPU runs with unicorn's virtual TLB: guest pages map one to one onto
+unicorn's physical memory, and a TLB-fill hook gives each page exactly the
+permissions of the range it belongs to. With the CPU's own TLB and the MMU
+off, every page would be executable, and unicorn sends each store to a page
+that is both writable and executable down its self-modifying-code path; with
+data pages not executable, stores stay on the fast path. A refused fill
+stops the CPU with a generic exception; the hook notes the page and the
+kind of access, so the fault is reported by kind.
 """
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 from typing import Callable
 
@@ -17,7 +27,8 @@ import numpy as np
 from unicorn import (UC_HOOK_CODE, UC_PROT_EXEC, UC_PROT_NONE, UC_PROT_READ,
                      UC_PROT_WRITE, Uc, UcError)
 from unicorn import unicorn_const as UCC
-from unicorn.unicorn_py3.unicorn import uclib
+from unicorn.unicorn_py3.unicorn import (HOOK_TLB_FILL_CFUNC, uc_hook_h,
+                                         uclib)
 
 from fatelf.cstruct import pack_array, unpack_array
 
@@ -34,6 +45,9 @@ _HEAP_LIMIT = 256 << 10     # larger ones get their own mapping
 _HEAP_GRAIN = 64
 _TRAMPOLINE_SLOT = 16
 _TRAMPOLINE_SLOTS = 256
+_SENTINEL_OFFSET = 32
+_TLB_GROW_FILLS = 128       # fewer TLB fills in a call: TLB size is fine
+_TLB_MAX_PAGES = 1 << 16    # larger working sets do not grow the TLB
 
 _UC_ERRORS = {
     UCC.UC_ERR_READ_UNMAPPED: "read from unmapped memory",
@@ -47,6 +61,81 @@ _UC_ERRORS = {
     UCC.UC_ERR_READ_UNALIGNED: "unaligned read",
     UCC.UC_ERR_WRITE_UNALIGNED: "unaligned write",
 }
+
+
+#: What a TLB fill is for (``uc_mem_type``): the permission it needs, and
+#: the name of the access in messages.
+_ACCESS = {
+    UCC.UC_MEM_READ: (UC_PROT_READ, "read"),
+    UCC.UC_MEM_WRITE: (UC_PROT_WRITE, "write"),
+    UCC.UC_MEM_FETCH: (UC_PROT_EXEC, "fetch"),
+}
+
+#: Faults by (access, mapped): the ``fault`` attribute of the
+#: :class:`EmulationError` and the start of its message.
+_FAULTS = {
+    ("read", False): ("read_unmapped", "read from unmapped memory"),
+    ("write", False): ("write_unmapped", "write to unmapped memory"),
+    ("fetch", False): ("fetch_unmapped", "instruction fetch from unmapped memory"),
+    ("read", True): ("read_protected", "read from unreadable memory"),
+    ("write", True): ("write_protected", "write to read-only memory"),
+    ("fetch", True): ("fetch_protected",
+                      "instruction fetch from non-executable memory"),
+}
+_UC_FAULTS = {
+    UCC.UC_ERR_READ_UNMAPPED: "read_unmapped",
+    UCC.UC_ERR_WRITE_UNMAPPED: "write_unmapped",
+    UCC.UC_ERR_FETCH_UNMAPPED: "fetch_unmapped",
+    UCC.UC_ERR_READ_PROT: "read_protected",
+    UCC.UC_ERR_WRITE_PROT: "write_protected",
+    UCC.UC_ERR_FETCH_PROT: "fetch_protected",
+    UCC.UC_ERR_INSN_INVALID: "invalid_instruction",
+    UCC.UC_ERR_EXCEPTION: "exception",
+    UCC.UC_ERR_READ_UNALIGNED: "read_unaligned",
+    UCC.UC_ERR_WRITE_UNALIGNED: "write_unaligned",
+}
+
+
+#: Stops that a refused TLB fill can cause.
+_MEMORY_ERRORS = frozenset((
+    UCC.UC_ERR_EXCEPTION, UCC.UC_ERR_READ_UNMAPPED, UCC.UC_ERR_WRITE_UNMAPPED,
+    UCC.UC_ERR_FETCH_UNMAPPED, UCC.UC_ERR_READ_PROT, UCC.UC_ERR_WRITE_PROT,
+    UCC.UC_ERR_FETCH_PROT))
+
+
+class PageMap:
+    """Protection of every mapped page: sorted, non-overlapping
+    ``(start, end, prot)`` ranges, looked up by bisection."""
+
+    def __init__(self):
+        self.ranges: list[tuple[int, int, int]] = []
+        self.starts: list[int] = []
+
+    def set(self, start: int, end: int, prot: int | None) -> None:
+        """Give ``[start, end)`` protection ``prot`` (None: unmapped)."""
+        out = []
+        for s, e, p in self.ranges:
+            if e <= start or s >= end:
+                out.append((s, e, p))
+                continue
+            if s < start:
+                out.append((s, start, p))
+            if e > end:
+                out.append((end, e, p))
+        if prot is not None:
+            out.append((start, end, prot))
+        out.sort()
+        self.ranges = out
+        self.starts = [r[0] for r in out]
+
+    def lookup(self, address: int) -> int | None:
+        """Protection of the page holding ``address``, None if unmapped."""
+        i = bisect.bisect_right(self.starts, address) - 1
+        if i >= 0:
+            s, e, p = self.ranges[i]
+            if address < e:
+                return p
+        return None
 
 
 def _uc_prot(prot: int) -> int:
@@ -76,16 +165,25 @@ class EmulatedBackend(Backend):
         self.timeout_us = int(timeout * 1e6)
         model = unicorn_arch.model(arch)
         self._regs = regs = unicorn_arch.registers(arch)
+        self._pages = PageMap()
+        self._refused: tuple[int, str, int | None] | None = None
+        self._fills = [0]     # TLB fills so far (counted by the hook)
+        self._filled: set[int] = set()   # pages filled during this call
+        self._tlb_warm = False
         try:
             self.uc = Uc(model.uc_arch, model.uc_mode)
             if model.cpu is not None:
                 self.uc.ctl_set_cpu_model(model.cpu)
+            if model.page_size is not None:
+                self.uc.ctl_set_page_size(model.page_size)
+            self._uch = self.uc._uch
+            unicorn_arch.virtual_tlb(self.uc)
+            self._fill_hook = self._add_tlb_fill_hook()
             if model.init is not None:
                 model.init(self.uc)
         except UcError as exc:
             raise BackendError(f"cannot start a {arch.name} CPU: {exc}",
                                field="backend", value=arch.name) from None
-        self._uch = self.uc._uch
         # One batch write sets the argument registers, the stack pointer and
         # the return-address register of a call.
         ids = list(regs.args) + [regs.sp] + ([regs.link] if regs.link else [])
@@ -110,13 +208,74 @@ class EmulatedBackend(Backend):
 
         stack = self.reserve(_STACK_SIZE)
         self._stack_top = stack + _STACK_SIZE - 64
-        self._sentinel = self.place_code(arch.return_insn * 4)
+        # The return address is inside its page, not at its start: unicorn
+        # gives the block that stops the CPU a size of zero and looks up the
+        # page of its last byte (the byte before it) for execution, which
+        # the previous page (data) refuses.
+        self._sentinel = self.place_code(
+            arch.return_insn * (2 * _SENTINEL_OFFSET // len(arch.return_insn))
+        ) + _SENTINEL_OFFSET
         tsize = _TRAMPOLINE_SLOT * _TRAMPOLINE_SLOTS
         slot = arch.return_insn * (_TRAMPOLINE_SLOT // len(arch.return_insn))
         self._tramp = self.place_code(slot * _TRAMPOLINE_SLOTS)
         self._tramp_next = self._tramp
         self.uc.hook_add(UC_HOOK_CODE, self._on_trampoline,
                          begin=self._tramp, end=self._tramp + tsize - 1)
+
+    def _add_tlb_fill_hook(self):
+        """Install the TLB-fill hook: guest page -> same physical page, with
+        the permissions of :attr:`_pages`; a refusal is noted for
+        :meth:`_fault`. Registered directly (not through ``Uc.hook_add``) to
+        keep the per-fill cost to one Python call."""
+        pages, access_of = self._pages, _ACCESS
+        fills, filled = self._fills, self._filled
+
+        def fill(uch, vaddr, access, entry, key):
+            fills[0] += 1
+            filled.add(vaddr)
+            prot = pages.lookup(vaddr)
+            need, name = access_of.get(access, (UC_PROT_READ, "read"))
+            if prot is not None and prot & need:
+                e = entry[0]
+                e.paddr = vaddr
+                e.perms = prot
+                return True
+            self._refused = (vaddr, name, prot)
+            return False
+
+        callback = HOOK_TLB_FILL_CFUNC(fill)
+        handle = uc_hook_h()
+        status = uclib.uc_hook_add(self._uch, ctypes.byref(handle),
+                                   UCC.UC_HOOK_TLB_FILL, callback, None,
+                                   ctypes.c_uint64(1), ctypes.c_uint64(0))
+        if status != UCC.UC_ERR_OK:
+            raise UcError(status)
+        return callback
+
+    def _size_tlb(self, fills: int, pages: int) -> None:
+        """After a call that needed ``fills`` TLB fills for ``pages``
+        distinct pages: flush the TLB if it is too small for the call.
+
+        unicorn resizes its TLB only when it is flushed, doubling it when
+        more than 70% of its entries were used since the last flush. It
+        was too small when the call refilled pages it had already filled
+        (more fills than pages), or when the call started with a warm TLB
+        and still needed many fills (the pages did not stay from the call
+        before). Calls touching more than :data:`_TLB_MAX_PAGES` pages
+        stream through memory; they are left to refill rather than grow
+        the TLB (and its host memory) without end."""
+        if fills <= _TLB_GROW_FILLS or pages > _TLB_MAX_PAGES:
+            self._tlb_warm = True
+        elif self._tlb_warm or fills > pages + pages // 2:
+            self._flush_tlb()
+        else:
+            self._tlb_warm = True
+
+    def _flush_tlb(self) -> None:
+        """Drop every TLB entry (after a protection change, or to let
+        unicorn resize the TLB)."""
+        unicorn_arch.flush_tlb(self.uc)
+        self._tlb_warm = False
 
     # --- memory -----------------------------------------------------------
     def _take(self, size: int, align: int) -> int:
@@ -153,6 +312,7 @@ class EmulatedBackend(Backend):
             raise BackendError(f"cannot map {size:#x} bytes: {exc}",
                                field="reserve", value=size) from None
         self._maps[addr] = size
+        self._pages.set(addr, addr + size, PROT_READ | PROT_WRITE)
         return addr
 
     def alloc(self, size: int, align: int = 16) -> int:
@@ -196,6 +356,8 @@ class EmulatedBackend(Backend):
         if size is None:
             return
         self.uc.mem_unmap(address, size)
+        self._pages.set(address, address + size, None)
+        self._flush_tlb()
         self._give_back(address, size)
 
     def _check_open(self, what: str, address: int) -> None:
@@ -224,7 +386,14 @@ class EmulatedBackend(Backend):
         if prot & PROT_WRITE and prot & PROT_EXEC:
             raise BackendError("refusing a writable and executable mapping",
                                field="protect", value=prot_str(prot))
-        self.uc.mem_protect(address, size, _uc_prot(prot))
+        self._check_open("protect", address)
+        try:
+            self.uc.mem_protect(address, size, _uc_prot(prot))
+        except UcError as exc:
+            raise BackendError(f"cannot protect {size:#x} bytes at {address:#x}: "
+                               f"{exc}", field="protect", value=address) from None
+        self._pages.set(address, address + size, prot)
+        self._flush_tlb()
 
     def map_array(self, array: np.ndarray):
         if not array.flags.c_contiguous:
@@ -284,12 +453,17 @@ class EmulatedBackend(Backend):
             raise BackendError("a Python callback may not call back into "
                                "emulated code", field="call", value=address)
         self._prepare_call(args, self._sentinel)
+        self._refused = None
+        fills, filled = self._fills, self._filled
+        before = fills[0]
+        filled.clear()
         self._depth += 1
         try:
             status = uclib.uc_emu_start(self._uch, address, self._sentinel,
                                         self.timeout_us, 0)
         finally:
             self._depth -= 1
+        self._size_tlb(fills[0] - before, len(filled))
         if status != UCC.UC_ERR_OK:
             raise self._fault(UcError(status), address)
         if self._pending is not None:
@@ -307,10 +481,27 @@ class EmulatedBackend(Backend):
         return self._reg_read(self._regs.result)
 
     def _fault(self, exc: UcError, address: int) -> EmulationError:
+        """The error for a call that stopped with ``exc``: a refused TLB
+        fill is reported as the access it refused (unicorn itself only says
+        "unhandled CPU exception")."""
         pc = self._reg_read(self._regs.pc)
-        what = _UC_ERRORS.get(exc.errno, str(exc))
-        return EmulationError(f"{what} at pc={pc:#x} while calling {address:#x}",
-                              field="call", value=address)
+        refused, self._refused = self._refused, None
+        page = None
+        if refused is not None and exc.errno in _MEMORY_ERRORS:
+            page, access, prot = refused
+            fault, what = _FAULTS[access, prot is not None]
+            where = (f" (page {page:#x}, {prot_str(prot)})" if prot is not None
+                     else f" (page {page:#x})")
+            what += where
+        else:
+            fault = _UC_FAULTS.get(exc.errno, "error")
+            what = _UC_ERRORS.get(exc.errno, str(exc))
+        err = EmulationError(f"{what} at pc={pc:#x} while calling {address:#x}",
+                             field="call", value=address)
+        err.fault = fault
+        err.fault_page = page
+        err.pc = pc
+        return err
 
     def callback(self, function: Callable[..., int], nargs: int) -> int:
         addr = self._tramp_next

@@ -72,6 +72,9 @@ class UcModel:
             or None for unicorn's default.
         regs: unicorn's constants module; prefix: register constant prefix.
         init: called with a fresh ``Uc`` to enable FP/SIMD etc.
+        page_size: the CPU's page size, set before it starts (unicorn's
+            ARM CPUs default to 1 KiB pages: four times the TLB fills of
+            4 KiB ones), or None for unicorn's default.
     """
 
     uc_arch: int
@@ -80,6 +83,7 @@ class UcModel:
     prefix: str
     cpu: int | None = None
     init: Callable[[object], None] | None = None
+    page_size: int | None = None
 
     def reg(self, name: str) -> int:
         """unicorn register id of psABI register ``name`` (``rdi``, ``x0``)."""
@@ -91,9 +95,10 @@ MODELS: dict[str, UcModel] = {
     "x86_32": UcModel(UC.UC_ARCH_X86, UC.UC_MODE_32, x86_const, "UC_X86_REG_",
                       init=_x86_32_init),
     "aarch64": UcModel(UC.UC_ARCH_ARM64, UC.UC_MODE_ARM, arm64_const,
-                       "UC_ARM64_REG_"),
+                       "UC_ARM64_REG_", page_size=4096),
     "arm32": UcModel(UC.UC_ARCH_ARM, UC.UC_MODE_ARM, arm_const, "UC_ARM_REG_",
-                     cpu=arm_const.UC_CPU_ARM_CORTEX_A15, init=_arm32_init),
+                     cpu=arm_const.UC_CPU_ARM_CORTEX_A15, init=_arm32_init,
+                     page_size=4096),
     "riscv64": UcModel(UC.UC_ARCH_RISCV, UC.UC_MODE_RISCV64, riscv_const,
                        "UC_RISCV_REG_", init=_riscv_init),
     "riscv32": UcModel(UC.UC_ARCH_RISCV, UC.UC_MODE_RISCV32, riscv_const,
@@ -128,3 +133,15 @@ def registers(arch: Arch) -> UcRegisters:
         args=tuple(m.reg(r) for r in cc.int_args), result=m.reg(cc.int_result),
         sp=m.reg(cc.stack_pointer), pc=m.reg(cc.program_counter),
         link=m.reg(cc.return_address) if cc.return_address else None)
+
+
+def virtual_tlb(uc) -> None:
+    """Switch a fresh CPU to unicorn's virtual TLB (before anything is
+    mapped or run): page permissions then come from the TLB-fill hook,
+    not from the CPU's own page tables (which are off)."""
+    uc.ctl_set_tlb_mode(UC.UC_TLB_VIRTUAL)
+
+
+def flush_tlb(uc) -> None:
+    """Drop every TLB entry of ``uc`` (translated code stays)."""
+    uc.ctl(UC.UC_CTL_TLB_FLUSH, UC.UC_CTL_IO_WRITE)
