@@ -47,15 +47,19 @@ def selected_arches(text: str) -> list[str]:
     Raises:
         pytest.UsageError: an unknown name.
     """
-    if text == "all":
-        return list(arches.RUNTIME_ARCHES)
-    if text == "host":
-        return [arches.host_arch()]
+    names: list[str] = []
     try:
-        return [arches.lookup(t.strip(), runtime=True).name
-                for t in text.split(",") if t.strip()]
+        for token in (t.strip() for t in text.split(",") if t.strip()):
+            if token == "all":
+                picked = list(arches.RUNTIME_ARCHES)
+            elif token == "host":
+                picked = [arches.host_arch()]
+            else:
+                picked = [arches.lookup(token, runtime=True).name]
+            names += [n for n in picked if n not in names]
     except arches.FatElfSelectError as exc:
         raise pytest.UsageError(f"--hal-arch: {exc.message}") from None
+    return names
 
 
 def pytest_generate_tests(metafunc):
