@@ -438,9 +438,14 @@ class Executable:
             layout.write(wsize, wc, workers, consts, pointers, lengths, total)
             deadline = time.monotonic() + timeout if timeout else None
             with call_limit(self.backend, timeout or 0):
-                run_grid(self.backend, layout, exp.address, self._env, total,
-                         workers, label=exp.label, path=self.path, grid=wc,
-                         deadline=deadline, progress=progress)
+                try:
+                    run_grid(self.backend, layout, exp.address, self._env, total,
+                             workers, label=exp.label, path=self.path, grid=wc,
+                             deadline=deadline, progress=progress)
+                except elfloader.EmulationError as exc:
+                    from .faults import dispatch_fault
+                    raise dispatch_fault(exc, self, exp, pointers, lengths,
+                                         layout) from None
         finally:
             for finish in finishers:
                 finish()
