@@ -273,3 +273,30 @@ def test_emulated_fault_is_typed(elf):
     with pytest.raises(elfloader.EmulationError, match="unmapped"):
         backend.call(0x7000_0000)
     backend.close()
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64", "riscv64", "x86_32",
+                                  "arm32", "riscv32"])
+def test_emulated_dispatch_fault_report(arch):
+    """A dispatch function pointer aimed at a non-executable page (as a
+    corrupt export table would) faults under emulation with a report naming
+    file, architecture, export, workgroup, pc at the guest's word size and
+    the instruction."""
+    import dataclasses
+    path = PREBUILT.parent.parent / "hal_cpu" / "samples" / f"sum_last_{arch}.so"
+    with Executable(path, backend="emulated") as exe:
+        e = exe.exports[0]
+        bad = dataclasses.replace(e, address=exe.module.lo + exe.module.size - 16)
+        exe.exports[0] = bad
+        exe._export_cache = {0: bad, bad.name: bad}
+        with pytest.raises(elfloader.EmulationError) as info:
+            exe.dispatch(0, (3, 1, 1), [np.ones((9, 129), np.float32),
+                                        np.zeros(9, np.float32)])
+    text = str(info.value)
+    first = text.splitlines()[0]
+    assert first.startswith(f"{path}: {arch}: export {e.name}, workgroup (0, 0, 0)")
+    assert "fetch from non-executable memory" in first
+    digits = 8 if arch in ("x86_32", "arm32", "riscv32") else 16
+    assert f"pc:           0x{exe.module.lo + exe.module.size - 16:0{digits}x}" in text
+    assert "instruction:" in text
+    assert info.value.fault and info.value.pc
