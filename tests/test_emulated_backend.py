@@ -159,3 +159,209 @@ def test_writable_executable_refused(cpu):
     data = cpu.reserve(PAGE)
     with pytest.raises(elfloader.BackendError, match="writable and executable"):
         cpu.protect(data, PAGE, PROT_READ | PROT_WRITE | PROT_EXEC)
+
+
+# --- bindings -------------------------------------------------------------------
+@pytest.mark.parametrize("nbytes", [0, 4, 100, 4096, 300 << 10, 1 << 20, 5 << 20])
+def test_binding_round_trip(cpu, nbytes):
+    store = code(cpu, STORE)
+    array = np.arange(nbytes, dtype=np.uint8) ^ 0x5A
+    frozen = array.copy()
+    frozen.flags.writeable = False
+    before = frozen.copy()
+    addr, finish = cpu.map_array(array)
+    raddr, rfinish = cpu.map_array(frozen)
+    assert addr % 64 == 0 and raddr % 64 == 0
+    assert cpu.read(addr, nbytes) == array.tobytes()
+    if nbytes >= 4:
+        cpu.call(store, addr)
+        cpu.call(store, raddr)      # the guest may scribble on its copy
+    finish()
+    rfinish()
+    finish()                        # a second finish does nothing
+    want = before.copy()
+    if nbytes >= 4:
+        want[:4] = np.frombuffer(u32(addr), np.uint8)
+    np.testing.assert_array_equal(array, want)
+    np.testing.assert_array_equal(frozen, before)
+
+
+def test_binding_ranges_are_reused(cpu):
+    base = cpu.mapped_bytes
+    big = np.ones(3 << 20, np.uint8)
+    addr, finish = cpu.map_array(big)
+    assert cpu.mapped_bytes >= big.nbytes
+    finish()
+    assert cpu.mapped_bytes == base
+    again, finish = cpu.map_array(np.zeros(3 << 20, np.uint8))
+    assert again == addr            # same range: nothing mapped anew
+    assert cpu.read(again, 8) == bytes(8)
+    finish()
+    small, finish = cpu.map_array(np.ones(1000, np.float32))
+    assert small % 64 == 0
+    finish()
+    assert cpu.mapped_bytes == base
+
+
+def test_binding_refuses_non_contiguous(cpu):
+    with pytest.raises(elfloader.BackendError, match="C-contiguous"):
+        cpu.map_array(np.zeros((4, 4), np.float32)[:, 1])
+
+
+# --- lifetime ---------------------------------------------------------------------
+def _vm() -> dict[str, int]:
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmSize"):
+                out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+def test_load_close_cycles_keep_memory_flat():
+    so = PREBUILT / "standalone_x86_64.so"
+
+    def cycle():
+        module = elfloader.load(so, backend="emulated")
+        backend = module.backend
+        backend.call(module.lookup("iree_hal_executable_plugin_query"), 1, 0)
+        data, finish = backend.map_array(np.ones(1 << 18, np.float32))
+        finish()
+        module.close()
+        backend.close()
+
+    for _ in range(10):
+        cycle()
+    gc.collect()
+    before = _vm()
+    for _ in range(300):
+        cycle()
+    gc.collect()
+    after = _vm()
+    assert after["VmRSS"] - before["VmRSS"] < 50 << 20, (before, after)
+    assert after["VmSize"] - before["VmSize"] < 2 << 30, (before, after)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+def test_close_frees_the_engine_at_once():
+    backend = EmulatedBackend(elfloader.arch.by_name("aarch64"))
+    backend.call(code(backend, LOAD), backend.reserve(PAGE))
+    open_size = _vm()["VmSize"]
+    backend.close()
+    # The translation buffer (hundreds of MiB of address space) is gone
+    # without waiting for the garbage collector.
+    assert open_size - _vm()["VmSize"] > 64 << 20
+
+
+def test_use_after_close_raises():
+    backend = EmulatedBackend(elfloader.arch.by_name("riscv64"))
+    store = code(backend, STORE)
+    data = backend.reserve(PAGE)
+    fork = backend.fork_cpu()
+    backend.close()
+    backend.close()                  # twice is fine
+    backend.release(data)            # nothing left to free: no error
+    assert backend.uc is None
+    for use in (lambda: backend.call(store, data),
+                lambda: fork.call(store, data),
+                lambda: backend.read(data, 4),
+                lambda: backend.write(data, b"x"),
+                lambda: backend.reserve(PAGE),
+                lambda: backend.alloc(16),
+                lambda: backend.protect(data, PAGE, PROT_READ),
+                lambda: backend.place_code(STORE["riscv64"]),
+                lambda: backend.map_array(np.zeros(4)),
+                lambda: backend.callback(lambda: 0, 0),
+                lambda: backend.fork_cpu(),
+                lambda: backend.cpus(2)):
+        with pytest.raises(elfloader.BackendError, match="closed"):
+            use()
+
+
+# --- several CPUs -----------------------------------------------------------------
+def test_forked_cpu_shares_memory_and_protections(cpu):
+    store, load = code(cpu, STORE), code(cpu, LOAD)
+    before = cpu.reserve(PAGE)
+    fork = cpu.fork_cpu()
+    after = cpu.reserve(PAGE)          # mapped after the fork
+    fork.call(store, before)
+    fork.call(store, after + 8)
+    assert cpu.read(before, 4) == u32(before)
+    assert cpu.read(after + 8, 4) == u32(after + 8)
+    cpu.write(after, u32(0x1234))
+    assert fork.call(load, after) & 0xFFFFFFFF == 0x1234
+    cpu.protect(after, PAGE, PROT_READ)
+    assert fault_of(fork, store, after).fault == "write_protected"
+    cpu.release(after)
+    assert fault_of(fork, load, after).fault == "read_unmapped"
+    assert cpu.call(load, before) & 0xFFFFFFFF == before & 0xFFFFFFFF
+    fork.close()
+    fork.close()
+    with pytest.raises(elfloader.BackendError, match="closed"):
+        fork.call(load, before)
+    assert cpu.cpus(1) == [cpu.cpu]
+
+
+def test_cpus_run_calls_from_threads(cpu):
+    import threading
+    pages = code(cpu, PAGES)
+    cpus = cpu.cpus(3)
+    assert cpus[0] is cpu.cpu and len(set(map(id, cpus))) == 3
+    assert cpu.cpus(3) == cpus          # kept for the next dispatch
+    n = 64
+    buffers = [cpu.reserve(n * PAGE) for _ in cpus]
+    readonly = cpu.reserve(PAGE)
+    cpu.protect(readonly, PAGE, PROT_READ)
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(20):
+                cpus[i].call(pages, buffers[i], n)
+            with pytest.raises(elfloader.EmulationError):
+                cpus[i].call(pages, readonly, 1)
+            cpus[i].call(pages, buffers[i], n)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for buf in buffers:
+        got = np.frombuffer(cpu.read(buf, n * PAGE), np.uint32).reshape(n, -1)[:, 0]
+        np.testing.assert_array_equal(got, (buf + PAGE * np.arange(n)) & 0xFFFFFFFF)
+
+
+def test_callback_on_forked_cpu_maps_memory_for_the_guest():
+    """A Python callback reached from a forked CPU reserves fresh memory;
+    the guest stores into it right after the callback returns."""
+    backend = EmulatedBackend(elfloader.arch.by_name("x86_64"))
+    try:
+        # f(cb, x): p = cb(x); *(uint32_t *)p = (uint32_t)p; return p
+        f = backend.place_code(bytes.fromhex(
+            "4883ec08" "4889f8" "4889f7" "ffd0" "4883c408" "8900" "c3"))
+        made = []
+
+        def fresh(x):
+            address = backend.reserve(PAGE) + x
+            made.append(address)
+            return address
+
+        cb = backend.callback(fresh, 1)
+        fork = backend.fork_cpu()
+        got = fork.call(f, cb, 24)
+        assert got == made[0]
+        assert backend.read(got, 4) == u32(got)
+
+        def reenter(x):
+            return backend.call(f, cb, x)
+
+        with pytest.raises(elfloader.BackendError, match="call back"):
+            fork.call(f, backend.callback(reenter, 1), 0)
+    finally:
+        backend.close()

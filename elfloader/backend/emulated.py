@@ -1,13 +1,20 @@
-"""Emulated backend: guest code runs on a unicorn CPU of any supported
+"""Emulated backend: guest code runs on unicorn CPUs of any supported
 architecture, on any host.
 
-The address space is laid out by a page allocator below 2 GiB (so 32-bit
-guests fit). A call writes the arguments with the architecture's calling
-convention, points the return address at a sentinel page and runs until the
-program counter reaches it; no per-instruction hook is installed. Python
-callbacks live in one small trampoline page, the only range with a code hook.
+Guest memory is host memory: every reservation is an anonymous ``mmap``
+mapped into the CPU with ``mem_map_ptr``, so reads, writes and bindings are
+plain copies in this process, and several CPUs (:meth:`EmulatedBackend.
+fork_cpu`) can share one address space, each with its own registers and
+stack, running calls concurrently from threads (``emu_start`` releases the
+GIL). Addresses are handed out by a page allocator below 2 GiB (so 32-bit
+guests fit).
 
-The CPU runs with unicorn's virtual TLB: guest pages map one to one onto
+A call writes the arguments with the architecture's calling convention,
+points the return address at a sentinel and runs until the program counter
+reaches it; no per-instruction hook is installed. Python callbacks live in
+one small trampoline page, the only range with a code hook.
+
+The CPUs run with unicorn's virtual TLB: guest pages map one to one onto
 unicorn's physical memory, and a TLB-fill hook gives each page exactly the
 permissions of the range it belongs to. With the CPU's own TLB and the MMU
 off, every page would be executable, and unicorn sends each store to a page
@@ -15,12 +22,19 @@ that is both writable and executable down its self-modifying-code path; with
 data pages not executable, stores stay on the fast path. A refused fill
 stops the CPU with a generic exception; the hook notes the page and the
 kind of access, so the fault is reported by kind.
+
+Changes to the memory map (reserve, protect, release) are recorded in a
+log that each CPU applies before its next call; CPUs that are not running
+(and the CPU whose Python callback made the change) apply it at once. Host
+memory of a released range is unmapped once no CPU can still reach it.
 """
 
 from __future__ import annotations
 
 import bisect
 import ctypes
+import mmap
+import threading
 from typing import Callable
 
 import numpy as np
@@ -43,6 +57,8 @@ _STACK_SIZE = 1 << 20
 _HEAP_CHUNK = 1 << 20       # small allocations come from 1 MiB chunks
 _HEAP_LIMIT = 256 << 10     # larger ones get their own mapping
 _HEAP_GRAIN = 64
+_BINDING_ALIGN = 64
+_POOL_LIMIT = 512 << 20     # bytes of released binding ranges kept for reuse
 _TRAMPOLINE_SLOT = 16
 _TRAMPOLINE_SLOTS = 256
 _SENTINEL_OFFSET = 32
@@ -61,7 +77,6 @@ _UC_ERRORS = {
     UCC.UC_ERR_READ_UNALIGNED: "unaligned read",
     UCC.UC_ERR_WRITE_UNALIGNED: "unaligned write",
 }
-
 
 #: What a TLB fill is for (``uc_mem_type``): the permission it needs, and
 #: the name of the access in messages.
@@ -95,26 +110,31 @@ _UC_FAULTS = {
     UCC.UC_ERR_WRITE_UNALIGNED: "write_unaligned",
 }
 
-
 #: Stops that a refused TLB fill can cause.
 _MEMORY_ERRORS = frozenset((
     UCC.UC_ERR_EXCEPTION, UCC.UC_ERR_READ_UNMAPPED, UCC.UC_ERR_WRITE_UNMAPPED,
     UCC.UC_ERR_FETCH_UNMAPPED, UCC.UC_ERR_READ_PROT, UCC.UC_ERR_WRITE_PROT,
     UCC.UC_ERR_FETCH_PROT))
 
+_memmove = ctypes.memmove
+_memset = ctypes.memset
+_string_at = ctypes.string_at
+
 
 class PageMap:
     """Protection of every mapped page: sorted, non-overlapping
-    ``(start, end, prot)`` ranges, looked up by bisection."""
+    ``(start, end, prot)`` ranges, looked up by bisection.
+
+    :attr:`state` is ``(starts, ranges)``, replaced as a whole on every
+    change, so a reader on another thread sees one consistent version."""
 
     def __init__(self):
-        self.ranges: list[tuple[int, int, int]] = []
-        self.starts: list[int] = []
+        self.state: tuple[list[int], list[tuple[int, int, int]]] = ([], [])
 
     def set(self, start: int, end: int, prot: int | None) -> None:
         """Give ``[start, end)`` protection ``prot`` (None: unmapped)."""
         out = []
-        for s, e, p in self.ranges:
+        for s, e, p in self.state[1]:
             if e <= start or s >= end:
                 out.append((s, e, p))
                 continue
@@ -125,17 +145,48 @@ class PageMap:
         if prot is not None:
             out.append((start, end, prot))
         out.sort()
-        self.ranges = out
-        self.starts = [r[0] for r in out]
+        self.state = ([r[0] for r in out], out)
 
     def lookup(self, address: int) -> int | None:
         """Protection of the page holding ``address``, None if unmapped."""
-        i = bisect.bisect_right(self.starts, address) - 1
-        if i >= 0:
-            s, e, p = self.ranges[i]
-            if address < e:
-                return p
-        return None
+        return lookup(self.state, address)
+
+    def covers(self, start: int, end: int) -> bool:
+        """Whether every byte of ``[start, end)`` is mapped."""
+        starts, ranges = self.state
+        i = bisect.bisect_right(starts, start) - 1
+        at = start
+        while at < end:
+            if i < 0 or i >= len(ranges):
+                return False
+            s, e, _ = ranges[i]
+            if not s <= at < e:
+                return False
+            at = e
+            i += 1
+        return True
+
+    def any_exec(self, start: int, end: int) -> bool:
+        """Whether any page of ``[start, end)`` is executable."""
+        starts, ranges = self.state
+        i = max(0, bisect.bisect_right(starts, start) - 1)
+        for s, e, p in ranges[i:]:
+            if s >= end:
+                break
+            if e > start and p & PROT_EXEC:
+                return True
+        return False
+
+
+def lookup(state, address: int) -> int | None:
+    """Protection of ``address`` in a :attr:`PageMap.state`."""
+    starts, ranges = state
+    i = bisect.bisect_right(starts, address) - 1
+    if i >= 0:
+        s, e, p = ranges[i]
+        if address < e:
+            return p
+    return None
 
 
 def _uc_prot(prot: int) -> int:
@@ -149,27 +200,51 @@ def _uc_prot(prot: int) -> int:
     return out
 
 
-class EmulatedBackend(Backend):
-    """Runs code of ``arch`` on a unicorn CPU.
+_MAP_FLAGS = {}
+if hasattr(mmap, "MAP_PRIVATE") and hasattr(mmap, "MAP_ANONYMOUS"):
+    _MAP_FLAGS = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS}
 
-    Args:
-        arch: the guest architecture.
-        timeout: optional limit for one call, in seconds (0: none). A call
-            that runs past it raises :class:`EmulationError`.
+
+class _Region:
+    """One reservation: guest range and the host memory behind it."""
+
+    __slots__ = ("address", "size", "mm", "host")
+
+    def __init__(self, address: int, size: int):
+        self.address, self.size = address, size
+        self.mm = mmap.mmap(-1, size, **_MAP_FLAGS)
+        view = ctypes.c_char.from_buffer(self.mm)
+        self.host = ctypes.addressof(view)
+        del view   # no export left: the mapping can be closed later
+
+    def free(self) -> None:
+        self.mm.close()
+
+
+class EmulatedCpu:
+    """One unicorn CPU of an :class:`EmulatedBackend`: its own registers,
+    stack and translated code, the backend's memory.
+
+    Made by :meth:`EmulatedBackend.fork_cpu` (the backend's own CPU is
+    :attr:`EmulatedBackend.cpu`). Different CPUs may run :meth:`call`
+    at the same time from different threads; one CPU runs one call at a
+    time.
     """
 
-    kind = "emulated"
-
-    def __init__(self, arch: Arch, timeout: float = 0.0):
-        self.arch = arch
-        self.timeout_us = int(timeout * 1e6)
+    def __init__(self, space: "EmulatedBackend"):
+        self._space = space
+        arch = self.arch = space.arch
         model = unicorn_arch.model(arch)
         self._regs = regs = unicorn_arch.registers(arch)
-        self._pages = PageMap()
         self._refused: tuple[int, str, int | None] | None = None
         self._fills = [0]     # TLB fills so far (counted by the hook)
         self._filled: set[int] = set()   # pages filled during this call
         self._tlb_warm = False
+        self._view = ([], [])            # the PageMap state this CPU maps
+        self._gen = 0                    # memory-map log entries applied
+        self._thread: int | None = None  # thread running a call, if any
+        self._pending: BaseException | None = None
+        self._closed = False
         try:
             self.uc = Uc(model.uc_arch, model.uc_mode)
             if model.cpu is not None:
@@ -181,6 +256,7 @@ class EmulatedBackend(Backend):
             self._fill_hook = self._add_tlb_fill_hook()
             if model.init is not None:
                 model.init(self.uc)
+            self.page_size = self.uc.ctl_get_page_size()
         except UcError as exc:
             raise BackendError(f"cannot start a {arch.name} CPU: {exc}",
                                field="backend", value=arch.name) from None
@@ -194,46 +270,34 @@ class EmulatedBackend(Backend):
         self._reg_ptrs = (ctypes.c_void_p * len(ids))(
             *[base + 8 * i for i in range(len(ids))])
         self._scratch = ctypes.c_uint64()
-        self._closed = False
-        # Guest code assumes at least 4 KiB pages (aarch64 ADRP, for one).
-        self.page_size = max(4096, self.uc.ctl_get_page_size())
-        self._free: list[tuple[int, int]] = [(_ARENA_START, _ARENA_END)]
-        self._maps: dict[int, int] = {}
-        self._heap_free: list[tuple[int, int]] = []   # (address, size)
-        self._heap_live: dict[int, int] = {}          # address -> size
-        self._heap_chunks: set[int] = set()
-        self._callbacks: dict[int, tuple[Callable, int]] = {}
-        self._pending: BaseException | None = None
-        self._depth = 0
+        self._mask = arch.word_mask
+        self._ps = arch.pointer_size
+        self._stack_align = arch.cc.stack_align
+        self._stack: int | None = None
+        self._stack_top = 0
 
-        stack = self.reserve(_STACK_SIZE)
+    def _start(self, stack: int) -> None:
+        """Use ``stack`` (a reservation of :data:`_STACK_SIZE` bytes) and
+        hook the trampoline page."""
+        self._stack = stack
         self._stack_top = stack + _STACK_SIZE - 64
-        # The return address is inside its page, not at its start: unicorn
-        # gives the block that stops the CPU a size of zero and looks up the
-        # page of its last byte (the byte before it) for execution, which
-        # the previous page (data) refuses.
-        self._sentinel = self.place_code(
-            arch.return_insn * (2 * _SENTINEL_OFFSET // len(arch.return_insn))
-        ) + _SENTINEL_OFFSET
-        tsize = _TRAMPOLINE_SLOT * _TRAMPOLINE_SLOTS
-        slot = arch.return_insn * (_TRAMPOLINE_SLOT // len(arch.return_insn))
-        self._tramp = self.place_code(slot * _TRAMPOLINE_SLOTS)
-        self._tramp_next = self._tramp
-        self.uc.hook_add(UC_HOOK_CODE, self._on_trampoline,
-                         begin=self._tramp, end=self._tramp + tsize - 1)
+        space = self._space
+        self.uc.hook_add(UC_HOOK_CODE, self._on_trampoline, begin=space._tramp,
+                         end=space._tramp + _TRAMPOLINE_SLOT * _TRAMPOLINE_SLOTS - 1)
 
+    # --- TLB ----------------------------------------------------------------
     def _add_tlb_fill_hook(self):
         """Install the TLB-fill hook: guest page -> same physical page, with
-        the permissions of :attr:`_pages`; a refusal is noted for
-        :meth:`_fault`. Registered directly (not through ``Uc.hook_add``) to
-        keep the per-fill cost to one Python call."""
-        pages, access_of = self._pages, _ACCESS
+        the permissions of the CPU's view of the page map; a refusal is
+        noted for :meth:`_fault`. Registered directly (not through
+        ``Uc.hook_add``) to keep the per-fill cost to one Python call."""
+        access_of = _ACCESS
         fills, filled = self._fills, self._filled
 
         def fill(uch, vaddr, access, entry, key):
             fills[0] += 1
             filled.add(vaddr)
-            prot = pages.lookup(vaddr)
+            prot = lookup(self._view, vaddr)
             need, name = access_of.get(access, (UC_PROT_READ, "read"))
             if prot is not None and prot & need:
                 e = entry[0]
@@ -251,6 +315,12 @@ class EmulatedBackend(Backend):
         if status != UCC.UC_ERR_OK:
             raise UcError(status)
         return callback
+
+    def _flush_tlb(self) -> None:
+        """Drop every TLB entry (after a change of the memory map, or to let
+        unicorn resize the TLB)."""
+        unicorn_arch.flush_tlb(self.uc)
+        self._tlb_warm = False
 
     def _size_tlb(self, fills: int, pages: int) -> None:
         """After a call that needed ``fills`` TLB fills for ``pages``
@@ -271,11 +341,397 @@ class EmulatedBackend(Backend):
         else:
             self._tlb_warm = True
 
-    def _flush_tlb(self) -> None:
-        """Drop every TLB entry (after a protection change, or to let
-        unicorn resize the TLB)."""
-        unicorn_arch.flush_tlb(self.uc)
-        self._tlb_warm = False
+    # --- memory map -----------------------------------------------------------
+    def _sync(self) -> None:
+        """Apply the backend's memory-map changes this CPU has not seen.
+        Called with the backend's lock held, when this CPU is not running
+        or from its own callback."""
+        space = self._space
+        if self._gen == space._gen:
+            return
+        flush = False
+        uc = self.uc
+        first = space._gen - len(space._log)
+        try:
+            for op in space._log[self._gen - first:]:
+                kind, address, size, arg = op
+                if kind == "map":
+                    uc.mem_map_ptr(address, size, UC_PROT_READ | UC_PROT_WRITE,
+                                   arg)
+                elif kind == "protect":
+                    uc.mem_protect(address, size, _uc_prot(arg))
+                    flush = True
+                elif kind == "unmap":
+                    uc.mem_unmap(address, size)
+                    flush = True
+                else:   # "invalidate": code written by the host
+                    uc.ctl_remove_cache(address, address + size)
+        except UcError as exc:
+            raise BackendError(f"cannot apply {kind} of {size:#x} bytes at "
+                               f"{address:#x} to a CPU: {exc}", field=kind,
+                               value=address) from None
+        self._gen = space._gen
+        self._view = space._pages.state
+        if flush:
+            self._flush_tlb()
+
+    def _map_all(self) -> None:
+        """Map the backend's whole address space into this new CPU. Called
+        with the backend's lock held."""
+        space = self._space
+        uc = self.uc
+        try:
+            for region in space._regions.values():
+                uc.mem_map_ptr(region.address, region.size,
+                               UC_PROT_READ | UC_PROT_WRITE, region.host)
+            for start, end, prot in space._pages.state[1]:
+                if prot != PROT_READ | PROT_WRITE:
+                    uc.mem_protect(start, end - start, _uc_prot(prot))
+        except UcError as exc:
+            raise BackendError(f"cannot map the address space into a new "
+                               f"CPU: {exc}", field="fork_cpu",
+                               value=None) from None
+        self._gen = space._gen
+        self._view = space._pages.state
+
+    # --- calls ------------------------------------------------------------
+    def _reg_read(self, reg: int) -> int:
+        uclib.uc_reg_read(self._uch, reg, ctypes.byref(self._scratch))
+        return self._scratch.value & self._mask
+
+    def _reg_write(self, reg: int, value: int) -> None:
+        self._scratch.value = value & self._mask
+        uclib.uc_reg_write(self._uch, reg, ctypes.byref(self._scratch))
+
+    def _prepare_call(self, args, return_address: int) -> None:
+        """Registers and stack for ``func(*args)`` returning to
+        ``return_address``, by the architecture's calling convention."""
+        regs, ps, mask = self._regs, self._ps, self._mask
+        space = self._space
+        nreg = len(regs.args)
+        sp = self._stack_top
+        stack_args = args[nreg:]
+        if stack_args:
+            sp = (sp - ps * len(stack_args)) & ~(self._stack_align - 1)
+            space.write(sp, pack_array("ptr", ps, stack_args))
+        else:
+            sp &= ~(self._stack_align - 1)
+        vals = self._reg_vals
+        for i in range(min(nreg, len(args))):
+            vals[i] = args[i] & mask
+        for i in range(len(args), nreg):
+            vals[i] = 0
+        if regs.link is None:
+            sp -= ps
+            space.write(sp, pack_array("ptr", ps, [return_address]))
+            vals[nreg] = sp
+        else:
+            vals[nreg] = sp
+            vals[nreg + 1] = return_address
+        uclib.uc_reg_write_batch(self._uch, self._reg_ids, self._reg_ptrs,
+                                 self._nregs)
+
+    def _enter(self, address: int) -> None:
+        """Mark this CPU as running a call on this thread, after applying
+        pending memory-map changes."""
+        space = self._space
+        with space._lock:
+            if self._closed or space._closed:
+                raise BackendError("the emulated backend is closed",
+                                   field="call", value=address)
+            me = threading.get_ident()
+            for c in space._cpus:
+                if c._thread == me:
+                    raise BackendError("a Python callback may not call back "
+                                       "into emulated code", field="call",
+                                       value=address)
+            if self._thread is not None:
+                raise BackendError("this CPU is running another call (use "
+                                   "fork_cpu() for one CPU per thread)",
+                                   field="call", value=address)
+            self._sync()
+            self._thread = me
+
+    def _leave(self) -> None:
+        self._thread = None
+        space = self._space
+        if space._log or space._dead:
+            with space._lock:
+                space._trim()
+
+    def call(self, address: int, *args: int) -> int:
+        """Call ``address`` with integer arguments; see :meth:`Backend.call`.
+
+        Raises:
+            EmulationError: the CPU faulted, or ran past the backend's
+                ``timeout_us``.
+            BackendError: the backend or this CPU is closed, or this CPU is
+                already running a call.
+        """
+        self._enter(address)
+        try:
+            space = self._space
+            sentinel = space._sentinel
+            self._prepare_call(args, sentinel)
+            self._refused = None
+            self._pending = None
+            fills, filled = self._fills, self._filled
+            before = fills[0]
+            filled.clear()
+            timeout = space.timeout_us
+            status = uclib.uc_emu_start(self._uch, address, sentinel, timeout, 0)
+            self._size_tlb(fills[0] - before, len(filled))
+            if status != UCC.UC_ERR_OK:
+                raise self._fault(UcError(status), address)
+            if self._pending is not None:
+                exc, self._pending = self._pending, None
+                raise exc
+            pc = self._reg_read(self._regs.pc)
+            if pc != sentinel:
+                if timeout:
+                    raise EmulationError(
+                        f"call of {address:#x} stopped at pc={pc:#x} after the "
+                        f"{timeout / 1e6:g} s limit", field="call",
+                        value=address)
+                raise EmulationError(f"call of {address:#x} stopped at "
+                                     f"pc={pc:#x}", field="call", value=address)
+            return self._reg_read(self._regs.result)
+        finally:
+            self._leave()
+
+    def _fault(self, exc: UcError, address: int) -> EmulationError:
+        """The error for a call that stopped with ``exc``: a refused TLB
+        fill is reported as the access it refused (unicorn itself only says
+        "unhandled CPU exception")."""
+        pc = self._reg_read(self._regs.pc)
+        refused, self._refused = self._refused, None
+        page = None
+        if refused is not None and exc.errno in _MEMORY_ERRORS:
+            page, access, prot = refused
+            fault, what = _FAULTS[access, prot is not None]
+            where = (f" (page {page:#x}, {prot_str(prot)})" if prot is not None
+                     else f" (page {page:#x})")
+            what += where
+        else:
+            fault = _UC_FAULTS.get(exc.errno, "error")
+            what = _UC_ERRORS.get(exc.errno, str(exc))
+        err = EmulationError(f"{what} at pc={pc:#x} while calling {address:#x}",
+                             field="call", value=address)
+        err.fault = fault
+        err.fault_page = page
+        err.pc = pc
+        return err
+
+    # --- callbacks ----------------------------------------------------------
+    def _callback_args(self, count: int) -> list[int]:
+        """The first ``count`` integer arguments at a function's entry."""
+        regs, ps = self._regs, self.arch.pointer_size
+        out = [self._reg_read(r) for r in regs.args[:count]]
+        if len(out) < count:
+            sp = self._reg_read(regs.sp)
+            # At entry the stack holds the return address first when the call
+            # instruction pushed it.
+            first = sp + (ps if regs.link is None else 0)
+            n = count - len(out)
+            out += unpack_array("ptr", ps, self._space.read(first, n * ps))
+        return out
+
+    def _callback_return(self, value: int) -> None:
+        """Return ``value`` from the function whose entry the CPU is at."""
+        regs, ps = self._regs, self.arch.pointer_size
+        self._reg_write(regs.result, value)
+        if regs.link is None:
+            sp = self._reg_read(regs.sp)
+            ret = unpack_array("ptr", ps, self._space.read(sp, ps))[0]
+            self._reg_write(regs.sp, sp + ps)
+        else:
+            ret = self._reg_read(regs.link)
+        self._reg_write(regs.pc, ret)
+
+    def _on_trampoline(self, uc, address, size, user_data):
+        space = self._space
+        entry = space._callbacks.get(address)
+        if entry is None:
+            return
+        function, nargs = entry
+        args = self._callback_args(nargs)
+        try:
+            result = int(function(*args) or 0)
+            # Memory the callback mapped, protected or released applies to
+            # this CPU before the guest goes on.
+            with space._lock:
+                self._sync()
+        except BaseException as exc:
+            if self._pending is None:
+                self._pending = exc
+            uc.emu_stop()
+            return
+        self._callback_return(result)
+
+    # --- lifetime -----------------------------------------------------------
+    def _close_engine(self) -> None:
+        """Free the unicorn engine and its translation buffer now (not when
+        the garbage collector finds the engine)."""
+        self._closed = True
+        uc, self.uc = self.uc, None
+        if uc is None:
+            return
+        release = getattr(uc, "_Uc__finalizer", None)
+        if release is not None:
+            release()   # uc_close, once; the engine object is dead after it
+        uc._callbacks.clear()   # the hooks hold this CPU: break the cycle
+
+    def close(self) -> None:
+        """Free this CPU (not the backend's own: close the backend). Its
+        stack goes back to the backend."""
+        space = self._space
+        with space._lock:
+            if self._closed:
+                return
+            if self is space.cpu:
+                raise BackendError("the backend's own CPU closes with the "
+                                   "backend", field="close", value=None)
+            if self._thread is not None:
+                raise BackendError("cannot close a CPU while it runs a call",
+                                   field="close", value=None)
+            space._cpus.remove(self)
+            self._close_engine()
+            if self._stack is not None and not space._closed:
+                space.release(self._stack)
+            space._trim()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class EmulatedBackend(Backend):
+    """Runs code of ``arch`` on unicorn CPUs.
+
+    Args:
+        arch: the guest architecture.
+        timeout: optional limit for one call, in seconds (0: none). A call
+            that runs past it raises :class:`EmulationError`.
+
+    Attributes:
+        cpu: the backend's own :class:`EmulatedCpu` (the one :meth:`call`
+            uses); more come from :meth:`fork_cpu` / :meth:`cpus`.
+        timeout_us: the call limit in microseconds (0: none), read at the
+            start of every call on every CPU.
+    """
+
+    kind = "emulated"
+
+    def __init__(self, arch: Arch, timeout: float = 0.0):
+        self.arch = arch
+        self.timeout_us = int(timeout * 1e6)
+        self._lock = threading.RLock()
+        self._closed = False
+        self._pages = PageMap()
+        self._regions: dict[int, _Region] = {}
+        # (starts, regions) sorted by address, replaced as a whole on every
+        # change: read/write look addresses up without the lock.
+        self._index: tuple[list[int], list[_Region]] = ([], [])
+        self._free: list[tuple[int, int]] = [(_ARENA_START, _ARENA_END)]
+        self._heap_free: list[tuple[int, int]] = []   # (address, size)
+        self._heap_live: dict[int, int] = {}          # address -> size
+        self._heap_chunks: set[int] = set()
+        self._pool: dict[int, list[int]] = {}         # size -> free ranges
+        self._pooled = 0                              # bytes in _pool
+        self._log: list[tuple[str, int, int, object]] = []
+        self._gen = 0            # memory-map changes ever logged
+        self._dead: list[tuple[int, _Region]] = []    # (gen, region) to free
+        self._callbacks: dict[int, tuple[Callable, int]] = {}
+        self._cpus: list[EmulatedCpu] = []
+        self.cpu = EmulatedCpu(self)
+        self._cpus.append(self.cpu)
+        # Guest code assumes at least 4 KiB pages (aarch64 ADRP, for one).
+        self.page_size = max(4096, self.cpu.page_size)
+        try:
+            stack = self.reserve(_STACK_SIZE)
+            # The return address is inside its page, not at its start:
+            # unicorn gives the block that stops the CPU a size of zero and
+            # looks up the page of its last byte (the byte before it) for
+            # execution, which the previous page (data) would refuse.
+            ret = arch.return_insn
+            self._sentinel = self.place_code(
+                ret * (2 * _SENTINEL_OFFSET // len(ret))) + _SENTINEL_OFFSET
+            slot = ret * (_TRAMPOLINE_SLOT // len(ret))
+            self._tramp = self.place_code(slot * _TRAMPOLINE_SLOTS)
+            self._tramp_next = self._tramp
+            self.cpu._start(stack)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def uc(self):
+        """The unicorn engine of the backend's own CPU (None once closed)."""
+        return self.cpu.uc
+
+    # --- CPUs -------------------------------------------------------------
+    def fork_cpu(self) -> EmulatedCpu:
+        """A new CPU sharing this backend's memory, callbacks and time
+        limit, with its own registers, stack and translated code. It can
+        run :meth:`EmulatedCpu.call` on another thread while other CPUs
+        run theirs. Close it with :meth:`EmulatedCpu.close` (the backend's
+        :meth:`close` closes all of them)."""
+        self._check_open("fork_cpu", 0)
+        cpu = EmulatedCpu(self)
+        with self._lock:
+            self._cpus.append(cpu)
+            try:
+                cpu._map_all()
+                stack = self.reserve(_STACK_SIZE)
+                cpu._start(stack)
+            except BaseException:
+                self._cpus.remove(cpu)
+                cpu._close_engine()
+                raise
+        return cpu
+
+    def cpus(self, n: int) -> list[EmulatedCpu]:
+        """``n`` CPUs for ``n`` workers: the backend's own first, then
+        forked ones, made on first use and kept (closed with the backend),
+        so repeated dispatches reuse their translated code."""
+        self._check_open("cpus", n)
+        with self._lock:
+            while len(self._cpus) < n:
+                self.fork_cpu()
+            return self._cpus[:n]
+
+    # --- memory map log -----------------------------------------------------
+    def _record(self, kind: str, address: int, size: int, arg=None) -> None:
+        """Log one change of the memory map and apply it to every CPU that
+        can take it now: those not running, and the one whose callback is
+        running on this thread. Called with the lock held."""
+        self._log.append((kind, address, size, arg))
+        self._gen += 1
+        me = threading.get_ident()
+        for cpu in self._cpus:
+            if cpu._thread is None or cpu._thread == me:
+                cpu._sync()
+        self._trim()
+
+    def _trim(self) -> None:
+        """Drop log entries every CPU has applied and free host memory no
+        CPU can reach any more. Called with the lock held."""
+        if not self._log and not self._dead:
+            return
+        done = min((c._gen for c in self._cpus), default=self._gen)
+        first = self._gen - len(self._log)
+        if done > first:
+            del self._log[:done - first]
+        if self._dead:
+            keep = []
+            for gen, region in self._dead:
+                if gen <= done:
+                    region.free()
+                else:
+                    keep.append((gen, region))
+            self._dead = keep
 
     # --- memory -----------------------------------------------------------
     def _take(self, size: int, align: int) -> int:
@@ -302,24 +758,41 @@ class EmulatedBackend(Backend):
                 merged.append((s, e))
         self._free = merged
 
+    def _check_open(self, what: str, address) -> None:
+        if self._closed:
+            raise BackendError("the emulated backend is closed", field=what,
+                               value=address)
+
     def reserve(self, size: int, align: int = 0) -> int:
+        self._check_open("reserve", size)
         size = max(self.page_size, -(-size // self.page_size) * self.page_size)
-        addr = self._take(size, max(align, self.page_size))
-        try:
-            self.uc.mem_map(addr, size, UC_PROT_READ | UC_PROT_WRITE)
-        except UcError as exc:
-            self._give_back(addr, size)
-            raise BackendError(f"cannot map {size:#x} bytes: {exc}",
-                               field="reserve", value=size) from None
-        self._maps[addr] = size
-        self._pages.set(addr, addr + size, PROT_READ | PROT_WRITE)
+        with self._lock:
+            addr = self._take(size, max(align, self.page_size))
+            try:
+                region = _Region(addr, size)
+            except (OSError, ValueError, OverflowError) as exc:
+                self._give_back(addr, size)
+                raise BackendError(f"cannot map {size:#x} bytes: {exc}",
+                                   field="reserve", value=size) from None
+            self._regions[addr] = region
+            self._reindex()
+            self._pages.set(addr, addr + size, PROT_READ | PROT_WRITE)
+            self._record("map", addr, size, region.host)
         return addr
 
-    def alloc(self, size: int, align: int = 16) -> int:
-        # Small blocks come from long-lived chunks: mapping and unmapping
-        # guest memory is slow and makes unicorn drop its translated code.
-        if size > _HEAP_LIMIT or align > _HEAP_GRAIN:
-            return self.reserve(max(size, 1), align)
+    def _unmap(self, region: _Region) -> None:
+        """Take ``region`` out of the address space; its host memory is
+        freed once every CPU has unmapped it. Called with the lock held."""
+        addr, size = region.address, region.size
+        del self._regions[addr]
+        self._reindex()
+        self._pages.set(addr, addr + size, None)
+        self._dead.append((self._gen + 1, region))
+        self._record("unmap", addr, size)
+        self._give_back(addr, size)
+
+    def _heap_take(self, size: int) -> int:
+        """A small block from the allocation chunks (not zeroed)."""
         size = max(_HEAP_GRAIN, -(-size // _HEAP_GRAIN) * _HEAP_GRAIN)
         for i, (addr, free) in enumerate(self._heap_free):
             if free >= size:
@@ -333,7 +806,18 @@ class EmulatedBackend(Backend):
             self._heap_chunks.add(addr)
             self._heap_free.append((addr + size, _HEAP_CHUNK - size))
         self._heap_live[addr] = size
-        self.uc.mem_write(addr, bytes(size))
+        return addr
+
+    def alloc(self, size: int, align: int = 16) -> int:
+        # Small blocks come from long-lived chunks: mapping and unmapping
+        # guest memory is slow and makes unicorn drop its translated code.
+        self._check_open("alloc", size)
+        if size > _HEAP_LIMIT or align > _HEAP_GRAIN:
+            return self.reserve(max(size, 1), align)
+        with self._lock:
+            addr = self._heap_take(size)
+            _memset(self._host(addr, self._heap_live[addr]), 0,
+                    self._heap_live[addr])
         return addr
 
     def _heap_release(self, address: int) -> None:
@@ -349,229 +833,213 @@ class EmulatedBackend(Backend):
         self._heap_free = merged
 
     def release(self, address: int) -> None:
-        if address in self._heap_live:
-            self._heap_release(address)
-            return
-        size = self._maps.pop(address, None)
-        if size is None:
-            return
-        self.uc.mem_unmap(address, size)
-        self._pages.set(address, address + size, None)
-        self._flush_tlb()
-        self._give_back(address, size)
+        """Free memory (a no-op once the backend is closed: everything is
+        free then)."""
+        with self._lock:
+            if self._closed:
+                return
+            if address in self._heap_live:
+                self._heap_release(address)
+                return
+            region = self._regions.get(address)
+            if region is None or address in self._heap_chunks:
+                return
+            self._unmap(region)
 
-    def _check_open(self, what: str, address: int) -> None:
-        if self._closed:
-            raise BackendError("the emulated backend is closed", field=what,
-                               value=address)
+    def _reindex(self) -> None:
+        regions = sorted(self._regions.values(), key=lambda r: r.address)
+        self._index = ([r.address for r in regions], regions)
+
+    def _host(self, address: int, size: int) -> int:
+        """Host address of guest ``[address, address + size)``, which must
+        lie in one reservation; else raise :class:`BackendError`."""
+        starts, regions = self._index
+        i = bisect.bisect_right(starts, address) - 1
+        if i >= 0:
+            region = regions[i]
+            offset = address - region.address
+            if offset + size <= region.size:
+                return region.host + offset
+        raise BackendError(f"{size} bytes at {address:#x} are not mapped",
+                           field="address", value=address)
+
+    def _pieces(self, address: int, size: int, what: str):
+        """``(host address, length)`` pieces covering guest ``[address,
+        address + size)`` across adjacent reservations."""
+        pieces = []
+        at, end = address, address + size
+        starts, regions = self._index
+        while at < end:
+            i = bisect.bisect_right(starts, at) - 1
+            region = regions[i] if i >= 0 else None
+            if region is None or at >= region.address + region.size:
+                raise BackendError(f"cannot {what} {size} bytes at {address:#x}: "
+                                   f"{at:#x} is not mapped", field=what,
+                                   value=address)
+            n = min(end, region.address + region.size) - at
+            pieces.append((region.host + at - region.address, n))
+            at += n
+        return pieces
 
     def read(self, address: int, size: int) -> bytes:
         self._check_open("read", address)
+        if size <= 0:
+            return b""
         try:
-            return bytes(self.uc.mem_read(address, size))
-        except UcError as exc:
-            raise BackendError(f"cannot read {size} bytes at {address:#x}: {exc}",
-                               field="read", value=address) from None
+            return _string_at(self._host(address, size), size)
+        except BackendError:
+            return b"".join(_string_at(h, n)
+                            for h, n in self._pieces(address, size, "read"))
 
     def write(self, address: int, data) -> None:
         self._check_open("write", address)
+        data = bytes(data) if not isinstance(data, bytes) else data
+        size = len(data)
+        if not size:
+            return
         try:
-            self.uc.mem_write(address, bytes(data))
-        except UcError as exc:
-            raise BackendError(f"cannot write {len(data)} bytes at "
-                               f"{address:#x}: {exc}", field="write",
-                               value=address) from None
+            _memmove(self._host(address, size), data, size)
+        except BackendError:
+            done = 0
+            for h, n in self._pieces(address, size, "write"):
+                _memmove(h, data[done:done + n], n)
+                done += n
+        if self._pages.any_exec(address, address + size):
+            # Code written over code: drop what the CPUs translated from it.
+            with self._lock:
+                self._record("invalidate", address, size)
 
     def protect(self, address: int, size: int, prot: int) -> None:
         if prot & PROT_WRITE and prot & PROT_EXEC:
             raise BackendError("refusing a writable and executable mapping",
                                field="protect", value=prot_str(prot))
         self._check_open("protect", address)
-        try:
-            self.uc.mem_protect(address, size, _uc_prot(prot))
-        except UcError as exc:
-            raise BackendError(f"cannot protect {size:#x} bytes at {address:#x}: "
-                               f"{exc}", field="protect", value=address) from None
-        self._pages.set(address, address + size, prot)
-        self._flush_tlb()
+        if address % self.page_size or size % self.page_size or size <= 0:
+            raise BackendError(f"cannot protect {size:#x} bytes at "
+                               f"{address:#x}: not whole pages",
+                               field="protect", value=address)
+        with self._lock:
+            if not self._pages.covers(address, address + size):
+                raise BackendError(f"cannot protect {size:#x} bytes at "
+                                   f"{address:#x}: not mapped",
+                                   field="protect", value=address)
+            self._pages.set(address, address + size, prot)
+            self._record("protect", address, size, prot)
+
+    # --- arrays -----------------------------------------------------------
+    def _size_class(self, size: int) -> int:
+        """Bytes of the pooled range that holds ``size`` bytes: whole pages,
+        at most a quarter more than needed past four pages."""
+        pages = max(1, -(-size // self.page_size))
+        if pages > 4:
+            step = 1 << (pages.bit_length() - 3)
+            pages = -(-pages // step) * step
+        return pages * self.page_size
 
     def map_array(self, array: np.ndarray):
+        """Copy a C-contiguous array into guest memory (64-byte aligned);
+        ``finish()`` copies it back unless the array is read-only, and
+        returns the range for reuse by later bindings."""
         if not array.flags.c_contiguous:
             raise BackendError("arrays must be C-contiguous", field="binding",
                                value=array.shape)
-        addr = self.alloc(array.nbytes)
-        if array.nbytes:
-            self.write(addr, array.tobytes())
+        self._check_open("binding", array.shape)
+        nbytes = array.nbytes
+        with self._lock:
+            if nbytes <= _HEAP_LIMIT:
+                addr = self._heap_take(nbytes)
+                pooled = 0
+            else:
+                pooled = self._size_class(nbytes)
+                free = self._pool.get(pooled)
+                if free:
+                    addr = free.pop()
+                    self._pooled -= pooled
+                else:
+                    addr = self.reserve(pooled)
+            host = self._host(addr, max(nbytes, 1))
+        if nbytes:
+            _memmove(host, array.ctypes.data, nbytes)
+        done = False
 
         def finish():
-            if array.flags.writeable and array.nbytes:
-                view = array.reshape(-1).view(np.uint8)
-                view[:] = np.frombuffer(self.read(addr, array.nbytes), np.uint8)
-            self.release(addr)
+            nonlocal done
+            if done:
+                return
+            done = True
+            with self._lock:
+                if self._closed:
+                    return
+                if nbytes and array.flags.writeable:
+                    _memmove(array.ctypes.data, host, nbytes)
+                if not pooled:
+                    self._heap_release(addr)
+                elif self._pooled + pooled <= _POOL_LIMIT:
+                    self._pool.setdefault(pooled, []).append(addr)
+                    self._pooled += pooled
+                else:
+                    self.release(addr)
 
         return addr, finish
 
     # --- calls ------------------------------------------------------------
-    def _reg_read(self, reg: int) -> int:
-        uclib.uc_reg_read(self._uch, reg, ctypes.byref(self._scratch))
-        return self._scratch.value & self.arch.word_mask
-
-    def _reg_write(self, reg: int, value: int) -> None:
-        self._scratch.value = value & self.arch.word_mask
-        uclib.uc_reg_write(self._uch, reg, ctypes.byref(self._scratch))
-
-    def _prepare_call(self, args, return_address: int) -> None:
-        """Registers and stack for ``func(*args)`` returning to
-        ``return_address``, by the architecture's calling convention."""
-        regs, ps, mask = self._regs, self.pointer_size, self.arch.word_mask
-        nreg = len(regs.args)
-        sp = self._stack_top
-        stack_args = args[nreg:]
-        if stack_args:
-            sp = (sp - ps * len(stack_args)) & ~(self.arch.cc.stack_align - 1)
-            self.uc.mem_write(sp, pack_array("ptr", ps, stack_args))
-        else:
-            sp &= ~(self.arch.cc.stack_align - 1)
-        vals = self._reg_vals
-        for i in range(min(nreg, len(args))):
-            vals[i] = args[i] & mask
-        for i in range(len(args), nreg):
-            vals[i] = 0
-        if regs.link is None:
-            sp -= ps
-            self.uc.mem_write(sp, pack_array("ptr", ps, [return_address]))
-            vals[nreg] = sp
-        else:
-            vals[nreg] = sp
-            vals[nreg + 1] = return_address
-        uclib.uc_reg_write_batch(self._uch, self._reg_ids, self._reg_ptrs,
-                                 self._nregs)
-
     def call(self, address: int, *args: int) -> int:
-        self._check_open("call", address)
-        if self._depth:
-            raise BackendError("a Python callback may not call back into "
-                               "emulated code", field="call", value=address)
-        self._prepare_call(args, self._sentinel)
-        self._refused = None
-        fills, filled = self._fills, self._filled
-        before = fills[0]
-        filled.clear()
-        self._depth += 1
-        try:
-            status = uclib.uc_emu_start(self._uch, address, self._sentinel,
-                                        self.timeout_us, 0)
-        finally:
-            self._depth -= 1
-        self._size_tlb(fills[0] - before, len(filled))
-        if status != UCC.UC_ERR_OK:
-            raise self._fault(UcError(status), address)
-        if self._pending is not None:
-            exc, self._pending = self._pending, None
-            raise exc
-        pc = self._reg_read(self._regs.pc)
-        if pc != self._sentinel:
-            if self.timeout_us:
-                raise EmulationError(
-                    f"call of {address:#x} stopped at pc={pc:#x} after the "
-                    f"{self.timeout_us / 1e6:g} s limit", field="call",
-                    value=address)
-            raise EmulationError(f"call of {address:#x} stopped at pc={pc:#x}",
-                                 field="call", value=address)
-        return self._reg_read(self._regs.result)
-
-    def _fault(self, exc: UcError, address: int) -> EmulationError:
-        """The error for a call that stopped with ``exc``: a refused TLB
-        fill is reported as the access it refused (unicorn itself only says
-        "unhandled CPU exception")."""
-        pc = self._reg_read(self._regs.pc)
-        refused, self._refused = self._refused, None
-        page = None
-        if refused is not None and exc.errno in _MEMORY_ERRORS:
-            page, access, prot = refused
-            fault, what = _FAULTS[access, prot is not None]
-            where = (f" (page {page:#x}, {prot_str(prot)})" if prot is not None
-                     else f" (page {page:#x})")
-            what += where
-        else:
-            fault = _UC_FAULTS.get(exc.errno, "error")
-            what = _UC_ERRORS.get(exc.errno, str(exc))
-        err = EmulationError(f"{what} at pc={pc:#x} while calling {address:#x}",
-                             field="call", value=address)
-        err.fault = fault
-        err.fault_page = page
-        err.pc = pc
-        return err
+        if self._closed:
+            raise BackendError("the emulated backend is closed", field="call",
+                               value=address)
+        return self.cpu.call(address, *args)
 
     def callback(self, function: Callable[..., int], nargs: int) -> int:
-        addr = self._tramp_next
-        if addr >= self._tramp + _TRAMPOLINE_SLOT * _TRAMPOLINE_SLOTS:
-            raise BackendError("too many callbacks", field="callback",
-                               value=len(self._callbacks))
-        self._tramp_next += _TRAMPOLINE_SLOT
-        self._callbacks[addr] = (function, nargs)
+        self._check_open("callback", 0)
+        with self._lock:
+            addr = self._tramp_next
+            if addr >= self._tramp + _TRAMPOLINE_SLOT * _TRAMPOLINE_SLOTS:
+                raise BackendError("too many callbacks", field="callback",
+                                   value=len(self._callbacks))
+            self._tramp_next += _TRAMPOLINE_SLOT
+            self._callbacks[addr] = (function, nargs)
         return addr
 
-    def _callback_args(self, count: int) -> list[int]:
-        """The first ``count`` integer arguments at a function's entry."""
-        regs, ps = self._regs, self.pointer_size
-        out = [self._reg_read(r) for r in regs.args[:count]]
-        if len(out) < count:
-            sp = self._reg_read(regs.sp)
-            # At entry the stack holds the return address first when the call
-            # instruction pushed it.
-            first = sp + (ps if regs.link is None else 0)
-            n = count - len(out)
-            out += unpack_array("ptr", ps, bytes(self.uc.mem_read(first, n * ps)))
-        return out
-
-    def _callback_return(self, value: int) -> None:
-        """Return ``value`` from the function whose entry the CPU is at."""
-        regs, ps = self._regs, self.pointer_size
-        self._reg_write(regs.result, value)
-        if regs.link is None:
-            sp = self._reg_read(regs.sp)
-            ret = unpack_array("ptr", ps, bytes(self.uc.mem_read(sp, ps)))[0]
-            self._reg_write(regs.sp, sp + ps)
-        else:
-            ret = self._reg_read(regs.link)
-        self._reg_write(regs.pc, ret)
-
-    def _on_trampoline(self, uc, address, size, user_data):
-        entry = self._callbacks.get(address)
-        if entry is None:
-            return
-        function, nargs = entry
-        args = self._callback_args(nargs)
-        try:
-            result = int(function(*args) or 0)
-        except BaseException as exc:
-            if self._pending is None:
-                self._pending = exc
-            uc.emu_stop()
-            return
-        self._callback_return(result)
-
+    # --- lifetime -----------------------------------------------------------
     def close(self) -> None:
-        """Unmap everything and free the CPU and its translation buffer now
-        (not when the garbage collector finds the engine)."""
-        if self._closed:
-            return
-        self._closed = True
-        self._heap_live.clear()
-        self._heap_free.clear()
-        self._heap_chunks.clear()
-        for addr in list(self._maps):
-            self.release(addr)
-        self._callbacks.clear()
-        release = getattr(self.uc, "_Uc__finalizer", None)
-        if release is not None:
-            release()   # uc_close, once; the engine object is dead after it
-        self.uc = None
+        """Free every CPU (unicorn engine and translation buffer) and all
+        guest memory now, not when the garbage collector finds them. Any
+        later use raises :class:`BackendError` (:meth:`release` does
+        nothing)."""
+        with self._lock:
+            if self._closed:
+                return
+            running = [c for c in self._cpus if c._thread is not None
+                       and c._thread != threading.get_ident()]
+            if running:
+                raise BackendError("cannot close the backend while a CPU runs "
+                                   "a call", field="close", value=len(running))
+            self._closed = True
+            for cpu in self._cpus:
+                cpu._close_engine()
+            self._cpus.clear()
+            for region in self._regions.values():
+                region.free()
+            for _, region in self._dead:
+                region.free()
+            self._regions.clear()
+            self._index = ([], [])
+            self._dead.clear()
+            self._log.clear()
+            self._pages = PageMap()
+            self._heap_live.clear()
+            self._heap_free.clear()
+            self._heap_chunks.clear()
+            self._pool.clear()
+            self._pooled = 0
+            self._callbacks.clear()
 
     @property
     def mapped_bytes(self) -> int:
         """Bytes currently held: mappings plus live small allocations, not
-        counting the free space of allocation chunks (for leak checks)."""
-        chunks = len(self._heap_chunks) * _HEAP_CHUNK
-        return sum(self._maps.values()) - chunks + sum(self._heap_live.values())
+        counting the free space of allocation chunks nor binding ranges kept
+        for reuse (for leak checks)."""
+        with self._lock:
+            chunks = len(self._heap_chunks) * _HEAP_CHUNK
+            return (sum(r.size for r in self._regions.values()) - chunks
+                    - self._pooled + sum(self._heap_live.values()))
