@@ -893,16 +893,20 @@ class EmulatedBackend(Backend):
 
     def write(self, address: int, data) -> None:
         self._check_open("write", address)
-        data = bytes(data) if not isinstance(data, bytes) else data
-        size = len(data)
+        if isinstance(data, bytes):
+            src, size = data, len(data)
+        else:   # any buffer, without a copy
+            view = np.frombuffer(data, np.uint8)
+            src, size = view.ctypes.data, view.size
         if not size:
             return
         try:
-            _memmove(self._host(address, size), data, size)
+            _memmove(self._host(address, size), src, size)
         except BackendError:
             done = 0
+            src = ctypes.cast(src, ctypes.c_void_p).value
             for h, n in self._pieces(address, size, "write"):
-                _memmove(h, data[done:done + n], n)
+                _memmove(h, src + done, n)
                 done += n
         if self._pages.any_exec(address, address + size):
             # Code written over code: drop what the CPUs translated from it.
@@ -988,6 +992,12 @@ class EmulatedBackend(Backend):
             raise BackendError("the emulated backend is closed", field="call",
                                value=address)
         return self.cpu.call(address, *args)
+
+    def worker_functions(self, address: int, nargs: int,
+                         workers: int) -> list[Callable[..., int]]:
+        """One CPU per worker (see :meth:`cpus`), each calling ``address``."""
+        return [lambda *args, cpu=cpu: cpu.call(address, *args)
+                for cpu in self.cpus(workers)]
 
     def callback(self, function: Callable[..., int], nargs: int) -> int:
         self._check_open("callback", 0)
