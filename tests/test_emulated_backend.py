@@ -365,3 +365,41 @@ def test_callback_on_forked_cpu_maps_memory_for_the_guest():
             fork.call(f, backend.callback(reenter, 1), 0)
     finally:
         backend.close()
+
+
+SPIN = {   # for (;;);
+    "x86_64": bytes.fromhex("ebfe"), "x86_32": bytes.fromhex("ebfe"),
+    "aarch64": _le(0x14000000), "arm32": _le(0xEAFFFFFE),
+    "riscv64": _le(0x0000006F), "riscv32": _le(0x0000006F),
+}
+
+
+def test_stop_ends_a_call_running_on_another_thread(cpu):
+    import threading
+    import time
+    spin = code(cpu, SPIN)
+    fork = cpu.fork_cpu()
+    outcome = []
+
+    def work():
+        try:
+            fork.call(spin)
+        except elfloader.EmulationError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while fork._thread is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    fork.stop()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert outcome and outcome[0].fault == "stopped"
+    cpu.cpu.stop()                  # idle: nothing happens
+    store = code(cpu, STORE)        # both CPUs still work
+    data = cpu.reserve(PAGE)
+    fork.call(store, data)
+    cpu.call(store, data + 4)
+    assert cpu.read(data, 8) == u32(data) + u32(data + 4)

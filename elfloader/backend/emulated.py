@@ -245,6 +245,7 @@ class EmulatedCpu:
         self._thread: int | None = None  # thread running a call, if any
         self._pending: BaseException | None = None
         self._closed = False
+        self._stop = False
         try:
             self.uc = Uc(model.uc_arch, model.uc_mode)
             if model.cpu is not None:
@@ -296,7 +297,8 @@ class EmulatedCpu:
 
         def fill(uch, vaddr, access, entry, key):
             fills[0] += 1
-            filled.add(vaddr)
+            if len(filled) <= _TLB_MAX_PAGES:
+                filled.add(vaddr)
             prot = lookup(self._view, vaddr)
             need, name = access_of.get(access, (UC_PROT_READ, "read"))
             if prot is not None and prot & need:
@@ -451,6 +453,7 @@ class EmulatedCpu:
                                    field="call", value=address)
             self._sync()
             self._thread = me
+            self._stop = False
 
     def _leave(self) -> None:
         self._thread = None
@@ -479,8 +482,17 @@ class EmulatedCpu:
             before = fills[0]
             filled.clear()
             timeout = space.timeout_us
-            status = uclib.uc_emu_start(self._uch, address, sentinel, timeout, 0)
+            if self._stop:
+                status = UCC.UC_ERR_OK
+            else:
+                status = uclib.uc_emu_start(self._uch, address, sentinel,
+                                            timeout, 0)
             self._size_tlb(fills[0] - before, len(filled))
+            if self._stop:
+                err = EmulationError(f"call of {address:#x} stopped by request",
+                                     field="call", value=address)
+                err.fault, err.fault_page, err.pc = "stopped", None, None
+                raise err
             if status != UCC.UC_ERR_OK:
                 raise self._fault(UcError(status), address)
             if self._pending is not None:
@@ -498,6 +510,16 @@ class EmulatedCpu:
             return self._reg_read(self._regs.result)
         finally:
             self._leave()
+
+    def stop(self) -> None:
+        """Ask the call this CPU is running (from another thread) to end as
+        soon as possible; it raises :class:`EmulationError` with ``fault``
+        ``"stopped"``. Does nothing when the CPU is idle."""
+        with self._space._lock:
+            if self._thread is None or self._closed:
+                return
+            self._stop = True
+            uclib.uc_emu_stop(self._uch)
 
     def _fault(self, exc: UcError, address: int) -> EmulationError:
         """The error for a call that stopped with ``exc``: a refused TLB
