@@ -866,6 +866,10 @@ class EmulatedBackend(Backend):
             region = self._regions.get(address)
             if region is None or address in self._heap_chunks:
                 return
+            free = self._pool.get(region.size)
+            if free and address in free:     # a binding range kept for reuse
+                free.remove(address)
+                self._pooled -= region.size
             self._unmap(region)
 
     def _reindex(self) -> None:
@@ -984,6 +988,7 @@ class EmulatedBackend(Backend):
                 else:
                     addr = self.reserve(pooled)
             host = self._host(addr, max(nbytes, 1))
+            region = self._regions.get(addr)
         if nbytes:
             _memmove(host, array.ctypes.data, nbytes)
         done = False
@@ -994,7 +999,13 @@ class EmulatedBackend(Backend):
                 return
             done = True
             with self._lock:
-                if self._closed:
+                # Nothing to copy from once the range is gone (backend
+                # closed, or the address released by hand).
+                if pooled:
+                    live = self._regions.get(addr) is region
+                else:
+                    live = self._heap_live.get(addr, -1) >= nbytes
+                if self._closed or not live:
                     return
                 if nbytes and array.flags.writeable:
                     _memmove(array.ctypes.data, host, nbytes)
