@@ -403,3 +403,22 @@ def test_stop_ends_a_call_running_on_another_thread(cpu):
     fork.call(store, data)
     cpu.call(store, data + 4)
     assert cpu.read(data, 8) == u32(data) + u32(data + 4)
+
+
+def test_worker_functions_run_on_separate_cpus(cpu):
+    import threading
+    pages = code(cpu, PAGES)
+    functions = cpu.worker_functions(pages, 2, 3)
+    assert len(functions) == 3 and len(cpu.cpus(3)) == 3
+    n = 16
+    buffers = [cpu.reserve(n * PAGE) for _ in functions]
+    threads = [threading.Thread(target=f, args=(b, n))
+               for f, b in zip(functions, buffers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for buf in buffers:
+        assert cpu.read(buf + (n - 1) * PAGE, 4) == u32(buf + (n - 1) * PAGE)
+    assert cpu.function(code(cpu, LOAD), 1)(buffers[0]) & 0xFFFFFFFF \
+        == buffers[0] & 0xFFFFFFFF

@@ -1032,6 +1032,17 @@ class EmulatedBackend(Backend):
         return [lambda *args, cpu=cpu: cpu.call(address, *args)
                 for cpu in self.cpus(workers)]
 
+    def function(self, address: int, nargs: int) -> Callable[..., int]:
+        call = self.cpu.call
+        return lambda *args: call(address, *args)
+
+    def worker_functions(self, address: int, nargs: int,
+                         workers: int) -> list[Callable[..., int]]:
+        """One callable per worker, each on its own CPU (:meth:`cpus`), so
+        the workers' calls run at the same time."""
+        return [(lambda call: lambda *args: call(address, *args))(cpu.call)
+                for cpu in self.cpus(max(1, workers))]
+
     def callback(self, function: Callable[..., int], nargs: int) -> int:
         self._check_open("callback", 0)
         with self._lock:
