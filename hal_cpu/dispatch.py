@@ -128,8 +128,8 @@ class DispatchLayout:
             "constants", "binding_ptrs", "binding_lengths"], state.names
         self._zero = bytes(4)
         self._stopped = True
-        #: the workgroup loop as a callable of the backend, once loaded
-        self.loop: Callable[..., int] | None = None
+        #: the workgroup loop as one callable per worker, once loaded
+        self.loops: list[Callable[..., int]] | None = None
 
     def write(self, workgroup_size, workgroup_count, max_concurrency,
               constants: Sequence[int], pointers: Sequence[int],
@@ -200,9 +200,11 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
         KeyboardInterrupt: propagated after the workers stopped.
         elfloader.EmulationError: the emulated CPU faulted.
     """
-    loop = layout.loop
-    if loop is None:
-        loop = layout.loop = backend.function(loop_function(backend), 5)
+    loops = layout.loops
+    if loops is None:
+        loops = layout.loops = backend.worker_functions(loop_function(backend),
+                                                        5, layout.workers)
+    loop = loops[0]
     first = FIRST_CHUNK.get(backend.kind, 1)
     if workers == 1 and total <= first:
         # One crossing runs the whole grid (layout.write set worker 0's range).
@@ -233,7 +235,7 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
                 begin, end = span
                 layout.write_range(w, begin, end)
                 t0 = time.perf_counter()
-                ret = as_int32(loop(fn, environment, layout.state, wg, rng))
+                ret = as_int32(loops[w](fn, environment, layout.state, wg, rng))
                 elapsed = time.perf_counter() - t0
                 if ret != runtime.LOOP_OK:
                     r = layout.read_range(w)

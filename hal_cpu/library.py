@@ -160,8 +160,6 @@ def _workers(workers, backend, total: int, path: str, default: int) -> int:
     elif isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise DispatchError(f"{workers!r} is not a positive number of workers",
                             name=path, field="workers", value=workers)
-    if backend.kind != "native":
-        return 1
     return max(1, min(workers, total, 255))
 
 
@@ -374,9 +372,9 @@ class Executable:
             constants: uint32 push constants (ints in [0, 2**32)).
             workgroup_size: override of the export's (x, y, z) (each in
                 [1, 2**32), z < 2**16).
-            workers: host threads running workgroups at once (native
-                backend; the emulated backend runs one). Default: the CPUs
-                this process may use. Each worker has its own workgroup
+            workers: host threads running workgroups at once (under
+                emulation each has its own CPU sharing the guest memory).
+                Default: the CPUs this process may use. Each worker has its own workgroup
                 state, ``processor_id`` (0..workers-1) and local memory;
                 ``max_concurrency`` in the dispatch state says how many.
             timeout: seconds after which no further workgroup starts

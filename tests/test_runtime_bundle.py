@@ -229,7 +229,8 @@ def test_loop_runs_sum_last(loop):
                 results = [loop.run(fn, env, state, wg, lo, hi) for lo, hi in ranges]
             finally:
                 for _, finish in mapped:
-                    finish()
+                    if finish is not None:   # None: the array itself was used
+                        finish()
             return results, outputs[0]
 
         # The whole grid in two chunks.

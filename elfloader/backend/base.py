@@ -126,6 +126,14 @@ class Backend(abc.ABC):
         call = self.call
         return lambda *args: call(address, *args)
 
+    def worker_functions(self, address: int, nargs: int,
+                         workers: int) -> list[Callable[..., int]]:
+        """One callable per worker for calls of ``address`` that may run at
+        the same time on ``workers`` host threads (natively every thread
+        runs on the host CPU; the emulated backend gives each worker its own
+        CPU sharing the memory)."""
+        return [self.function(address, nargs)] * workers
+
     @abc.abstractmethod
     def callback(self, function: Callable[..., int], nargs: int) -> int:
         """A C function pointer that calls ``function(*int_args) -> int``.
