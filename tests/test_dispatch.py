@@ -30,6 +30,7 @@ def eager_threads(monkeypatch):
     grids really run on several threads."""
     monkeypatch.setattr(dispatch_mod, "THREAD_SECONDS", 0.0)
     monkeypatch.setitem(dispatch_mod.FIRST_CHUNK, "native", 1)
+    monkeypatch.setitem(dispatch_mod.FIRST_CHUNK, "emulated", 1)
 
 
 def _run_program(compiled, name, arch, backend, workers, rng):
@@ -52,13 +53,18 @@ def _run_program(compiled, name, arch, backend, workers, rng):
     return outs
 
 
+@pytest.mark.parametrize("arch,backend", [("x86_64", "native"),
+                                          ("riscv64", "emulated"),
+                                          ("arm32", "emulated")])
 @pytest.mark.parametrize("name", ["matmul", "mul_add", "sum_last", "add_i32"])
-def test_workers_give_bit_identical_results(compiled, name, eager_threads):
-    """workers=2 (threads from the first workgroup) equals workers=1 bit for
-    bit natively; single-dispatch programs write disjoint outputs."""
-    one = _run_program(compiled, name, "x86_64", "native", 1,
+def test_workers_give_bit_identical_results(compiled, name, arch, backend,
+                                            eager_threads):
+    """workers=2 (threads from the first workgroup; under emulation each
+    with its own CPU) equals workers=1 bit for bit; single-dispatch programs
+    write disjoint outputs."""
+    one = _run_program(compiled, name, arch, backend, 1,
                        np.random.default_rng(3))
-    two = _run_program(compiled, name, "x86_64", "native", 2,
+    two = _run_program(compiled, name, arch, backend, 2,
                        np.random.default_rng(3))
     for a, b in zip(one, two):
         for x, y in zip(a, b):
