@@ -72,13 +72,20 @@ class ElfModule:
 
     def _load(self, initialize: bool) -> None:
         img = self.image
-        buf = bytearray(self.size)
+        # Host memory proportional to the file: the buffer ends with the last
+        # file-backed byte; the rest of the reservation is zero pages the
+        # backend maps lazily (bss), and relocations there are written apart.
+        end = max([0] + [s.vaddr + s.filesz - img.vaddr_min for s in img.segments
+                         if s.filesz])
+        buf = bytearray(end)
         for seg in img.segments:
             if seg.filesz:
                 off = seg.vaddr - img.vaddr_min
                 buf[off:off + seg.filesz] = img.data[seg.offset:seg.offset + seg.filesz]
-        self._relocate(buf)
+        extra = self._relocate(buf)
         self.backend.write(self._reservation, buf)
+        for place, data in extra:
+            self.backend.write(self._reservation + place, data)
         self._protect()
         mask = self.arch.word_mask
         self.exports = {n: (self.base + v) & mask for n, v in img.exports.items()}
@@ -89,16 +96,23 @@ class ElfModule:
         else:
             self._fini = []
 
-    def _relocate(self, buf: bytearray) -> None:
+    def _relocate(self, buf: bytearray) -> list[tuple[int, bytes]]:
+        """Apply the relocations to ``buf`` (the image from its first
+        byte); returns the (offset, bytes) of those placed past it."""
         img, arch = self.image, self.arch
         vmin, B, ps = img.vaddr_min, self.base, arch.pointer_size
         syms = img.symbols
+        extra: dict[int, bytes] = {}
         for r in img.relocations:
             rel = arch.relocations[r.type]
             place = r.offset - vmin
+            ctype = "u32" if rel.size == 4 else "u64"
+            inside = place + rel.size <= len(buf)
             S = (B + syms[r.symbol]["st_value"]) & arch.word_mask if r.symbol else 0
             if r.addend is None:
-                A = unpack_array("u32" if rel.size == 4 else "u64", ps, buf, place, 1)[0]
+                old = (buf[place:place + rel.size] if inside
+                       else extra.get(place, bytes(rel.size)))
+                A = unpack_array(ctype, ps, old, 0, 1)[0]
             else:
                 A = r.addend
             value = rel.formula(S, A, B + r.offset, B)
@@ -112,8 +126,12 @@ class ElfModule:
                 raise self._err(RelocationError, f"{rel.name} value {value:#x} "
                                 f"does not fit a {rel.check} {bits}-bit place",
                                 r.where, value)
-            buf[place:place + rel.size] = pack_array(
-                "u32" if rel.size == 4 else "u64", ps, [value])
+            data = pack_array(ctype, ps, [value])
+            if inside:
+                buf[place:place + rel.size] = data
+            else:
+                extra[place] = data
+        return sorted(extra.items())
 
     def _protect(self) -> None:
         """Final protection of every page: the union of the segments on it,

@@ -300,3 +300,32 @@ def test_emulated_dispatch_fault_report(arch):
     assert f"pc:           0x{exe.module.lo + exe.module.size - 16:0{digits}x}" in text
     assert "instruction:" in text
     assert info.value.fault and info.value.pc
+
+
+@pytest.mark.parametrize("backend", ["native", "emulated"])
+def test_huge_bss_costs_memory_in_proportion_to_the_file(backend):
+    """One flipped p_memsz declares a 768 MiB bss in a 5 KB plugin: the load
+    maps it lazily instead of building it in host memory."""
+    import time as _time
+    data = bytearray((PREBUILT / "standalone_x86_64.so").read_bytes())
+    e_phoff, = struct.unpack_from("<Q", data, 0x20)
+    e_phnum, = struct.unpack_from("<H", data, 0x38)
+    last = max((i for i in range(e_phnum)
+                if struct.unpack_from("<I", data, e_phoff + 56 * i)[0] == 1),
+               key=lambda i: struct.unpack_from("<Q", data, e_phoff + 56 * i + 16)[0])
+    struct.pack_into("<Q", data, e_phoff + 56 * last + 40, 0x3000_0000)
+
+    def rss():
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f
+                        if line.startswith("VmRSS:"))
+    before, t0 = rss(), _time.perf_counter()
+    try:
+        module = elfloader.load(bytes(data), backend=backend)
+    except ElfError:
+        pass
+    else:
+        module.close()
+        module.backend.close()
+    assert _time.perf_counter() - t0 < 5
+    assert rss() - before < 64 << 20
