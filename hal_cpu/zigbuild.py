@@ -110,6 +110,13 @@ def version_warning() -> str | None:
     return None
 
 
+def warn_if_other_version() -> None:
+    """Print :func:`version_warning` to stderr, if any."""
+    warning = version_warning()
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+
+
 def require_zig() -> None:
     """Raises:
         ZigBuildError: the ``ziglang`` package is not installed."""

@@ -166,9 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=None)
     args = parser.parse_args(argv)
 
-    warning = zigbuild.version_warning()
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr)
+    zigbuild.warn_if_other_version()
     try:
         singles = build_standalone(args.out_dir, args.jobs)
         for name in sorted(singles):

@@ -1026,12 +1026,6 @@ class EmulatedBackend(Backend):
                                value=address)
         return self.cpu.call(address, *args)
 
-    def worker_functions(self, address: int, nargs: int,
-                         workers: int) -> list[Callable[..., int]]:
-        """One CPU per worker (see :meth:`cpus`), each calling ``address``."""
-        return [lambda *args, cpu=cpu: cpu.call(address, *args)
-                for cpu in self.cpus(workers)]
-
     def function(self, address: int, nargs: int) -> Callable[..., int]:
         call = self.cpu.call
         return lambda *args: call(address, *args)

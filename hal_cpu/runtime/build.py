@@ -78,9 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also write the per-architecture objects")
     parser.add_argument("-j", "--jobs", type=int, default=None)
     args = parser.parse_args(argv)
-    warning = zigbuild.version_warning()
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr)
+    zigbuild.warn_if_other_version()
     try:
         path = build(args.out_dir, jobs=args.jobs, keep_singles=args.keep_singles)
     except zigbuild.ZigBuildError as exc:
