@@ -1,0 +1,380 @@
+"""Command line: ``python -m fuzz`` runs a fuzz campaign, ``python -m fuzz
+--replay FILE`` runs one saved case again."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE / "out"
+GIB = 1 << 30
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m fuzz",
+        description="Fuzz the loaders with field-aware mutations of the repository's "
+                    "own ELF, plugin and FatELF files; every case runs in a child "
+                    "process and is classified as accepted, typed (a "
+                    "PortableKernelError), escape (another exception), crash "
+                    "(signal), hang (wall-clock limit) or blowup (memory/CPU); "
+                    "crashes and hangs of the file's own code running natively "
+                    "are counted apart, as crash(guest) and hang(guest). Exit "
+                    "status 1 when any other crash or hang, escape or blowup "
+                    "happened.")
+    p.add_argument("--cases", type=int, default=200,
+                   help="cases per backend, spread round-robin over the targets "
+                        "(default 200)")
+    p.add_argument("--seed", type=int, default=1, help="run seed (default 1)")
+    p.add_argument("--backend", choices=("native", "emulated", "both"), default="both",
+                   help="backends to fuzz (default both)")
+    p.add_argument("--target", choices=("elf", "fatelf", "plugin", "all"), default="all",
+                   help="inputs: IREE executables, FatELF bundles, plugins, or all "
+                        "(default all)")
+    p.add_argument("--jobs", type=int, default=2, help="children at once (default 2)")
+    p.add_argument("--report", type=Path, help="write the JSON report here")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                   help="directory for saved problem cases (default fuzz/out)")
+    p.add_argument("--timeout", type=float, default=20.0,
+                   help="wall-clock seconds per case before it counts as a hang "
+                        "(default 20)")
+    p.add_argument("--cpu-limit", type=float, default=10.0,
+                   help="CPU seconds above which a finished case is a blowup (default 10)")
+    p.add_argument("--rss-limit-mb", type=int, default=1024,
+                   help="peak RSS above which a finished case is a blowup (default 1024)")
+    p.add_argument("--native-as-gb", type=float, default=4.0,
+                   help="RLIMIT_AS of native children, GiB (default 4)")
+    p.add_argument("--emulated-as-gb", type=float, default=8.0,
+                   help="RLIMIT_AS of emulated children, GiB; a unicorn engine "
+                        "reserves about 1 GiB (default 8; 0: none)")
+    p.add_argument("--emulated-call-timeout", type=float, default=2.0,
+                   help="timeout= given to emulated backends: seconds per guest call "
+                        "(default 2)")
+    p.add_argument("--dispatch-timeout", type=float, default=5.0,
+                   help="timeout= given to Executable.dispatch (default 5)")
+    p.add_argument("--no-minimize", action="store_true",
+                   help="do not reduce problem cases to fewer byte operations")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--replay", type=Path, metavar="FILE",
+                   help="run a saved case (its .bin or .json) again and print the "
+                        "outcome; with --backend native|emulated, on that backend")
+    p.add_argument("--inline", action="store_true",
+                   help="with --replay: run in this process (a crash kills it; for "
+                        "debuggers)")
+    return p
+
+
+def child_opts(args, backend: str) -> dict:
+    limit = args.native_as_gb if backend == "native" else args.emulated_as_gb
+    return {"timeout": args.timeout, "cpu_limit": args.cpu_limit,
+            "rss_limit_mb": args.rss_limit_mb,
+            "address_space": int(limit * GIB) if limit else None,
+            "emulated_call_timeout": args.emulated_call_timeout,
+            "dispatch_timeout": args.dispatch_timeout}
+
+
+def case_opts(base: dict, case: dict, manifest: dict) -> dict:
+    from .corpus import dispatch_spec
+    opts = dict(base)
+    if case["target"] == "elf":
+        opts["dispatch"] = dispatch_spec(manifest, case["kernel"], case["arch"])
+    return opts
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.replay:
+        return replay(args)
+    from . import corpus as corpus_mod
+    from . import report
+    from .runner import run_cases
+
+    from .child import preload
+    t0 = time.monotonic()
+    preload()
+    corpus = corpus_mod.Corpus()
+    targets = corpus_mod.TARGETS if args.target == "all" else (args.target,)
+    backends = corpus_mod.BACKENDS if args.backend == "both" else (args.backend,)
+    opts = {b: child_opts(args, b) for b in backends}
+    total = args.cases * len(backends)
+    cases_dir = args.out / "cases"
+    records: list[dict] = []
+    progress_every = max(1, total // 20)
+
+    def items():
+        for backend in backends:
+            for i in range(args.cases):
+                case = corpus_mod.make_case(corpus, args.seed, backend, i, targets)
+                data = corpus_mod.case_data(corpus, case)
+                yield dict(case, _opts=case_opts(opts[backend], case, corpus.manifest)), data
+
+    cases_by_id: dict[str, dict] = {}
+
+    def on_result(rec, data):
+        records.append(rec)
+        # Every problem case (and native guest crash) is saved for replay
+        # as soon as it is known.
+        if report.is_problem(rec) or report.is_guest(rec):
+            rec["saved"] = str(save_case(cases_dir, cases_by_id[rec["id"]], rec, data))
+        if not args.quiet and len(records) % progress_every == 0:
+            n = Counter(report.column(r) for r in records)
+            print(f"fuzz: {len(records)}/{total} cases, {time.monotonic() - t0:.0f} s: "
+                  + ", ".join(f"{k} {n[k]}" for k in report.COLUMNS if n[k]),
+                  file=sys.stderr)
+
+    def with_opts():
+        for case, data in items():
+            cases_by_id[case["id"]] = case
+            yield case, data
+
+    run_cases(with_opts(), args.jobs, on_result)
+    elapsed = time.monotonic() - t0
+    records.sort(key=lambda r: r["id"])
+    for rec in records:
+        if triage(rec, cases_by_id[rec["id"]], args, corpus):
+            save_case(cases_dir, cases_by_id[rec["id"]], rec,
+                      Path(rec["saved"]).read_bytes())
+
+    problems, guest = report.group_problems(records)
+    minimized = {}
+    if not args.no_minimize:
+        for key, recs in problems.items():
+            first = recs[0]
+            m = minimize(corpus, cases_by_id[first["id"]], first, cases_dir)
+            if m is not None:
+                minimized[key] = m
+    summary = report.counts(records)
+    out = {
+        "command": " ".join(["python -m fuzz"] + (argv if argv is not None else sys.argv[1:])),
+        "source": _source_state(),
+        "config": {"cases_per_backend": args.cases, "seed": args.seed,
+                   "backends": list(backends), "targets": list(targets), "jobs": args.jobs,
+                   "limits": {b: {k: v for k, v in o.items() if k != "dispatch"}
+                              for b, o in opts.items()}},
+        "elapsed_s": round(elapsed, 1),
+        "summary": summary,
+        "problem_count": sum(len(v) for v in problems.values()),
+        "problems": [_problem_entry(key, recs, minimized.get(key))
+                     for key, recs in problems.items()],
+        "guest_code_failures": [dict(_problem_entry(key, recs, None),
+                                mutators=report.mutator_kinds(recs))
+                                for key, recs in guest.items()],
+        "typed": report.typed_breakdown(records),
+        "stages": report.stage_breakdown(records),
+        "cases": [_compact(r) for r in sorted(records, key=lambda r: r["id"])],
+    }
+    print(report.table(summary))
+    print(f"\n{len(records)} cases in {elapsed:.0f} s (seed {args.seed}, jobs {args.jobs})")
+    if guest:
+        print(f"\nnative crashes and hangs of guest code (the file's own code, run on "
+              f"this CPU): {sum(len(v) for v in guest.values())} in {len(guest)} kinds")
+        for key, recs in sorted(guest.items(), key=lambda kv: [str(k) for k in kv[0]]):
+            kinds = report.mutator_kinds(recs)
+            what = "hang" if key[0] == "hang(guest)" else key[1]
+            when = ("in a call of it" if key[3] == "during" else
+                    "after it ran (clean on the emulated backend)")
+            print(f"  {len(recs):5d} x {what} in stage {key[2]}, {when} (mutations: "
+                  + ", ".join(f"{k} {n}" for k, n in kinds.items()) + ")")
+    if problems:
+        print(f"\n{len(problems)} distinct problems:")
+        for key, recs in problems.items():
+            print(f"\n[{len(recs)} case(s)] " + report.describe(recs[0]))
+            m = minimized.get(key)
+            if m:
+                print(f"    minimized: {'; '.join(m['mutations'])}\n"
+                      f"    replay: python -m fuzz --replay {m['saved']}")
+    else:
+        print("no escapes, no crashes or hangs outside guest code, no blow-ups")
+    if any(r.get("saved") for r in records):
+        print(f"\nsaved cases: {cases_dir}")
+    if args.report:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(json.dumps(out, indent=1, default=str) + "\n")
+        print(f"report: {args.report}")
+    return 1 if problems else 0
+
+
+def _source_state() -> dict:
+    """The commit fuzzed and the files that differ from it."""
+    import subprocess
+    root = HERE.parent
+
+    def git(*a):
+        try:
+            return subprocess.run(["git", *a], cwd=root, capture_output=True, text=True,
+                                  timeout=10).stdout.rstrip("\n")
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    return {"commit": git("rev-parse", "HEAD").strip(),
+            "modified": [line[3:] for line in git("status", "--porcelain",
+                                                  "--untracked-files=no").splitlines()]}
+
+
+def _compact(rec: dict) -> dict:
+    from .report import column
+    out = {k: rec.get(k) for k in ("id", "arch", "seed", "outcome", "stage")}
+    out["column"] = column(rec)
+    if rec.get("error"):
+        out["error"] = rec["error"]["type"].rsplit(".", 1)[-1]
+        out["field"] = rec["error"].get("field")
+    if rec["outcome"] not in ("accepted", "typed"):
+        out["mutations"] = rec.get("mutations")
+    if rec["outcome"] in ("crash", "hang"):
+        out.update({k: rec.get(k) for k in ("backend", "signal", "in_guest", "guest_calls",
+                                            "guest_location", "attribution")})
+        if rec.get("emulated_replay"):
+            out["emulated_replay"] = rec["emulated_replay"]["outcome"]
+    return out
+
+
+def _problem_entry(key, recs, minimized) -> dict:
+    first = recs[0]
+    entry = {"key": [str(k) for k in key], "count": len(recs),
+             "backends": sorted({r["backend"] for r in recs}),
+             "arches": sorted({r["arch"] for r in recs}),
+             "cases": [r["id"] for r in recs[:20]], "first": first}
+    if minimized:
+        entry["minimized"] = minimized
+    return entry
+
+
+def save_case(directory: Path, case: dict, rec: dict, data: bytes) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = directory / f"{case['id']}-{rec['outcome']}"
+    stem.with_suffix(".bin").write_bytes(data)
+    meta = {"case": {k: v for k, v in case.items() if k != "_opts"},
+            "opts": case["_opts"], "result": {k: v for k, v in rec.items() if k != "saved"}}
+    stem.with_suffix(".json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+    return stem.with_suffix(".bin")
+
+
+def triage(rec: dict, case: dict, args, corpus) -> bool:
+    """Attribute a native crash or hang in host code to the file's code
+    when that code ran natively before it: the same file is run on the
+    emulated backend, where guest code cannot touch host memory; when it is
+    accepted or refused with a typed error there, the native failure came
+    from memory the guest code corrupted. Returns True when ``rec`` changed."""
+    from . import report
+    from .runner import run_one
+    if (rec["backend"] != "native" or report.column(rec) not in ("crash(host)", "hang")
+            or not rec.get("guest_calls") or rec.get("in_callback")):
+        return False
+    emu = dict(case, backend="emulated",
+               _opts=case_opts(child_opts(args, "emulated"), case, corpus.manifest))
+    r = run_one(emu, Path(rec["saved"]).read_bytes())
+    rec["emulated_replay"] = {"outcome": report.column(r), "stage": r.get("stage"),
+                              "error": (r.get("error") or {}).get("message")}
+    if r["outcome"] in ("accepted", "typed"):
+        rec["acceptable"] = True
+        rec["attribution"] = (f"host code failed after {rec['guest_calls']} native "
+                              f"call(s) of the file's code; the same file on the emulated "
+                              f"backend: {r['outcome']} at {r.get('stage')}"
+                              + (f" ({r['error']['message']})" if r.get("error") else ""))
+        return True
+    return False
+
+
+def minimize(corpus, case: dict, rec: dict, directory: Path, budget: int = 48,
+             seconds: float = 90.0):
+    """Fewest byte operations of ``case`` reproducing the same problem
+    (ddmin over the operations, at most ``budget`` child runs and about
+    ``seconds``); None when the case has a single operation or nothing
+    smaller reproduces it."""
+    from . import mutate
+    from .report import problem_key
+    from .runner import run_one
+    ops = mutate.ops_from_json(case["ops"])
+    if len(ops) <= 1:
+        return None
+    seed_data = corpus.seed(case["seed"]).data
+    want = problem_key(rec)
+    # which mutation each op came from
+    owner = [i for i, n in enumerate(case.get("groups", [len(ops)])) for _ in range(n)]
+    runs = 0
+
+    def test(idx):
+        nonlocal runs
+        runs += 1
+        sub = [ops[i] for i in idx]
+        c = dict(case, ops=mutate.ops_to_json(sub),
+                 mutations=sorted({case["mutations"][owner[i]] for i in idx}))
+        r = run_one(c, mutate.apply(seed_data, sub))
+        return problem_key(r) == want, c, r
+
+    current = list(range(len(ops)))
+    best = None
+    n = 2
+    stop = time.monotonic() + seconds
+    budget_left = lambda: runs < budget and time.monotonic() < stop  # noqa: E731
+    while len(current) > 1 and budget_left():
+        chunk = max(1, len(current) // n)
+        reduced = False
+        for start in range(0, len(current), chunk):
+            if not budget_left():
+                break
+            complement = current[:start] + current[start + chunk:]
+            if not complement:
+                continue
+            ok, c, r = test(complement)
+            if ok:
+                current, best = complement, (c, r)
+                n = max(n - 1, 2)
+                reduced = True
+                break
+        if not reduced:
+            if n >= len(current):
+                break
+            n = min(len(current), 2 * n)
+    if best is None:
+        return None
+    c, r = best
+    c = dict(c, id=case["id"] + "-min")
+    path = save_case(directory, c, r, mutate.apply(seed_data, mutate.ops_from_json(c["ops"])))
+    return {"mutations": c["mutations"], "ops": c["ops"], "saved": str(path),
+            "outcome": r["outcome"]}
+
+
+def replay(args) -> int:
+    from .runner import run_one
+    path = args.replay
+    meta_path = path.with_suffix(".json")
+    bin_path = path.with_suffix(".bin")
+    meta = json.loads(meta_path.read_text())
+    case, opts = meta["case"], meta["opts"]
+    data = bin_path.read_bytes()
+    if args.backend != "both" and args.backend != case["backend"]:
+        from .corpus import load_manifest
+        case = dict(case, backend=args.backend)
+        opts = case_opts(child_opts(args, args.backend), case, load_manifest())
+    print(f"case {case['id']}: {case['target']} on {case['backend']} ({case['arch']}), "
+          f"seed {case['seed']}")
+    for m in case.get("mutations", []):
+        print(f"  mutation: {m}")
+    if "result" in meta:
+        print(f"recorded: {meta['result'].get('outcome')} at {meta['result'].get('stage')}")
+    if args.inline:
+        from .child import Reporter, instrument, run
+        rep = Reporter(os.dup(2))
+        instrument(rep)
+        rec = run(case, data, rep, opts)
+    else:
+        rec = run_one(dict(case, _opts=opts), data)
+    from .report import column, describe
+    rec.setdefault("id", case["id"])
+    for k in ("backend", "arch", "seed", "target", "mutations"):
+        rec.setdefault(k, case.get(k))
+    print(f"now: {column(rec)} at {rec.get('stage')}")
+    if rec["outcome"] not in ("accepted",):
+        print(describe(rec))
+    err = rec.get("error")
+    if err:
+        print(f"error: {err['type']}: {err['message']}")
+        for f in err.get("traceback", []):
+            print(f"  at {f}")
+    return 0

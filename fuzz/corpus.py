@@ -1,0 +1,196 @@
+"""The seed files and the cases built from them.
+
+Seeds are the repository's own files: the IREE executables
+``hal_cpu/samples/*_<arch>.so`` (target ``elf``), the plugins
+``sample_plugins/prebuilt/standalone_<arch>.so`` (target ``plugin``) and the
+FatELF bundles ``sample_plugins/prebuilt/*.sos`` and
+``hal_cpu/runtime/runtime.sos`` (target ``fatelf``). The native backend only
+gets seeds of the host architecture; the emulated one gets all six.
+
+A case is a plain dict (JSON-serializable): its index, target, backend,
+architecture, seed path, the mutations' descriptions and their byte
+operations. :func:`make_case` derives everything from ``(seed, backend,
+index)`` alone, so a run is the same whatever the number of jobs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import elfloader
+import fatelf
+
+from . import mutate
+from .model import ElfModel, FatModel, struct_sites
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "hal_cpu" / "samples"
+MANIFEST = SAMPLES / "manifest.json"
+PREBUILT = ROOT / "sample_plugins" / "prebuilt"
+RUNTIME_BUNDLE = ROOT / "hal_cpu" / "runtime" / "runtime.sos"
+
+TARGETS = ("elf", "fatelf", "plugin")
+BACKENDS = ("native", "emulated")
+
+
+@dataclass
+class Seed:
+    """One seed file.
+
+    Attributes:
+        path: relative to the repository; kind: ``executable``, ``plugin``,
+        ``plugin-bundle`` or ``runtime-bundle``; arch: the ELF's
+        architecture (None for bundles); kernel: manifest entry of an
+        executable; model: :class:`ElfModel` or :class:`FatModel`.
+    """
+    path: str
+    kind: str
+    data: bytes
+    arch: str | None = None
+    kernel: str | None = None
+    model: object = None
+    arches: list = field(default_factory=list)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
+def load_manifest() -> dict:
+    return json.loads(MANIFEST.read_text())
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def _warn(msg: str) -> None:
+    print(f"fuzz: {msg}", file=sys.stderr)
+
+
+def _sites(model: ElfModel, kind: str) -> list:
+    """Struct sites of a seed; an empty list (and a warning) when the
+    seed's query cannot be run here."""
+    try:
+        return struct_sites(model, kind)
+    except Exception as exc:  # the seeds are trusted; this only limits mutations
+        _warn(f"no IREE struct sites for {model.name}: {type(exc).__name__}: {exc}")
+        return []
+
+
+class Corpus:
+    """All seeds, by target."""
+
+    def __init__(self, with_sites: bool = True):
+        self.manifest = load_manifest()
+        self.seeds: dict[str, list[Seed]] = {t: [] for t in TARGETS}
+        by_file = {}
+        for kernel, spec in self.manifest["kernels"].items():
+            for arch, info in spec["per_arch"].items():
+                by_file[info["file"]] = (kernel, arch)
+        for name in sorted(by_file):
+            kernel, arch = by_file[name]
+            path = SAMPLES / name
+            data = path.read_bytes()
+            model = ElfModel.build(data, 0, _rel(path))
+            if with_sites:
+                model.sites = _sites(model, "executable")
+            self.seeds["elf"].append(Seed(_rel(path), "executable", data, arch, kernel,
+                                          model))
+        for arch in fatelf.RUNTIME_ARCHES:
+            path = PREBUILT / f"standalone_{arch}.so"
+            data = path.read_bytes()
+            model = ElfModel.build(data, 0, _rel(path))
+            if with_sites:
+                model.sites = _sites(model, "plugin")
+            self.seeds["plugin"].append(Seed(_rel(path), "plugin", data, arch, None, model))
+        plugin_sites = {s.data: s.model.sites for s in self.seeds["plugin"]}
+        bundles = sorted(PREBUILT.glob("*.sos")) + [RUNTIME_BUNDLE]
+        for path in bundles:
+            data = path.read_bytes()
+            kind = "runtime-bundle" if path == RUNTIME_BUNDLE else "plugin-bundle"
+            fm = FatModel.build(data, _rel(path))
+            if with_sites and kind == "plugin-bundle":
+                for pm in fm.payloads:
+                    sites = plugin_sites.get(pm.data)
+                    pm.sites = _rebase(sites, pm.base) if sites is not None else \
+                        _sites(pm, "plugin")
+            self.seeds["fatelf"].append(Seed(_rel(path), kind, data, None, None, fm,
+                                             list(fm.arches)))
+
+    def eligible(self, target: str, backend: str) -> list[Seed]:
+        seeds = self.seeds[target]
+        if backend == "native":
+            host = elfloader.arch.host()
+            host_name = host.name if host else None
+            if target == "fatelf":
+                return [s for s in seeds if host_name in s.arches]
+            return [s for s in seeds if s.arch == host_name]
+        return seeds
+
+    def seed(self, path: str) -> Seed:
+        for seeds in self.seeds.values():
+            for s in seeds:
+                if s.path == path:
+                    return s
+        raise KeyError(path)
+
+
+def _rebase(sites, base: int):
+    """Struct sites of a standalone seed moved to a payload at ``base``."""
+    out = []
+    for s in sites:
+        f = s.field
+        out.append(type(s)(s.name, s.vaddr, s.kind,
+                           type(f)(f.name, f.offset + base, f.size, f.value, f.kind), s.via))
+    return out
+
+
+def case_rng(seed: int, backend: str, index: int) -> random.Random:
+    return random.Random(f"pkr-fuzz:{seed}:{backend}:{index}")
+
+
+def make_case(corpus: Corpus, seed: int, backend: str, index: int,
+              targets: tuple[str, ...]) -> dict:
+    """Case ``index`` of ``backend`` for run ``seed`` (deterministic)."""
+    rng = case_rng(seed, backend, index)
+    target = targets[index % len(targets)]
+    eligible = corpus.eligible(target, backend)
+    if not eligible:
+        raise SystemExit(f"fuzz: no {target} seed for the {backend} backend")
+    s = rng.choice(eligible)
+    if target == "fatelf":
+        host = elfloader.arch.host()
+        arch = host.name if backend == "native" else rng.choice(s.arches)
+        muts = mutate.mutate_fatelf(rng, s.model)
+    else:
+        arch = s.arch
+        muts = mutate.mutate_elf(rng, s.model)
+    ops = [op for _, m_ops in muts for op in m_ops]
+    return {
+        "id": f"{target}-{backend}-{index:06d}",
+        "index": index, "target": target, "backend": backend, "arch": arch,
+        "seed": s.path, "kind": s.kind, "kernel": s.kernel,
+        "mutations": [d for d, _ in muts],
+        "groups": [len(m_ops) for _, m_ops in muts],
+        "ops": mutate.ops_to_json(ops),
+    }
+
+
+def case_data(corpus: Corpus, case: dict) -> bytes:
+    return mutate.apply(corpus.seed(case["seed"]).data, mutate.ops_from_json(case["ops"]))
+
+
+def dispatch_spec(manifest: dict, kernel: str, arch: str) -> dict:
+    """Bindings (byte lengths), workgroup count and constants of a sample's
+    first export, from ``hal_cpu/samples/manifest.json``."""
+    spec = manifest["kernels"][kernel]
+    per = spec["per_arch"][arch]
+    return {"bindings": [b["length"] for b in spec["bindings"]],
+            "roles": [b["role"] for b in spec["bindings"]],
+            "workgroup_count": per["workgroup_count"], "constants": per["constants"]}
