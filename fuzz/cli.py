@@ -97,6 +97,7 @@ def main(argv=None) -> int:
 
     from .child import preload
     t0 = time.monotonic()
+    source = _source_state()   # the code the children run: imported now
     preload()
     corpus = corpus_mod.Corpus()
     targets = corpus_mod.TARGETS if args.target == "all" else (args.target,)
@@ -152,7 +153,7 @@ def main(argv=None) -> int:
     summary = report.counts(records)
     out = {
         "command": " ".join(["python -m fuzz"] + (argv if argv is not None else sys.argv[1:])),
-        "source": _source_state(),
+        "source": source,
         "config": {"cases_per_backend": args.cases, "seed": args.seed,
                    "backends": list(backends), "targets": list(targets), "jobs": args.jobs,
                    "limits": {b: {k: v for k, v in o.items() if k != "dispatch"}
@@ -369,7 +370,9 @@ def replay(args) -> int:
     rec.setdefault("id", case["id"])
     for k in ("backend", "arch", "seed", "target", "mutations"):
         rec.setdefault(k, case.get(k))
-    print(f"now: {column(rec)} at {rec.get('stage')}")
+    print(f"now: {column(rec)} at {rec.get('stage')}"
+          + (f" (peak RSS {rec['maxrss_mb']} MiB, CPU {rec['cpu_s']} s)"
+             if "maxrss_mb" in rec else ""))
     if rec["outcome"] not in ("accepted",):
         print(describe(rec))
     err = rec.get("error")
