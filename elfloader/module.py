@@ -72,18 +72,16 @@ class ElfModule:
 
     def _load(self, initialize: bool) -> None:
         img = self.image
-        # Host memory proportional to the file: the buffer ends with the last
-        # file-backed byte; the rest of the reservation is zero pages the
-        # backend maps lazily (bss), and relocations there are written apart.
-        end = max([0] + [s.vaddr + s.filesz - img.vaddr_min for s in img.segments
-                         if s.filesz])
-        buf = bytearray(end)
-        for seg in img.segments:
-            if seg.filesz:
-                off = seg.vaddr - img.vaddr_min
-                buf[off:off + seg.filesz] = img.data[seg.offset:seg.offset + seg.filesz]
-        extra = self._relocate(buf)
-        self.backend.write(self._reservation, buf)
+        # Host memory proportional to the file: one buffer per segment's
+        # file-backed bytes; the rest of the reservation (gaps, bss) is zero
+        # pages the backend maps lazily, and relocations there are written
+        # apart.
+        pieces = [(seg.vaddr - img.vaddr_min,
+                   bytearray(img.data[seg.offset:seg.offset + seg.filesz]))
+                  for seg in img.segments if seg.filesz]
+        extra = self._relocate(pieces)
+        for offset, buf in pieces:
+            self.backend.write(self._reservation + offset, buf)
         for place, data in extra:
             self.backend.write(self._reservation + place, data)
         self._protect()
@@ -96,9 +94,10 @@ class ElfModule:
         else:
             self._fini = []
 
-    def _relocate(self, buf: bytearray) -> list[tuple[int, bytes]]:
-        """Apply the relocations to ``buf`` (the image from its first
-        byte); returns the (offset, bytes) of those placed past it."""
+    def _relocate(self, pieces) -> list[tuple[int, bytes]]:
+        """Apply the relocations to ``pieces`` ((image offset, bytearray)
+        of each segment's file-backed bytes); returns the (offset, bytes) of
+        those placed outside every piece."""
         img, arch = self.image, self.arch
         vmin, B, ps = img.vaddr_min, self.base, arch.pointer_size
         syms = img.symbols
@@ -107,10 +106,15 @@ class ElfModule:
             rel = arch.relocations[r.type]
             place = r.offset - vmin
             ctype = "u32" if rel.size == 4 else "u64"
-            inside = place + rel.size <= len(buf)
+            buf, at = None, 0
+            for offset, piece in pieces:
+                if offset <= place and place + rel.size <= offset + len(piece):
+                    buf, at = piece, place - offset
+                    break
+            inside = buf is not None
             S = (B + syms[r.symbol]["st_value"]) & arch.word_mask if r.symbol else 0
             if r.addend is None:
-                old = (buf[place:place + rel.size] if inside
+                old = (buf[at:at + rel.size] if inside
                        else extra.get(place, bytes(rel.size)))
                 A = unpack_array(ctype, ps, old, 0, 1)[0]
             else:
@@ -128,7 +132,7 @@ class ElfModule:
                                 r.where, value)
             data = pack_array(ctype, ps, [value])
             if inside:
-                buf[place:place + rel.size] = data
+                buf[at:at + rel.size] = data
             else:
                 extra[place] = data
         return sorted(extra.items())

@@ -329,3 +329,20 @@ def test_huge_bss_costs_memory_in_proportion_to_the_file(backend):
         module.backend.close()
     assert _time.perf_counter() - t0 < 5
     assert rss() - before < 64 << 20
+
+
+@pytest.mark.parametrize("backend", ["native", "emulated"])
+def test_far_segment_costs_memory_in_proportion_to_the_file(backend):
+    """One byte moves a 5 KB plugin's code segment to 0x3f001400: the gap
+    before it costs no host memory, and the load fails typed."""
+    import resource
+    from hal_cpu.plugins import PluginManager
+    data = bytearray((PREBUILT / "standalone_x86_64.so").read_bytes())
+    data[0xC3] = 0x3F      # phdr[2].p_vaddr 0x1400 -> 0x3f001400
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    from fatelf import PortableKernelError
+    with pytest.raises(PortableKernelError):
+        with PluginManager("x86_64", backend) as plugins:
+            plugins.register_embedded(bytes(data))
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kib < 64 << 10, grown_kib
