@@ -1,0 +1,212 @@
+"""Dispatch cost against grid size: fixed cost and per-workgroup slope of
+our native and emulated backends and of IREE's ``iree-benchmark-executable``.
+
+Usage: python bench/grid_sweep.py [--quick] [--rounds R] [--seconds S]
+           [--emulated-rounds R] [--grid X ...] [--no-emulated]
+
+The kernel is ``bench/programs/rowsum.mlir`` (row sums of a 131072x16
+float32 matrix), compiled with ``hal_cpu.iree.compile_program`` for x86_64
+(generic CPU, flags from ``fatelf.arches``; cached by content hash) and, for
+the emulated cases, for aarch64 and riscv64. ``plan_program`` gives the
+export, the bindings and the natural workgroup count (4096 workgroups of 32
+rows each). Each case dispatches a grid of X workgroups, (X, 1, 1), for X in
+1, 16, 256, 4096: a workgroup past X is not run, so smaller grids compute
+only the first X * 32 row sums (enough for timing; grids larger than the
+natural one would write past the output, as IREE's kernels do not check).
+
+* ``iree-benchmark-executable --device=local-sync`` (IREE's runtime, one
+  thread; default ``--batch_size``: 64 dispatches per submission) on the
+  x86_64 file, ``--workgroup_count=X,1,1``, inputs filled with 1: its
+  ``real_time`` per dispatch, ``--benchmark_min_time=S``;
+* ours natively: ``Executable(..., backend="native").dispatch(export,
+  (X, 1, 1), bindings, workers=1)``, mean per call over a batch of calls
+  lasting about S seconds; the bindings are numpy arrays at 64-byte aligned
+  addresses (filled with 1 / 0), used in place;
+* ours emulated (x86_64, aarch64, riscv64 builds): one call per round, in
+  rounds of their own (``--emulated-rounds``). Emulated dispatches copy the
+  8.5 MB of bindings into guest memory and back, which is in the fixed cost.
+
+For each runner a least-squares line t = fixed + slope * X through the
+medians (and through the minima) of the grid sizes gives the fixed cost and
+the per-workgroup slope; the slope includes the kernel's own work (32 rows
+of 16 floats per workgroup), so for the emulated backend it is an upper
+bound on the per-workgroup overhead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import _timing as T
+from dispatch import (IreeBenchmark, aligned_array, batched, binding_spec,
+                      calls_for, dispatcher, find_tool, loadavg, versions)
+
+import fatelf.arches as A
+from hal_cpu import Executable, iree
+
+HERE = Path(__file__).resolve().parent
+PROGRAM = HERE / "programs" / "rowsum.mlir"
+SHAPE = (131072, 16)
+GRIDS = (1, 16, 256, 4096)
+EMULATED = ("x86_64", "aarch64", "riscv64")
+
+
+def fit(xs, ys) -> tuple[float, float]:
+    """Least-squares (fixed, slope) of ys = fixed + slope * xs."""
+    slope, fixed = np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 1)
+    return float(fixed), float(slope)
+
+
+def fmt_signed(seconds: float) -> str:
+    """:func:`_timing.fmt_time` that keeps a minus sign (a fitted fixed
+    cost can come out below zero)."""
+    return "-" + T.fmt_time(-seconds) if seconds < 0 else T.fmt_time(seconds)
+
+
+def short(runner: str | None) -> str:
+    """``iree`` or ``native``: the peer column of the tables."""
+    if runner is None:
+        return ""
+    return "iree" if runner.startswith("iree") else "native"
+
+
+def plan_for(arch: str):
+    """(compiled, dispatch) of the row-sum program for ``arch``."""
+    compiled = iree.compile_program(PROGRAM, arch)
+    plan = iree.plan_program(compiled, [np.empty(SHAPE, np.float32)])
+    (dispatch,) = plan.dispatches
+    return compiled, dispatch
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    T.add_common_args(parser, rounds=7, quick_rounds=3)
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="length of each native and IREE sample (default "
+                             "0.3, --quick: 0.1)")
+    parser.add_argument("--emulated-rounds", type=int, default=None,
+                        help="rounds of the emulated cases (default 5, "
+                             "--quick: 2)")
+    parser.add_argument("--grid", type=int, action="append",
+                        help="workgroup count X of a case (repeatable; default "
+                             "1 16 256 4096)")
+    parser.add_argument("--no-emulated", action="store_true",
+                        help="skip the emulated backends")
+    args = parser.parse_args()
+    rounds = T.rounds_of(args)
+    emu_rounds = args.emulated_rounds or (2 if args.quick else 5)
+    seconds = args.seconds or (0.1 if args.quick else 0.3)
+    grids = tuple(sorted(set(args.grid or GRIDS)))
+    load_before = loadavg()
+
+    host = A.host()
+    x86 = A.lookup("x86_64")
+    compiled, dispatch = plan_for("x86_64")
+    natural = dispatch.workgroup_count
+    if any(g > natural[0] for g in grids) or natural[1:] != (1, 1):
+        parser.error(f"the planned grid is {natural}; grids must be (X, 1, 1) "
+                     f"with X <= {natural[0]}")
+    x = aligned_array(SHAPE, np.float32, 1)
+    y = aligned_array(SHAPE[:1], np.float32, 0)
+    lengths = [b.length for b in dispatch.bindings]
+    assert lengths == [x.nbytes, y.nbytes], lengths
+    specs = [binding_spec(SHAPE, np.float32, 1), binding_spec(SHAPE[:1], np.float32, 0)]
+
+    native_cases: dict[str, T.Measure] = {}
+    opened: list[Executable] = []
+    runners = []
+    if host is not None and host.name == "x86_64":
+        exe = Executable(dispatch.so_path, backend="native")
+        opened.append(exe)
+        ordinal = exe.export(dispatch.export_name).ordinal
+        if find_tool("iree-benchmark-executable"):
+            runners.append("iree-benchmark-executable local-sync")
+            for g in grids:
+                native_cases[f"{runners[-1]} {g}"] = IreeBenchmark(
+                    dispatch.so_path, x86.iree_format, ordinal, (g, 1, 1), specs,
+                    dispatch.constants, min_time=seconds)
+        runners.append("ours native workers=1")
+        for g in grids:
+            call = dispatcher(exe, ordinal, (g, 1, 1), [x, y], dispatch.constants, 1)
+            native_cases[f"{runners[-1]} {g}"] = batched(call, calls_for(call, seconds))
+    else:
+        print("host is not x86_64: native and IREE cases skipped")
+
+    emu_cases: dict[str, T.Measure] = {}
+    if not args.no_emulated:
+        for arch in EMULATED:
+            _, d = plan_for(arch)
+            if d.workgroup_count != natural:
+                print(f"{arch}: planned grid {d.workgroup_count} differs from "
+                      f"x86_64's {natural}")
+            exe = Executable(d.so_path, backend="emulated")
+            opened.append(exe)
+            runners.append(f"ours emulated {arch}")
+            for g in grids:
+                call = dispatcher(exe, d.export_name, (g, 1, 1), [x, y], d.constants, 1)
+                call()  # warm-up: translation of the kernel's code
+                emu_cases[f"{runners[-1]} {g}"] = T.wall(call)
+
+    try:
+        stats = T.interleave(native_cases, rounds, progress=True)
+        stats.update(T.interleave(emu_cases, emu_rounds, progress=True))
+    finally:
+        for exe in opened:
+            exe.close()
+
+    print(T.machine_line())
+    print(f"{versions()}; load average before {load_before}, after {loadavg()}")
+    print(f"kernel: {PROGRAM.relative_to(HERE.parent)}, export "
+          f"{dispatch.export_name}, planned grid {natural}; x86_64 generic CPU")
+    print(f"native and IREE: {rounds} rounds of about {seconds:g} s per case; "
+          f"emulated: {emu_rounds} rounds of one call")
+    iree_name = next((r for r in runners if r.startswith("iree")), None)
+    native_name = next((r for r in runners if "native" in r), None)
+
+    def peer_of(runner: str) -> str | None:
+        """Native figures are compared with IREE's, emulated ones with ours
+        natively."""
+        if runner.startswith("iree"):
+            return None
+        return native_name if "emulated" in runner else iree_name
+
+    rows = []
+    for g in grids:
+        for r in runners:
+            peer = peer_of(r)
+            other = stats.get(f"{peer} {g}") if peer else None
+            rows.append([g, r, *T.stats_cells(stats[f"{r} {g}"], other),
+                         short(peer) if other is not None else ""])
+    print("\nper dispatch; ratio to the runner in the last column (same grid)")
+    print(T.table(["workgroups", "runner", "min", "median", "ratio (median)", "to"],
+                  rows))
+
+    fits = {}
+    for r in runners:
+        ss = [stats[f"{r} {g}"] for g in grids]
+        if len(grids) >= 2 and all(s.ok for s in ss):
+            fits[r] = (fit(grids, [s.median for s in ss]), fit(grids, [s.min for s in ss]))
+    rows = []
+    for r, ((fixed, slope), (fixed_min, slope_min)) in fits.items():
+        ratio = ratio_min = to = "-"
+        peer = peer_of(r)
+        if peer in fits:
+            ratio = T.ratio(slope, fits[peer][0][1])
+            ratio_min = T.ratio(slope_min, fits[peer][1][1])
+            to = short(peer)
+        rows.append([r, fmt_signed(fixed), fmt_signed(slope), ratio,
+                     fmt_signed(fixed_min), fmt_signed(slope_min), ratio_min, to])
+    print("\nleast squares t = fixed + slope * workgroups over "
+          + ", ".join(map(str, grids)) + " workgroups (through the medians; "
+          "through the minima)")
+    print(T.table(["runner", "fixed", "slope", "slope ratio", "fixed (min)",
+                   "slope (min)", "slope ratio (min)", "to"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
