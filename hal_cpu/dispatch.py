@@ -206,6 +206,9 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
                                                         5, layout.workers)
     loop = loops[0]
     first = FIRST_CHUNK.get(backend.kind, 1)
+    if workers > 1:
+        # Small enough that the other workers find work left to share.
+        first = max(1, min(first, total // (4 * workers)))
     if workers == 1 and total <= first:
         # One crossing runs the whole grid (layout.write set worker 0's range).
         ret = as_int32(loop(fn, environment, layout.state,
