@@ -3,11 +3,12 @@ libraries (query, exports, imports, workgroup dispatch), executable plugins
 and the plugin manager."""
 
 from . import abi
-from .errors import (DispatchError, ExportNotFoundError, HalCpuError,
-                     LibraryError, PluginError, PluginSpecError,
+from .errors import (DispatchError, DispatchTimeoutError, ExportNotFoundError,
+                     HalCpuError, LibraryError, PluginError, PluginSpecError,
                      PluginStatusError, UnresolvedImportError)
 from .library import Executable, Export
 
 __all__ = ["Executable", "Export", "abi", "HalCpuError", "LibraryError",
-           "ExportNotFoundError", "DispatchError", "UnresolvedImportError",
+           "ExportNotFoundError", "DispatchError", "DispatchTimeoutError",
+           "UnresolvedImportError",
            "PluginError", "PluginStatusError", "PluginSpecError"]
