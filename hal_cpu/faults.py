@@ -29,18 +29,18 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
         return exc
     be = exe.backend
     workgroup = None
+    regions = [Region(f"binding {i}", p, n) for i, (p, n)
+               in enumerate(zip(pointers, lengths))]
     try:
         wg = abi.WORKGROUP_STATE.layout(*be.arch.c_abi)
         ids = wg.unpack(be.read(layout.workgroup_states[0], wg.size))
         workgroup = (ids["workgroup_id_x"], ids["workgroup_id_y"],
                      ids["workgroup_id_z"])
-    except Exception:  # noqa: BLE001 - the report goes on without it
+        if export.local_memory_size:
+            regions.append(Region("local memory", ids["local_memory"],
+                                  export.local_memory_size))
+    except Exception:  # noqa: BLE001 - the report goes on without them
         pass
-    regions = [Region(f"binding {i}", p, n) for i, (p, n)
-               in enumerate(zip(pointers, lengths))]
-    if export.local_memory_size:
-        local = wg.unpack(be.read(layout.workgroup_states[0], wg.size))["local_memory"]
-        regions.append(Region("local memory", local, export.local_memory_size))
     symbolizers = [Symbolizer(exe.module.image, exe.module.base,
                               {e.label: e.address for e in exe.exports})]
     kind = str(exc.message).split(" at pc=")[0]
