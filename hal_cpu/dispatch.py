@@ -164,14 +164,11 @@ class DispatchLayout:
 
 
 class _Chunks:
-    """Hands out [begin, end) chunks of linear workgroup ids, growing each
-    worker's chunk until one crossing takes about CHUNK_SECONDS."""
+    """Hands out [begin, end) chunks of linear workgroup ids to workers."""
 
-    def __init__(self, total: int, first: int):
-        self.total, self.next, self.first = total, 0, first
+    def __init__(self, total: int):
+        self.total, self.next, self.done = total, 0, 0
         self.lock = threading.Lock()
-        self.done = 0
-        self.on_chunk = None
 
     def take(self, size: int) -> tuple[int, int] | None:
         with self.lock:
@@ -187,11 +184,32 @@ class _Chunks:
             return self.done
 
 
+def _failed_workgroup(layout: DispatchLayout, worker: int, ret: int, span,
+                      grid, path: str, stoppable: bool = True
+                      ) -> tuple[int, int] | None:
+    """What a non-OK return ``ret`` of the loop on ``worker`` means:
+    (failed linear id, status) for a failing workgroup, None when the
+    worker was stopped (and ``stoppable``).
+
+    Raises:
+        DispatchError: the loop refused the range ``span``.
+    """
+    r = layout.read_range(worker)
+    if r["status"]:
+        return r["failed_index"], r["status"]
+    if ret == runtime.LOOP_STOPPED and stoppable:
+        return None
+    raise DispatchError(f"workgroup loop refused the range [{span[0]}, "
+                        f"{span[1]}): {runtime.return_name(ret)}", name=path,
+                        field="workgroup_count", value=grid)
+
+
 def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int,
-             total: int, workers: int, *, label: str, path: str,
+             total: int, *, label: str, path: str,
              grid: tuple[int, int, int], deadline: float | None = None,
              progress: Callable[[int, int], None] | None = None) -> None:
-    """Run linear workgroup ids ``0 <= i < total`` through the loop.
+    """Run linear workgroup ids ``0 <= i < total`` through the loop, on
+    ``layout.workers`` workers.
 
     Raises:
         DispatchError: a workgroup returned non-zero (the lowest failing id
@@ -200,35 +218,41 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
         KeyboardInterrupt: propagated after the workers stopped.
         elfloader.EmulationError: the emulated CPU faulted.
     """
+    workers = layout.workers
     loops = layout.loops
     if loops is None:
         loops = layout.loops = backend.worker_functions(loop_function(backend),
-                                                        5, layout.workers)
-    loop = loops[0]
+                                                        5, workers)
     first = FIRST_CHUNK.get(backend.kind, 1)
     if workers > 1:
         # Small enough that the other workers find work left to share.
         first = max(1, min(first, total // (4 * workers)))
     if workers == 1 and total <= first:
         # One crossing runs the whole grid (layout.write set worker 0's range).
-        ret = as_int32(loop(fn, environment, layout.state,
-                            layout.workgroup_states[0], layout.ranges[0]))
-        if ret == runtime.LOOP_OK:
-            if progress is not None:
-                progress(total, total)
-            return
-        r = layout.read_range(0)
-        if r["status"]:
-            _raise_failure(r["failed_index"], r["status"], grid, label, path)
-        raise DispatchError(f"workgroup loop refused the grid: "
-                            f"{runtime.return_name(ret)}", name=path,
-                            field="workgroup_count", value=grid)
-    chunks = _Chunks(total, first)
+        ret = as_int32(loops[0](fn, environment, layout.state,
+                                layout.workgroup_states[0], layout.ranges[0]))
+        if ret != runtime.LOOP_OK:
+            failed = _failed_workgroup(layout, 0, ret, (0, total), grid, path,
+                                       stoppable=False)
+            _raise_failure(*failed, grid, label, path)
+        if progress is not None:
+            progress(total, total)
+        return
+    chunks = _Chunks(total)
     failures: list[tuple[int, int]] = []
     errors: list[BaseException] = []
+    threads: list[threading.Thread] = []
+
+    def start_helpers(seconds_left: float) -> None:
+        # Threads only pay off when the rest of the grid takes a while.
+        if workers > 1 and not threads and seconds_left > THREAD_SECONDS:
+            threads.extend(threading.Thread(target=work, args=(w,), daemon=True)
+                           for w in range(1, workers))
+            for t in threads:
+                t.start()
 
     def work(w: int) -> None:
-        size = chunks.first
+        size = first
         wg, rng = layout.workgroup_states[w], layout.ranges[w]
         try:
             while not failures and not errors:
@@ -241,18 +265,11 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
                 ret = as_int32(loops[w](fn, environment, layout.state, wg, rng))
                 elapsed = time.perf_counter() - t0
                 if ret != runtime.LOOP_OK:
-                    r = layout.read_range(w)
-                    if r["status"]:
-                        failures.append((r["failed_index"], r["status"]))
+                    failed = _failed_workgroup(layout, w, ret, span, grid, path)
+                    if failed is not None:
+                        failures.append(failed)
                         layout.raise_stop()
-                        return
-                    if ret == runtime.LOOP_STOPPED:
-                        return
-                    raise DispatchError(f"workgroup loop refused the range "
-                                        f"[{begin}, {end}): "
-                                        f"{runtime.return_name(ret)}",
-                                        name=path, field="workgroup_count",
-                                        value=grid)
+                    return
                 done = chunks.finished(end - begin)
                 if progress is not None and w == 0:
                     progress(done, total)
@@ -262,25 +279,14 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
                         f"of {total} workgroups", name=path, field="timeout",
                         value=done)
                 per = elapsed / (end - begin)
-                if w == 0 and chunks.on_chunk is not None:
-                    chunks.on_chunk(per * (total - done))
+                if w == 0:
+                    start_helpers(per * (total - done))
                 size = max(size, min(size * 4, int(CHUNK_SECONDS / per) if per
                                      else size * 4))
         except BaseException as exc:  # noqa: BLE001 - re-raised below
             errors.append(exc)
             layout.raise_stop()
 
-    threads: list[threading.Thread] = []
-
-    def start_helpers(seconds_left: float) -> None:
-        # Threads only pay off when the rest of the grid takes a while.
-        if workers > 1 and not threads and seconds_left > THREAD_SECONDS:
-            threads.extend(threading.Thread(target=work, args=(w,), daemon=True)
-                           for w in range(1, workers))
-            for t in threads:
-                t.start()
-
-    chunks.on_chunk = start_helpers
     try:
         work(0)
     finally:

@@ -129,14 +129,13 @@ def _triple(values, field: str, path: str, limit_xy: int, low: int):
 
 def _constants(constants, exp, path: str) -> list[int]:
     consts = list(constants)
-    if all(type(c) is int and 0 <= c < 4294967296 for c in consts) and \
-            exp.constant_count <= len(consts) <= abi.MAX_CONSTANT_COUNT:
-        return consts
     if not exp.constant_count <= len(consts) <= abi.MAX_CONSTANT_COUNT:
         raise DispatchError(f"export {exp.label} declares {exp.constant_count} "
                             f"constants (at most {abi.MAX_CONSTANT_COUNT}), "
                             f"{len(consts)} given", name=path, field="constants",
                             value=len(consts))
+    if all(type(c) is int and 0 <= c < 1 << 32 for c in consts):
+        return consts
     for i, c in enumerate(consts):
         if isinstance(c, bool) or not isinstance(c, (int, np.integer)) \
                 or not 0 <= c < 1 << 32:
@@ -154,7 +153,7 @@ def _host_workers() -> int:
         return os.cpu_count() or 1
 
 
-def _workers(workers, backend, total: int, path: str, default: int) -> int:
+def _workers(workers, total: int, path: str, default: int) -> int:
     if workers is None:
         workers = default
     elif isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -415,8 +414,7 @@ class Executable:
             raise DispatchError(f"{total} workgroups exceed the 2**64 - 1 a "
                                 "dispatch can run", name=self.path,
                                 field="workgroup_count", value=wc)
-        workers = _workers(workers, self.backend, total, self.path,
-                           self._default_workers)
+        workers = _workers(workers, total, self.path, self._default_workers)
         self.last_workers = workers
         key = (exp.ordinal, n, len(consts), workers)
         layout = self._layouts.get(key)
@@ -438,7 +436,7 @@ class Executable:
             with call_limit(self.backend, timeout or 0):
                 try:
                     run_grid(self.backend, layout, exp.address, self._env, total,
-                             workers, label=exp.label, path=self.path, grid=wc,
+                             label=exp.label, path=self.path, grid=wc,
                              deadline=deadline, progress=progress)
                 except elfloader.EmulationError as exc:
                     from .faults import dispatch_fault

@@ -154,7 +154,7 @@ def test_ten_million_workgroups_natively_with_flat_memory():
         layout.write((1, 1, 1), grid, 1, [], [], [], total)
         before = rss()
         t0 = time.perf_counter()
-        dispatch_mod.run_grid(be, layout, fn, env, total, 1, label="trivial",
+        dispatch_mod.run_grid(be, layout, fn, env, total, label="trivial",
                               path="<test>", grid=grid)
         elapsed = time.perf_counter() - t0
         grown = rss() - before
