@@ -92,6 +92,9 @@ LOAD_TIMEOUT = 60.0
 MAX_EXECUTABLE_CONSTANTS = 1 << 16
 
 
+_NO_LIMIT = contextlib.nullcontext()
+
+
 @contextlib.contextmanager
 def call_limit(backend: Backend, seconds: float):
     """Limit each guest call on ``backend`` to ``seconds`` (0: none) inside
@@ -433,7 +436,12 @@ class Executable:
                     finishers.append(finish)
             layout.write(wsize, wc, workers, consts, pointers, lengths, total)
             deadline = time.monotonic() + timeout if timeout else None
-            with call_limit(self.backend, timeout or 0):
+            # The limit only needs setting when it differs from the backend's
+            # (none after loading): a context manager costs on every dispatch.
+            limit = (call_limit(self.backend, timeout or 0)
+                     if timeout or getattr(self.backend, "timeout_us", 0)
+                     else _NO_LIMIT)
+            with limit:
                 try:
                     run_grid(self.backend, layout, exp.address, self._env, total,
                              label=exp.label, path=self.path, grid=wc,
