@@ -31,7 +31,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from fatelf import arches as _arches
 from fatelf.cstruct import CStruct
 
-from .elf import PF_R, PF_W, PF_X, SHN_UNDEF, SHT_STRTAB, SHT_SYMTAB
+from .elf import SHN_UNDEF, SHT_STRTAB, SHT_SYMTAB, flags_str
 from .image import MAX_TABLE_ENTRIES, ElfImage
 
 STT_NOTYPE, STT_OBJECT, STT_FUNC, STT_SECTION, STT_FILE = 0, 1, 2, 3, 4
@@ -513,17 +513,12 @@ class Region:
         return self.start + self.size
 
 
-def _flags(flags: int) -> str:
-    return "".join(c if flags & b else "-" for c, b in
-                   (("r", PF_R), ("w", PF_W), ("x", PF_X)))
-
-
 def segment_regions(image: ElfImage, base: int) -> list[Region]:
     """One :class:`Region` per PT_LOAD segment of ``image`` loaded at load
     bias ``base``, named ``segment 1 (rw-) of kernel.so`` (the file's base
     name), without offsets."""
     file = os.path.basename(image.name) or image.name
-    return [Region(f"segment {s.index} ({_flags(s.flags)}) of {file}",
+    return [Region(f"segment {s.index} ({flags_str(s.flags)}) of {file}",
                    base + s.vaddr, s.memsz, offsets=False)
             for s in image.segments]
 

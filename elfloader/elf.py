@@ -69,6 +69,12 @@ RELA = CStruct("Elf_Rela", [("r_offset", "ptr"), ("r_info", "ptr"),
                             ("r_addend", "sptr")], _GABI)
 
 
+def flags_str(p_flags: int) -> str:
+    """``p_flags`` as ``rwx`` letters with ``-`` for each bit not set."""
+    return "".join(c if p_flags & b else "-" for c, b in
+                   (("r", PF_R), ("w", PF_W), ("x", PF_X)))
+
+
 @dataclass(frozen=True)
 class ElfClass:
     """The struct layouts of one ELF class (32 or 64 bits).

@@ -21,8 +21,8 @@ from fatelf.cstruct import unpack_array
 from . import arch as arch_registry
 from .arch import Arch
 from .elf import (CLASSES, DT, ELF_MAGIC, ELFDATA2LSB, ELFDATA2MSB, ET_DYN,
-                  EV_CURRENT, PF_R, PF_W, PF_X, PT_DYNAMIC, PT_GNU_RELRO,
-                  PT_LOAD, SHN_UNDEF, STB_GLOBAL, STB_WEAK, elf_hash_nchain,
+                  EV_CURRENT, PF_R, PF_X, PT_DYNAMIC, PT_GNU_RELRO, PT_LOAD,
+                  SHN_UNDEF, STB_GLOBAL, STB_WEAK, elf_hash_nchain, flags_str,
                   gnu_hash_symbol_count)
 from .errors import (ElfFormatError, RelocationError, UndefinedSymbolError,
                      UnsupportedElfError)
@@ -139,10 +139,9 @@ class ElfImage:
             raise self._err(ElfFormatError, f"{vaddr:#x}+{size:#x} lies in no "
                             "PT_LOAD segment", field, vaddr)
         if seg.flags & flags != flags:
-            need = "".join(c for c, b in (("r", PF_R), ("w", PF_W), ("x", PF_X))
-                           if flags & b)
+            need = flags_str(flags).replace("-", "")
             raise self._err(ElfFormatError, f"{vaddr:#x} lies in segment "
-                            f"{seg.index} ({_flags(seg.flags)}), which is not "
+                            f"{seg.index} ({flags_str(seg.flags)}), which is not "
                             f"{need}", field, vaddr)
         return seg
 
@@ -441,8 +440,3 @@ class ElfImage:
 
     def __repr__(self):
         return f"<ElfImage {self.name} {self.arch.name}>"
-
-
-def _flags(flags: int) -> str:
-    return "".join(c if flags & b else "-" for c, b in
-                   (("r", PF_R), ("w", PF_W), ("x", PF_X)))
