@@ -57,4 +57,10 @@ class ArchitectureMismatchError(BackendError):
 
 class EmulationError(BackendError):
     """The emulated CPU stopped on a fault (invalid memory access, invalid
-    instruction, time limit) while running guest code."""
+    instruction, time limit) while running guest code.
+
+    Attributes (set by the emulated backend on CPU faults):
+        fault: the kind, e.g. ``write_unmapped``; what: the same in words,
+        with the page when one was refused; pc: the faulting pc;
+        fault_page: the page the refused access touched, or None.
+    """

@@ -43,7 +43,7 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
         pass
     symbolizers = [Symbolizer(exe.module.image, exe.module.base,
                               {e.label: e.address for e in exe.exports})]
-    kind = str(exc.message).split(" at pc=")[0]
+    kind = getattr(exc, "what", None) or exc.message
     report = fault_report(
         file=exe.path, arch=exe.arch.name, kind=kind, pc=pc & ~1,
         symbolizers=symbolizers, read=be.read, function=export.label,

@@ -542,6 +542,7 @@ class EmulatedCpu:
         err.fault = fault
         err.fault_page = page
         err.pc = pc
+        err.what = what
         return err
 
     # --- callbacks ----------------------------------------------------------
