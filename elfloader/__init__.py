@@ -32,7 +32,8 @@ def read_image(source, *, arch: Arch | str | None = None,
     Nothing is mapped and nothing of the file runs.
 
     Args:
-        source: a path, or the file's bytes.
+        source: a path, the file's bytes, or an :class:`ElfImage` already
+            verified (returned as it is, after the architecture check).
         arch: architecture wanted from a bundle (name or :class:`Arch`);
             None means the host's. For a plain ELF, when given, it must
             match the file.
@@ -44,6 +45,9 @@ def read_image(source, *, arch: Arch | str | None = None,
             is for another architecture.
         other ElfError subclasses: see :class:`ElfImage`.
     """
+    want = arch_mod.resolve(arch)
+    if isinstance(source, ElfImage):
+        return _check_arch(source, want)
     if isinstance(source, (str, os.PathLike)):
         name = name or os.fspath(source)
         try:
@@ -55,7 +59,6 @@ def read_image(source, *, arch: Arch | str | None = None,
     else:
         data = bytes(source)
     name = name or "<memory>"
-    want = arch_mod.resolve(arch)
     if fatelf.is_fatelf(data):
         pick = want or arch_mod.host()
         if pick is None:
@@ -72,10 +75,13 @@ def read_image(source, *, arch: Arch | str | None = None,
             raise ElfFormatError(exc.message, name=name, field=exc.field,
                                  value=exc.value) from None
         name = f"{name}[{pick.name}]"
-    image = ElfImage(data, name)
+    return _check_arch(ElfImage(data, name), want)
+
+
+def _check_arch(image: ElfImage, want: Arch | None) -> ElfImage:
     if want is not None and image.arch is not want:
         raise ArchitectureMismatchError(
-            f"file is {image.arch.name}, not {want.name}", name=name,
+            f"file is {image.arch.name}, not {want.name}", name=image.name,
             field="e_machine", value=image.arch.name)
     return image
 
@@ -85,7 +91,7 @@ def load(source, *, arch: Arch | str | None = None, backend="auto",
     """Load an ELF or FatELF into a new or given backend.
 
     Args:
-        source: path or bytes.
+        source: path, bytes or a verified :class:`ElfImage`.
         arch: expected architecture / record to select.
         backend: ``"auto"``, ``"native"``, ``"emulated"`` or a
             :class:`Backend` to load into (shared with other modules).

@@ -162,12 +162,6 @@ def _plugins(args, arch_hint):
                                     backend=args.backend)
 
 
-def _file_arch(args):
-    """Architecture the file will run as (for plugin managers)."""
-    image = elfloader.read_image(args.file, arch=args.arch)
-    return image.arch
-
-
 def cmd_inspect(args) -> int:
     from .library import Executable
     from . import abi
@@ -187,7 +181,7 @@ def cmd_inspect(args) -> int:
         return 0
     # The query runs emulated, without the file's initializers and under a
     # short time limit: inspecting never runs the file's code on this CPU.
-    with Executable(args.file, arch=arch, backend="emulated", initialize=False,
+    with Executable(image, backend="emulated", initialize=False,
                     bind_imports=False, timeout=INSPECT_TIMEOUT) as exe:
         providers = _providers(args, arch, exe.imports)
         print(describe(exe, providers))
@@ -203,19 +197,11 @@ def _providers(args, arch, names) -> dict[str, str] | None:
     None when no plugins were given."""
     if not args.executable_plugin:
         return None
-    from .plugins import PluginManager, ResolveBatch
-    out = {}
+    from .plugins import PluginManager
     with PluginManager.from_specs(args.executable_plugin, arch=arch,
                                   backend=args.backend) as manager:
-        for name in names:
-            out[name] = ""
-            for plugin in reversed(manager.plugins):
-                with ResolveBatch(manager.backend, [name]) as batch:
-                    plugin.resolve_into(batch)
-                    if batch.read()[0][0]:
-                        out[name] = plugin.name
-                        break
-    return out
+        return {name: getattr(manager.provider(name), "name", "")
+                for name in names}
 
 
 def describe(exe, providers: dict[str, str] | None = None) -> str:
@@ -299,9 +285,10 @@ def cmd_run(args) -> int:
         if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
             raise HalCpuError(f"cannot write {path}: {directory} is not a "
                               "writable directory", field="--output", value=path)
-    arch = _file_arch(args)
-    with Executable(args.file, arch=arch, backend=args.backend,
-                    plugins=_plugins(args, arch)) as exe:
+    # Read and verified once: the plugins need its architecture first.
+    image = elfloader.read_image(args.file, arch=args.arch)
+    with Executable(image, backend=args.backend,
+                    plugins=_plugins(args, image.arch)) as exe:
         export = args.function if args.function is not None else args.entry_point
         progress = _Progress(not args.no_progress)
         run = lambda: exe.dispatch(export, args.workgroup_count, arrays,  # noqa: E731

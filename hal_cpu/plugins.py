@@ -523,6 +523,16 @@ class PluginManager:
                 value=missing, missing=missing, searched=searched)
         return fns, ctx
 
+    def provider(self, name: str) -> Plugin | None:
+        """The plugin :meth:`resolve` takes import ``name`` from (newest
+        registration first), or None when no plugin provides it."""
+        with ResolveBatch(self.backend, [name]) as batch:
+            for plugin in reversed(self.plugins):
+                plugin.resolve_into(batch)
+                if batch.read()[0][0]:
+                    return plugin
+        return None
+
     def unregister(self, plugin: Plugin) -> None:
         self.plugins.remove(plugin)
         plugin.unload()
