@@ -42,7 +42,6 @@ busy at once (other processes on the machine take their share too).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -56,6 +55,7 @@ from dispatch import (IreeBenchmark, aligned_array, batched, binding_spec,
 
 import fatelf.arches as A
 from hal_cpu import Executable, iree
+from hal_cpu.library import host_workers
 
 HERE = Path(__file__).resolve().parent
 PROGRAM = HERE / "programs" / "matmul512.mlir"
@@ -103,13 +103,6 @@ def cpu_cell(key: str) -> str:
     return f"{statistics.median(values):.2f}" if values else ""
 
 
-def default_workers() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     T.add_common_args(parser, rounds=7, quick_rounds=3)
@@ -130,7 +123,7 @@ def main() -> int:
     load_before = loadavg()
     host = A.host()
     x86 = A.lookup("x86_64")
-    all_workers = default_workers()
+    all_workers = host_workers()
 
     builds = {"generic": ()}
     if not args.no_host_build:

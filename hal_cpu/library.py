@@ -148,7 +148,7 @@ def _constants(constants, exp, path: str) -> list[int]:
     return [int(c) for c in consts]
 
 
-def _host_workers() -> int:
+def host_workers() -> int:
     """The CPUs this process may use."""
     try:
         return len(os.sched_getaffinity(0))
@@ -203,7 +203,7 @@ class Executable:
         self._allocs: list[int] = []
         self._layouts: dict | None = None
         self.last_workers = 0
-        self._default_workers = _host_workers()
+        self._default_workers = host_workers()
         self.imports: list[str] = []
         self.exports: list[Export] = []
         if isinstance(backend, Backend):
