@@ -128,8 +128,26 @@ class DispatchLayout:
             "constants", "binding_ptrs", "binding_lengths"], state.names
         self._zero = bytes(4)
         self._stopped = True
-        #: the workgroup loop as one callable per worker, once loaded
-        self.loops: list[Callable[..., int]] | None = None
+        #: grids of at most this many workgroups run in one crossing
+        self.whole = FIRST_CHUNK.get(backend.kind, 1) if workers == 1 else 0
+        # Natively the head is packed straight into the block.
+        self._view = backend.view(b, head)
+        #: the workgroup loop as one no-argument callable per worker, bound
+        #: to the export and environment in ``bound`` (see :meth:`calls`)
+        self.loops: list[Callable[[], int]] | None = None
+        self.bound: tuple[int, int] | None = None
+
+    def calls(self, function: int, environment: int) -> list[Callable[[], int]]:
+        """The workgroup loop of each worker, bound to its arguments (the
+        dispatch function, the environment, the dispatch state, the worker's
+        workgroup state and range); built once."""
+        if self.loops is None or self.bound != (function, environment):
+            loop = loop_function(self.backend)
+            self.loops = self.backend.bound_calls(loop, [
+                (function, environment, self.state, wg, rng)
+                for wg, rng in zip(self.workgroup_states, self.ranges)])
+            self.bound = (function, environment)
+        return self.loops
 
     def write(self, workgroup_size, workgroup_count, max_concurrency,
               constants: Sequence[int], pointers: Sequence[int],
@@ -138,11 +156,18 @@ class DispatchLayout:
         0's range as ``[0, end)`` (one write)."""
         sx, sy, sz = workgroup_size
         cx, cy, cz = workgroup_count
-        self.backend.write(self.block, self._head.pack(
-            sx, sy, sz, self.constant_count, cx, cy, cz, max_concurrency,
-            self.binding_count, self.consts, self.ptrs, self.lens,
-            *constants, *pointers, *lengths,
-            0, end, runtime.NO_INDEX, self.stop, 0, 0))
+        if self._view is not None:
+            self._head.pack_into(
+                self._view, 0, sx, sy, sz, self.constant_count, cx, cy, cz,
+                max_concurrency, self.binding_count, self.consts, self.ptrs,
+                self.lens, *constants, *pointers, *lengths,
+                0, end, runtime.NO_INDEX, self.stop, 0, 0)
+        else:
+            self.backend.write(self.block, self._head.pack(
+                sx, sy, sz, self.constant_count, cx, cy, cz, max_concurrency,
+                self.binding_count, self.consts, self.ptrs, self.lens,
+                *constants, *pointers, *lengths,
+                0, end, runtime.NO_INDEX, self.stop, 0, 0))
         if self._stopped:
             self.backend.write(self.stop, self._zero)
             self._stopped = False
@@ -160,6 +185,9 @@ class DispatchLayout:
         self.backend.write(self.stop, pack_array("u32", 4, [1]))
 
     def close(self) -> None:
+        if self._view is not None:
+            self._view.release()
+            self._view = None
         self.backend.release(self.block)
 
 
@@ -219,22 +247,16 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
         elfloader.EmulationError: the emulated CPU faulted.
     """
     workers = layout.workers
-    loops = layout.loops
-    if loops is None:
-        loops = layout.loops = backend.worker_functions(loop_function(backend),
-                                                        5, workers)
+    loops = layout.calls(fn, environment)
     first = FIRST_CHUNK.get(backend.kind, 1)
     if workers > 1:
         # Small enough that the other workers find work left to share.
         first = max(1, min(first, total // (4 * workers)))
-    if workers == 1 and total <= first:
+    if total <= layout.whole:
         # One crossing runs the whole grid (layout.write set worker 0's range).
-        ret = as_int32(loops[0](fn, environment, layout.state,
-                                layout.workgroup_states[0], layout.ranges[0]))
-        if ret != runtime.LOOP_OK:
-            failed = _failed_workgroup(layout, 0, ret, (0, total), grid, path,
-                                       stoppable=False)
-            _raise_failure(*failed, grid, label, path)
+        ret = loops[0]()
+        if ret:
+            check_return(layout, ret, total, grid, label, path)
         if progress is not None:
             progress(total, total)
         return
@@ -253,7 +275,6 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
 
     def work(w: int) -> None:
         size = first
-        wg, rng = layout.workgroup_states[w], layout.ranges[w]
         try:
             while not failures and not errors:
                 span = chunks.take(size)
@@ -262,7 +283,7 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
                 begin, end = span
                 layout.write_range(w, begin, end)
                 t0 = time.perf_counter()
-                ret = as_int32(loops[w](fn, environment, layout.state, wg, rng))
+                ret = as_int32(loops[w]())
                 elapsed = time.perf_counter() - t0
                 if ret != runtime.LOOP_OK:
                     failed = _failed_workgroup(layout, w, ret, span, grid, path)
@@ -301,6 +322,22 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
         _raise_failure(*min(failures), grid, label, path)
     if errors:
         raise errors[0]
+
+
+def check_return(layout: DispatchLayout, ret: int, total: int, grid,
+                 label: str, path: str) -> None:
+    """Raise for a non-zero return ``ret`` of worker 0's loop over the whole
+    grid ``[0, total)`` (one crossing).
+
+    Raises:
+        DispatchError: a workgroup returned non-zero, or the loop refused
+            the range.
+    """
+    ret = as_int32(ret)
+    if ret != runtime.LOOP_OK:
+        failed = _failed_workgroup(layout, 0, ret, (0, total), grid, path,
+                                   stoppable=False)
+        _raise_failure(*failed, grid, label, path)
 
 
 def _raise_failure(index: int, status: int, grid, label: str, path: str):

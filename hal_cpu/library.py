@@ -24,7 +24,7 @@ import elfloader
 from elfloader import Backend
 
 from . import abi, runtime
-from .dispatch import DispatchLayout, run_grid
+from .dispatch import DispatchLayout, check_return, run_grid
 from .errors import (DispatchError, ExportNotFoundError, LibraryError,
                      UnresolvedImportError)
 from .memory import GuestView, ptr_array
@@ -90,9 +90,6 @@ def _as_binding(value, index: int) -> np.ndarray:
 LOAD_TIMEOUT = 60.0
 #: Most executable-level constants a library may declare.
 MAX_EXECUTABLE_CONSTANTS = 1 << 16
-
-
-_NO_LIMIT = contextlib.nullcontext()
 
 
 @contextlib.contextmanager
@@ -393,13 +390,21 @@ class Executable:
             LibraryError: the executable was closed.
             elfloader.EmulationError: the emulated CPU faulted.
         """
-        if self._layouts is None:
+        layouts = self._layouts
+        if layouts is None:
             raise LibraryError("the executable is closed", name=self.path,
                                field="dispatch", value=export)
         exp = self._export_cache.get(export) if type(export) in (int, str) else None
         if exp is None:
             exp = self.export(export)
-        wc = _triple(workgroup_count, "workgroup_count", self.path, 1 << 32, 0)
+        wc = workgroup_count
+        if type(wc) is tuple and len(wc) == 3:
+            x, y, z = wc
+            if not (type(x) is int and type(y) is int and type(z) is int and
+                    0 <= x < 1 << 32 and 0 <= y < 1 << 32 and 0 <= z < 65536):
+                wc = _triple(wc, "workgroup_count", self.path, 1 << 32, 0)
+        else:
+            wc = _triple(wc, "workgroup_count", self.path, 1 << 32, 0)
         wsize = (_triple(workgroup_size, "workgroup_size", self.path, 1 << 32, 1)
                  if workgroup_size is not None else exp.workgroup_size)
         n = len(bindings)
@@ -408,8 +413,8 @@ class Executable:
                                 f"bindings (at most {abi.MAX_BINDING_COUNT}), "
                                 f"{n} given", name=self.path, field="bindings",
                                 value=n)
-        consts = _constants(constants, exp, self.path)
-        arrays = [_as_binding(b, i) for i, b in enumerate(bindings)]
+        consts = (constants if not constants and not exp.constant_count
+                  else _constants(constants, exp, self.path))
         total = wc[0] * wc[1] * wc[2]
         if total == 0:
             return  # an empty grid runs nothing, as in IREE
@@ -417,42 +422,73 @@ class Executable:
             raise DispatchError(f"{total} workgroups exceed the 2**64 - 1 a "
                                 "dispatch can run", name=self.path,
                                 field="workgroup_count", value=wc)
-        workers = _workers(workers, total, self.path, self._default_workers)
+        if workers is None:
+            workers = 1 if total == 1 else min(self._default_workers, total, 255)
+        elif type(workers) is int and workers > 0:
+            workers = min(workers, total, 255)
+        else:
+            workers = _workers(workers, total, self.path, self._default_workers)
         self.last_workers = workers
         key = (exp.ordinal, n, len(consts), workers)
-        layout = self._layouts.get(key)
+        layout = layouts.get(key)
         if layout is None:
-            layout = self._layouts[key] = DispatchLayout(
+            layout = layouts[key] = DispatchLayout(
                 self.backend, n, len(consts), workers, exp.local_memory_size)
-        finishers = []
+            layout.calls(exp.address, self._env)
+        finishers = None
         try:
             pointers, lengths = [], []
             map_array = self.backend.map_array
-            for a in arrays:
+            for i, a in enumerate(bindings):
+                if type(a) is not np.ndarray or not a.flags.c_contiguous:
+                    a = _as_binding(a, i)
                 address, finish = map_array(a)
                 pointers.append(address)
                 lengths.append(a.nbytes)
                 if finish is not None:
+                    if finishers is None:
+                        finishers = []
                     finishers.append(finish)
             layout.write(wsize, wc, workers, consts, pointers, lengths, total)
-            deadline = time.monotonic() + timeout if timeout else None
-            # The limit only needs setting when it differs from the backend's
-            # (none after loading): a context manager costs on every dispatch.
-            limit = (call_limit(self.backend, timeout or 0)
-                     if timeout or getattr(self.backend, "timeout_us", 0)
-                     else _NO_LIMIT)
-            with limit:
+            if timeout or progress is not None or getattr(
+                    self.backend, "timeout_us", 0):
+                # (the emulated backend may carry a per-call limit)
+                self._run_limited(layout, exp, total, wc, timeout, progress,
+                                  pointers, lengths)
+            else:
                 try:
-                    run_grid(self.backend, layout, exp.address, self._env, total,
-                             label=exp.label, path=self.path, grid=wc,
-                             deadline=deadline, progress=progress)
+                    if total <= layout.whole:
+                        # One crossing runs the grid (layout.write set the range).
+                        ret = layout.loops[0]()
+                        if ret:
+                            check_return(layout, ret, total, wc, exp.label,
+                                         self.path)
+                    else:
+                        run_grid(self.backend, layout, exp.address, self._env,
+                                 total, label=exp.label, path=self.path, grid=wc)
                 except elfloader.EmulationError as exc:
-                    from .faults import dispatch_fault
-                    raise dispatch_fault(exc, self, exp, pointers, lengths,
-                                         layout) from None
+                    raise self._fault(exc, exp, pointers, lengths, layout) from None
         finally:
-            for finish in finishers:
-                finish()
+            if finishers is not None:
+                for finish in finishers:
+                    finish()
+
+    def _run_limited(self, layout, exp, total, wc, timeout, progress,
+                     pointers, lengths) -> None:
+        """run_grid with a time limit (``timeout`` seconds, or none) on every
+        guest call and between chunks, and progress reports."""
+        deadline = time.monotonic() + timeout if timeout else None
+        with call_limit(self.backend, timeout or 0):
+            try:
+                run_grid(self.backend, layout, exp.address, self._env, total,
+                         label=exp.label, path=self.path, grid=wc,
+                         deadline=deadline, progress=progress)
+            except elfloader.EmulationError as exc:
+                raise self._fault(exc, exp, pointers, lengths, layout) from None
+
+    def _fault(self, exc, exp, pointers, lengths, layout):
+        from .faults import dispatch_fault
+        return dispatch_fault(exc, self, exp, pointers, lengths, layout)
 
     # --- lifetime ---------------------------------------------------------
     def close(self) -> None:

@@ -10,6 +10,7 @@ once against this interface.
 from __future__ import annotations
 
 import abc
+import functools
 from typing import Callable
 
 import numpy as np
@@ -125,6 +126,22 @@ class Backend(abc.ABC):
         faster than :meth:`call` where the backend allows."""
         call = self.call
         return lambda *args: call(address, *args)
+
+    def bound_calls(self, address: int,
+                    args: list[tuple[int, ...]]) -> list[Callable[[], int]]:
+        """One no-argument callable per worker, calling ``address`` with that
+        worker's fixed integer arguments ``args[w]`` (all of one length, each
+        in range), for calls that may run at once on ``len(args)`` host
+        threads; the cheapest way to repeat a call (see
+        :meth:`worker_functions`)."""
+        fns = self.worker_functions(address, len(args[0]), len(args))
+        return [functools.partial(f, *a) for f, a in zip(fns, args)]
+
+    def view(self, address: int, size: int) -> memoryview | None:
+        """A writable ``memoryview`` (format ``B``) of ``size`` bytes of
+        memory from :meth:`alloc`, valid until it is released; None when the
+        backend cannot expose its memory (then use :meth:`write`)."""
+        return None
 
     def worker_functions(self, address: int, nargs: int,
                          workers: int) -> list[Callable[..., int]]:

@@ -136,16 +136,18 @@ class NativeBackend(Backend):
         (zero copy); otherwise an aligned copy, copied back after the guest
         ran unless the array is read-only (read-only arrays and ``bytes``
         are never written). An empty array gets a private aligned block."""
-        if not array.flags.c_contiguous:
-            raise BackendError("arrays must be C-contiguous", field="binding",
-                               value=array.shape)
-        size = array.nbytes
         try:
-            address, readonly = _addressof(_from_buffer(array)), False
-        except (TypeError, ValueError):   # read-only or empty
+            # Writable, C-contiguous and not empty (checked by from_buffer).
+            address = _addressof(_from_buffer(array))
+            if address % align == 0:
+                return address, None
+            readonly = False
+        except (TypeError, ValueError):   # read-only, empty or strided
+            if not array.flags.c_contiguous:
+                raise BackendError("arrays must be C-contiguous",
+                                   field="binding", value=array.shape) from None
             address, readonly = array.__array_interface__["data"]
-        if size and not readonly and address % align == 0:
-            return address, None
+        size = array.nbytes
         # Aligned copies are kept for reuse by later dispatches.
         key = (max(size, align), align)
         pool = self._bounce.setdefault(key, [])
@@ -199,6 +201,28 @@ class NativeBackend(Backend):
             return result
 
         return call
+
+    def bound_calls(self, address: int,
+                    args: list[tuple[int, ...]]) -> list[Callable[[], int]]:
+        fn = self._fn_type(len(args[0]))(address)
+        out = []
+        for a in args:
+            cargs = [_WORD(x) for x in a]
+
+            def call(cargs=cargs) -> int:
+                if self._closed:
+                    raise BackendError("the native backend is closed",
+                                       field="call", value=address)
+                result = fn(*cargs)
+                if self._pending is not None:
+                    exc, self._pending = self._pending, None
+                    raise exc
+                return result
+            out.append(call)
+        return out
+
+    def view(self, address: int, size: int) -> memoryview:
+        return memoryview((ctypes.c_char * size).from_address(address)).cast("B")
 
     def callback(self, function: Callable[..., int], nargs: int) -> int:
         mask = (1 << (8 * ctypes.sizeof(_WORD))) - 1
