@@ -128,6 +128,8 @@ class DispatchLayout:
             "constants", "binding_ptrs", "binding_lengths"], state.names
         self._zero = bytes(4)
         self._stopped = True
+        #: seconds per workgroup in worker 0's last chunk (None: not run)
+        self.per_workgroup: float | None = None
         #: grids of at most this many workgroups run in one crossing
         self.whole = FIRST_CHUNK.get(backend.kind, 1) if workers == 1 else 0
         # Natively the head is packed straight into the block.
@@ -194,16 +196,22 @@ class DispatchLayout:
 class _Chunks:
     """Hands out [begin, end) chunks of linear workgroup ids to workers."""
 
-    def __init__(self, total: int):
+    def __init__(self, total: int, workers: int = 1):
         self.total, self.next, self.done = total, 0, 0
+        # Guided: with several workers a chunk is at most a 1/(2 * workers)
+        # share of what is left, so the workers finish close together.
+        self.share = 2 * workers if workers > 1 else 0
         self.lock = threading.Lock()
 
     def take(self, size: int) -> tuple[int, int] | None:
         with self.lock:
-            if self.next >= self.total:
-                return None
             begin = self.next
-            self.next = min(self.total, begin + max(1, size))
+            left = self.total - begin
+            if left <= 0:
+                return None
+            if self.share:
+                size = min(size, left // self.share)
+            self.next = begin + max(1, min(size, left))
             return begin, self.next
 
     def finished(self, n: int) -> int:
@@ -260,7 +268,7 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
         if progress is not None:
             progress(total, total)
         return
-    chunks = _Chunks(total)
+    chunks = _Chunks(total, workers)
     failures: list[tuple[int, int]] = []
     errors: list[BaseException] = []
     threads: list[threading.Thread] = []
@@ -301,6 +309,7 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
                         value=done)
                 per = elapsed / (end - begin)
                 if w == 0:
+                    layout.per_workgroup = per
                     start_helpers(per * (total - done))
                 size = max(size, min(size * 4, int(CHUNK_SECONDS / per) if per
                                      else size * 4))
@@ -308,6 +317,9 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
             errors.append(exc)
             layout.raise_stop()
 
+    if layout.per_workgroup is not None:
+        # A repeated dispatch: the last one's pace says whether to share.
+        start_helpers(layout.per_workgroup * total)
     try:
         work(0)
     finally:
