@@ -13,6 +13,7 @@ workgroup state laid out for the image's pointer width.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import time
 from dataclasses import dataclass
@@ -82,6 +83,40 @@ def _as_binding(value, index: int) -> np.ndarray:
         raise DispatchError(f"{type(value).__name__} is neither a numpy array "
                             "nor a buffer", field=f"bindings[{index}]",
                             value=type(value).__name__) from None
+
+
+def _shared_ranges(arrays: list) -> tuple[dict, list] | None:
+    """Bindings whose memory overlaps another binding's.
+
+    Returns None when no two arrays can share memory (the common case,
+    decided from their ``base`` objects: views of one numpy array or one
+    buffer object), else ``(members, groups)``: ``groups`` lists the
+    ``(start address, size, writable)`` host range of each set of
+    overlapping arrays, ``members`` maps the index of every array in such a
+    set to ``(group index, byte offset of the array within the range)``."""
+    ids = {id(a) for a in arrays}
+    owners = [id(a) if a.base is None else id(a.base) for a in arrays]
+    if len(set(owners)) == len(owners) and not any(
+            a.base is not None and id(a.base) in ids for a in arrays):
+        return None
+    spans = sorted((a.__array_interface__["data"][0], a.nbytes, i)
+                   for i, a in enumerate(arrays) if a.nbytes)
+    merged: list[list] = []
+    for start, size, i in spans:
+        if merged and start < merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], start + size)
+            merged[-1][2].append((i, start))
+        else:
+            merged.append([start, start + size, [(i, start)]])
+    found, groups = {}, []
+    for start, end, members in merged:
+        if len(members) < 2:
+            continue
+        writable = all(arrays[i].flags.writeable for i, _ in members)
+        for i, first in members:
+            found[i] = (len(groups), first - start)
+        groups.append((start, end - start, writable))
+    return (found, groups) if found else None
 
 
 #: Default limit, in seconds, on each guest call made while loading
@@ -370,6 +405,10 @@ class Executable:
                 in them. Every binding the kernel sees is 64-byte aligned:
                 natively an aligned writable array is used in place, any
                 other is copied into aligned memory (and back if writable).
+                Bindings that overlap in memory (views of one buffer) are
+                mapped as one range, so the kernel sees them overlap as
+                they do on the host; if any of them is read-only the range
+                is not copied back.
                 Read-only arrays and ``bytes`` are never written.
             constants: uint32 push constants (ints in [0, 2**32)).
             workgroup_size: override of the export's (x, y, z) (each in
@@ -428,7 +467,27 @@ class Executable:
         try:
             pointers, lengths = [], []
             map_array = self.backend.map_array
-            for a in arrays:
+            shared = _shared_ranges(arrays) if n > 1 else None
+            if shared is not None:
+                # Overlapping bindings (several results in one buffer) are
+                # mapped once, so that what one writes the others see and
+                # no copy-back overwrites another's results.
+                members, groups = shared
+                bases = []
+                for start, size, writable in groups:
+                    whole = np.frombuffer((ctypes.c_uint8 * size).from_address(start),
+                                          dtype=np.uint8)
+                    whole.flags.writeable = writable
+                    address, finish = map_array(whole)
+                    bases.append(address)
+                    if finish is not None:
+                        finishers.append(finish)
+            for i, a in enumerate(arrays):
+                if shared is not None and i in members:
+                    group, offset = members[i]
+                    pointers.append(bases[group] + offset)
+                    lengths.append(a.nbytes)
+                    continue
                 address, finish = map_array(a)
                 pointers.append(address)
                 lengths.append(a.nbytes)
