@@ -140,6 +140,10 @@ ACCEPTANCE: dict[str, ProgramSpec] = {
         "matmul_dyn", "matmul_dyn",
         lambda rng, m=19, k=23, n=13: [_f32(rng, m, k), _f32(rng, k, n)],
         lambda i: [i[0] @ i[1]]),
+    "rowsum_dyn": ProgramSpec(
+        "rowsum_dyn", "rowsum_dyn",
+        lambda rng, m=21, n=45: [_f32(rng, m, n)],
+        lambda i: [i[0].sum(axis=-1, dtype=np.float32)]),
 }
 
 #: Every program of ``tests/programs`` by name.
