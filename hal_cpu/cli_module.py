@@ -368,10 +368,19 @@ def _ordinals(so_path: Path) -> dict[str, int]:
         return {e.name: e.ordinal for e in exe.exports if e.name is not None}
 
 
-def _binding_spec(b, inputs: list, input_specs: Sequence[str]) -> str:
+def _binding_spec(b, inputs: list, input_specs: Sequence[str], results) -> str:
+    """A ``hal-cpu run --binding`` spec for binding ``b``: the input's own
+    spec when it is a whole input, a zero-filled array shaped like the
+    result when it is exactly a result's range, else zero-filled bytes."""
     if (b.kind == "input" and b.offset == 0
             and b.length == getattr(inputs[b.ref], "nbytes", -1)):
         return input_specs[b.ref]
+    for r in results:
+        if r.storage == b:
+            try:
+                return "x".join([str(d) for d in r.shape] + [_type_name(r.dtype)])
+            except BindingSpecError:
+                break
     return f"{b.length}xi8"
 
 
@@ -425,7 +434,7 @@ def format_plan(plan, compiled, inputs: list, input_specs: Sequence[str],
             if arch_flag:
                 cmd.append(f"--arch={arch_flag}")
             cmd += [f"--constant={c}" for c in step.constants]
-            cmd += [f"--binding={_binding_spec(b, inputs, input_specs)}"
+            cmd += [f"--binding={_binding_spec(b, inputs, input_specs, plan.results)}"
                     for b in step.bindings]
             lines.append("  run:         " + " ".join(shlex.quote(c) for c in cmd))
             written.update((b.kind, b.ref) for b in step.bindings)

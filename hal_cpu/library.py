@@ -94,10 +94,11 @@ def _shared_ranges(arrays: list) -> tuple[dict, list] | None:
     ``(start address, size, writable)`` host range of each set of
     overlapping arrays, ``members`` maps the index of every array in such a
     set to ``(group index, byte offset of the array within the range)``."""
-    ids = {id(a) for a in arrays}
-    owners = [id(a) if a.base is None else id(a.base) for a in arrays]
-    if len(set(owners)) == len(owners) and not any(
-            a.base is not None and id(a.base) in ids for a in arrays):
+    # Two views of one base, or a view and the array it was taken from,
+    # repeat an id among the arrays and their bases.
+    keys = [id(a) for a in arrays]
+    keys += [id(b) for b in [a.base for a in arrays] if b is not None]
+    if len(set(keys)) == len(keys):
         return None
     spans = sorted((a.__array_interface__["data"][0], a.nbytes, i)
                    for i, a in enumerate(arrays) if a.nbytes)
