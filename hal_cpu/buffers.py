@@ -135,32 +135,50 @@ def _parse_value(token: str, dtype: np.dtype):
     return float(token)
 
 
-def _fmt(v) -> str:
-    if isinstance(v, (bool, np.bool_)):
-        return "1" if v else "0"
-    if isinstance(v, (int, np.integer)):
-        return str(int(v))
-    return f"{float(v):g}"
+def _fmt_float(v: float) -> str:
+    # C's "%G", as IREE prints floats (f16 and bf16 widened first); glibc
+    # spells a NaN with its sign bit set "-NAN".
+    if v != v:
+        return "-NAN" if np.signbit(v) else "NAN"
+    return "%G" % v
 
 
 def format_buffer_view(array: np.ndarray, max_elements: int = 1024) -> str:
-    """IREE's text form of an array: ``2x2xf32=[1 2][3 4]``.
+    """IREE's text form of an array, as ``iree-run-module`` prints it:
+    ``4xf32=1 2 3 4``, ``2x2xi32=[1 2][3 4]``, ``2x1x2xf32=[[1 2]][[3 4]]``,
+    ``f32=2.5`` for rank 0.
 
-    Elements past ``max_elements`` are elided with ``...``.
+    Floats print as C's ``%G`` (``2.5E-07``, ``INF``, ``-NAN``), integers in
+    decimal (signless integers as signed), i1 as 0/1. Only the first
+    ``max_elements`` elements print; the row where they run out ends in
+    ``...`` and every later row prints as ``[...]`` (IREE's
+    ``--output_max_element_count``).
+
+    Raises:
+        BindingSpecError: the dtype has no IREE element type.
     """
     prefix = "x".join([str(d) for d in array.shape] + [dtype_name(array.dtype)])
     flat = array.reshape(-1)
-    shown = [_fmt(v) for v in flat[:max_elements]]
-    more = flat.size > max_elements
-    if array.ndim <= 1:
-        return f"{prefix}={' '.join(shown)}{'...' if more else ''}"
-    row = array.shape[-1]
+    kind = array.dtype.kind
+    if kind == "b":
+        cells = ["1" if v else "0" for v in flat[:max_elements].tolist()]
+    elif kind in "iu":
+        cells = [str(v) for v in flat[:max_elements].tolist()]
+    else:
+        cells = [_fmt_float(v) for v in flat[:max_elements].astype(np.float64).tolist()]
+    budget = [max_elements]
+    shape = array.shape or (1,)
 
-    def nest(level, start):
-        if level == array.ndim - 1:
-            cells = shown[start:start + row]
-            return "[" + " ".join(cells) + "]" if cells else ""
-        step = int(np.prod(array.shape[level + 1:]))
-        return "".join(nest(level + 1, start + i * step)
-                       for i in range(array.shape[level]))
-    return f"{prefix}={nest(0, 0)}{'...' if more else ''}"
+    def leaf(start: int, length: int) -> str:
+        count = min(budget[0], length)
+        budget[0] -= count
+        text = " ".join(cells[start:start + count])
+        return text + "..." if count < length else text
+
+    def nest(level: int, start: int) -> str:
+        if level == len(shape) - 1:
+            return leaf(start, shape[level])
+        step = int(np.prod(shape[level + 1:], dtype=np.int64))
+        return "".join("[" + nest(level + 1, start + i * step) + "]"
+                       for i in range(shape[level]))
+    return f"{prefix}={nest(0, 0)}"

@@ -147,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="say which backend, architecture and workers ran")
     _add_target_flags(p)
 
+    from .cli_module import add_parsers
+    add_parsers(sub)
+
     p = sub.add_parser("demo", help="run the bundled sample executables for "
                        "every architecture and check them against numpy")
     p.add_argument("--arch", action="append", type=_arch, metavar="ARCH",
@@ -320,6 +323,16 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_run_module(args) -> int:
+    from .cli_module import cmd_run_module as run
+    return run(args)
+
+
+def cmd_plan(args) -> int:
+    from .cli_module import cmd_plan as plan
+    return plan(args)
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
     return run_demo(args.arch)
@@ -328,8 +341,8 @@ def cmd_demo(args) -> int:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"inspect": cmd_inspect, "run": cmd_run,
-                "demo": cmd_demo}[args.command](args)
+        return {"inspect": cmd_inspect, "run": cmd_run, "demo": cmd_demo,
+                "run-module": cmd_run_module, "plan": cmd_plan}[args.command](args)
     except PortableKernelError as exc:
         print(f"hal-cpu: error: {exc}", file=sys.stderr)
         return 1

@@ -13,6 +13,7 @@ workgroup state laid out for the image's pointer width.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import time
 from dataclasses import dataclass
@@ -82,6 +83,41 @@ def _as_binding(value, index: int) -> np.ndarray:
         raise DispatchError(f"{type(value).__name__} is neither a numpy array "
                             "nor a buffer", field=f"bindings[{index}]",
                             value=type(value).__name__) from None
+
+
+def _shared_ranges(arrays: list) -> tuple[dict, list] | None:
+    """Bindings whose memory overlaps another binding's.
+
+    Returns None when no two arrays can share memory (the common case,
+    decided from their ``base`` objects: views of one numpy array or one
+    buffer object), else ``(members, groups)``: ``groups`` lists the
+    ``(start address, size, writable)`` host range of each set of
+    overlapping arrays, ``members`` maps the index of every array in such a
+    set to ``(group index, byte offset of the array within the range)``."""
+    # Two views of one base, or a view and the array it was taken from,
+    # repeat an id among the arrays and their bases.
+    keys = [id(a) for a in arrays]
+    keys += [id(b) for b in [a.base for a in arrays] if b is not None]
+    if len(set(keys)) == len(keys):
+        return None
+    spans = sorted((a.__array_interface__["data"][0], a.nbytes, i)
+                   for i, a in enumerate(arrays) if a.nbytes)
+    merged: list[list] = []
+    for start, size, i in spans:
+        if merged and start < merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], start + size)
+            merged[-1][2].append((i, start))
+        else:
+            merged.append([start, start + size, [(i, start)]])
+    found, groups = {}, []
+    for start, end, members in merged:
+        if len(members) < 2:
+            continue
+        writable = all(arrays[i].flags.writeable for i, _ in members)
+        for i, first in members:
+            found[i] = (len(groups), first - start)
+        groups.append((start, end - start, writable))
+    return (found, groups) if found else None
 
 
 #: Default limit, in seconds, on each guest call made while loading
@@ -213,6 +249,8 @@ class Executable:
             self.module.backend.timeout_us = 0
         self._owns_backend = not isinstance(backend, Backend)
         self.backend: Backend = self.module.backend
+        # Natively aligned writable bindings are used in place (no copies).
+        self._in_place = getattr(self.backend, "kind", "") == "native"
         self.arch = self.module.arch
         self.path = self.module.name
         try:
@@ -367,6 +405,10 @@ class Executable:
                 in them. Every binding the kernel sees is 64-byte aligned:
                 natively an aligned writable array is used in place, any
                 other is copied into aligned memory (and back if writable).
+                Bindings that overlap in memory (views of one buffer) are
+                mapped as one range, so the kernel sees them overlap as
+                they do on the host; if any of them is read-only the range
+                is not copied back.
                 Read-only arrays and ``bytes`` are never written.
             constants: uint32 push constants (ints in [0, 2**32)).
             workgroup_size: override of the export's (x, y, z) (each in
@@ -437,18 +479,31 @@ class Executable:
             layout.calls(exp.address, self._env)
         finishers = None
         try:
-            pointers, lengths = [], []
-            map_array = self.backend.map_array
-            for i, a in enumerate(bindings):
-                if type(a) is not np.ndarray or not a.flags.c_contiguous:
-                    a = _as_binding(a, i)
-                address, finish = map_array(a)
-                pointers.append(address)
-                lengths.append(a.nbytes)
-                if finish is not None:
-                    if finishers is None:
-                        finishers = []
-                    finishers.append(finish)
+            if self._in_place:
+                # Natively, aligned writable arrays are used where they are.
+                pointers, lengths = [], []
+                map_array = self.backend.map_array
+                for i, a in enumerate(bindings):
+                    if type(a) is not np.ndarray or not a.flags.c_contiguous:
+                        a = _as_binding(a, i)
+                    address, finish = map_array(a)
+                    pointers.append(address)
+                    lengths.append(a.nbytes)
+                    if finish is not None:
+                        if finishers is None:
+                            finishers = []
+                        finishers.append(finish)
+                if finishers is not None and n > 1:
+                    # Some were copied: copies of overlapping bindings must
+                    # be one copy. Nothing ran yet, so the copies go back
+                    # unchanged and the bindings are mapped again.
+                    for finish in finishers:
+                        finish()
+                    finishers = []
+                    pointers, lengths = self._map_copied(bindings, finishers)
+            else:
+                finishers = []
+                pointers, lengths = self._map_copied(bindings, finishers)
             layout.write(wsize, wc, workers, consts, pointers, lengths, total)
             if timeout or progress is not None or getattr(
                     self.backend, "timeout_us", 0):
@@ -472,6 +527,40 @@ class Executable:
             if finishers is not None:
                 for finish in finishers:
                     finish()
+
+    def _map_copied(self, bindings, finishers: list) -> tuple[list, list]:
+        """Map the bindings when (some of) them are copied: overlapping
+        bindings (views of one buffer) are mapped as one range, so the
+        kernel sees them overlap as they do on the host and no copy-back
+        overwrites another's results. Returns (pointers, lengths); each
+        mapping's finisher is appended to ``finishers`` as it is made."""
+        arrays = [_as_binding(b, i) for i, b in enumerate(bindings)]
+        shared = _shared_ranges(arrays) if len(arrays) > 1 else None
+        pointers, lengths = [], []
+        map_array = self.backend.map_array
+        bases = []
+        if shared is not None:
+            members, groups = shared
+            for start, size, writable in groups:
+                whole = np.frombuffer((ctypes.c_uint8 * size).from_address(start),
+                                      dtype=np.uint8)
+                whole.flags.writeable = writable
+                address, finish = map_array(whole)
+                bases.append(address)
+                if finish is not None:
+                    finishers.append(finish)
+        for i, a in enumerate(arrays):
+            if shared is not None and i in shared[0]:
+                group, offset = shared[0][i]
+                pointers.append(bases[group] + offset)
+                lengths.append(a.nbytes)
+                continue
+            address, finish = map_array(a)
+            pointers.append(address)
+            lengths.append(a.nbytes)
+            if finish is not None:
+                finishers.append(finish)
+        return pointers, lengths
 
     def _run_limited(self, layout, exp, total, wc, timeout, progress,
                      pointers, lengths) -> None:

@@ -15,7 +15,7 @@ from fatelf import arches
 from fatelf.cstruct import CStruct
 
 from hal_cpu.iree import Compiled, compile_program
-from program_specs import PROGRAMS
+from program_specs import ALL_PROGRAMS
 
 ROOT = Path(__file__).resolve().parent.parent
 PREBUILT = ROOT / "sample_plugins" / "prebuilt"
@@ -37,7 +37,7 @@ def compile_cache(tmp_path_factory) -> Path:
 def compiled(compile_cache):
     """compiled(program_name, arch) -> hal_cpu.iree.Compiled (cached)."""
     def get(program: str, arch: str) -> Compiled:
-        return compile_program(PROGRAMS[program].path, arch, compile_cache)
+        return compile_program(ALL_PROGRAMS[program].path, arch, compile_cache)
     return get
 
 

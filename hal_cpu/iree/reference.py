@@ -30,7 +30,8 @@ def _iree_runtime():
 
 
 def reference_run(vmfb: Union[str, os.PathLike], function: str, inputs: Sequence[Any],
-                  driver: str = "local-sync") -> list[np.ndarray]:
+                  driver: str = "local-sync",
+                  executable_plugins: Sequence[str] = ()) -> list[np.ndarray]:
     """Run ``function`` of ``vmfb`` with IREE's runtime (``iree.runtime``).
 
     Args:
@@ -39,6 +40,10 @@ def reference_run(vmfb: Union[str, os.PathLike], function: str, inputs: Sequence
         function: the public function name (without ``@``).
         inputs: numpy arrays for tensor arguments, Python or numpy scalars.
         driver: IREE HAL driver, ``local-sync`` (one thread) by default.
+        executable_plugins: plugin specs registered with IREE's runtime as
+            its ``--executable_plugin`` flag does (process-wide: IREE's
+            flags are global; plugins given once stay registered for devices
+            created later in the process).
 
     Returns:
         One numpy array per result, as IREE's runtime returns it.
@@ -50,6 +55,8 @@ def reference_run(vmfb: Union[str, os.PathLike], function: str, inputs: Sequence
         wrong arguments) propagate unchanged.
     """
     rt = _iree_runtime()
+    if executable_plugins:
+        rt.flags.parse_flags(*[f"--executable_plugin={p}" for p in executable_plugins])
     module = rt.load_vm_flatbuffer_file(str(vmfb), driver=driver)
     args = []
     for v in inputs:

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..errors import DispatchTimeoutError
 from .errors import EvaluationError
 from .plan import BindingRef, Dispatch, FillStep, ProgramPlan
 
@@ -30,20 +32,39 @@ class PlanRunner:
             take it from each ELF.
         plugins: a :class:`hal_cpu.plugins.PluginManager` resolving imports,
             or None.
+        workers: host threads per dispatch (as
+            :meth:`hal_cpu.Executable.dispatch`; default: the CPUs this
+            process may use).
+        timeout: seconds all dispatches of this runner may take together,
+            counted from its first dispatch; None: no limit.
+        progress: ``progress(done, total)`` in workgroups, summed over the
+            dispatches run so far; ``total`` is ``total_workgroups`` when
+            given, else the workgroups of the dispatches so far.
+        total_workgroups: workgroups of every dispatch to come (e.g. the sum
+            over a plan's dispatches), for ``progress``.
 
     Attributes:
         calls: dispatches run so far.
+        workgroups_done: workgroups of the dispatches run so far.
         executables: ``so_path`` -> loaded :class:`hal_cpu.Executable`.
 
     Use as a context manager, or call :meth:`close`. Errors of loading and
     dispatching (:class:`hal_cpu.HalCpuError`, :class:`elfloader` errors)
-    propagate unchanged.
+    propagate unchanged; :class:`hal_cpu.errors.DispatchTimeoutError` when
+    ``timeout`` has passed.
     """
 
-    def __init__(self, backend: str = "auto", arch: str | None = None, plugins=None):
+    def __init__(self, backend: str = "auto", arch: str | None = None, plugins=None,
+                 *, workers: int | None = None, timeout: float | None = None,
+                 progress: Callable[[int, int], None] | None = None,
+                 total_workgroups: int | None = None):
         self.backend, self.arch, self.plugins = backend, arch, plugins
+        self.workers, self.timeout, self.progress = workers, timeout, progress
+        self.total_workgroups = total_workgroups
         self.executables: dict[Path, Any] = {}
         self.calls = 0
+        self.workgroups_done = 0
+        self._deadline: float | None = None
 
     def __call__(self, dispatch: Dispatch, bindings: list[np.ndarray]) -> None:
         from ..library import Executable
@@ -53,8 +74,30 @@ class PlanRunner:
             exe = self.executables[dispatch.so_path] = Executable(
                 dispatch.so_path, backend=self.backend, arch=self.arch,
                 plugins=self.plugins)
+        kwargs: dict[str, Any] = {}
+        if self.workers is not None:
+            kwargs["workers"] = self.workers
+        if self.timeout is not None:
+            now = time.monotonic()
+            if self._deadline is None:
+                self._deadline = now + self.timeout
+            left = self._deadline - now
+            if left <= 0:
+                raise DispatchTimeoutError(
+                    f"the time limit of {self.timeout:g} s passed before "
+                    f"dispatch {self.calls} ({dispatch.export_name})",
+                    name=str(dispatch.so_path), field="timeout", value=self.timeout)
+            kwargs["timeout"] = left
+        if self.progress is not None:
+            before, report = self.workgroups_done, self.progress
+
+            def progress(done: int, total: int) -> None:
+                report(before + done, self.total_workgroups or before + total)
+            kwargs["progress"] = progress
         exe.dispatch(dispatch.export_name, dispatch.workgroup_count, bindings,
-                     dispatch.constants)
+                     dispatch.constants, **kwargs)
+        x, y, z = dispatch.workgroup_count
+        self.workgroups_done += x * y * z
         self.calls += 1
 
     def close(self) -> None:
