@@ -341,7 +341,7 @@ def _diagnose(args, image, export) -> None:
             exe.dispatch(export, args.workgroup_count, arrays, args.constant,
                          workers=args.workers, timeout=args.timeout)
     except elfloader.EmulationError as exc:
-        print(exc, file=sys.stderr)
+        print(exc if exc.name else exc.with_name(args.file), file=sys.stderr)
     except PortableKernelError as exc:
         print(f"hal-cpu: the emulated run stopped without a CPU fault: {exc}",
               file=sys.stderr)

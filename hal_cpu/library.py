@@ -361,6 +361,14 @@ class Executable:
                  progress: Callable[[int, int], None] | None = None) -> None:
         """Run every workgroup of the grid.
 
+        On the native backend the kernel's machine code runs in this
+        process, on this process's threads: a kernel that faults (bad
+        pointer, invalid instruction) ends the interpreter with a signal
+        (SIGSEGV, SIGILL, SIGBUS) and no exception can be raised. Dispatch
+        untrusted kernels emulated, or in a child process as ``hal-cpu
+        run`` does (:func:`hal_cpu.isolate.run_in_child`, which raises
+        :class:`hal_cpu.NativeCrashError` instead).
+
         Args:
             export: ordinal or name.
             workgroup_count: (x, y, z), x, y < 2**32, z < 2**16; a zero
