@@ -340,7 +340,11 @@ class Executable:
 
         Raises:
             ExportNotFoundError: no such export; lists the available names.
+            LibraryError: the executable was closed (its addresses are gone).
         """
+        if self._layouts is None:
+            raise LibraryError("the executable is closed", name=self.path,
+                               field="export", value=key)
         if isinstance(key, (int, np.integer)):
             if 0 <= key < len(self.exports):
                 return self.exports[key]
@@ -464,8 +468,11 @@ class Executable:
 
     # --- lifetime ---------------------------------------------------------
     def close(self) -> None:
-        """Unload the library (and its backend when this object created it).
-        Using the executable afterwards raises :class:`LibraryError`."""
+        """Unload the library (and its backend when this object created it);
+        closing again does nothing. Afterwards :meth:`dispatch`,
+        :meth:`export` and entering a ``with`` block raise
+        :class:`LibraryError`; the metadata read at load time (``name``,
+        ``exports``, ``imports``...) stays readable."""
         if not hasattr(self, "backend"):
             return
         for layout in (self._layouts or {}).values():
@@ -479,11 +486,20 @@ class Executable:
             self.backend.close()
 
     def __enter__(self):
+        """Returns the executable; :meth:`close` runs on leaving the block.
+
+        Raises:
+            LibraryError: the executable was closed.
+        """
+        if self._layouts is None:
+            raise LibraryError("the executable is closed", name=self.path,
+                               field="enter", value=None)
         return self
 
     def __exit__(self, *exc):
         self.close()
 
     def __repr__(self):
-        return (f"<Executable {self.name} {self.arch.name} ({self.backend.kind}) "
-                f"exports={[e.label for e in self.exports]}>")
+        closed = " closed" if self._layouts is None else ""
+        return (f"<Executable {self.name} {self.arch.name} ({self.backend.kind})"
+                f"{closed} exports={[e.label for e in self.exports]}>")
