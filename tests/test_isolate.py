@@ -244,3 +244,40 @@ def test_child_start_up_is_a_fork():
         assert run_in_child(lambda note: 7) == 7
     per_call = (time.perf_counter() - start) / 10
     assert per_call < 0.1, per_call
+
+
+@needs_host
+def test_interrupt_ends_the_child_too():
+    """Ctrl-C (SIGINT to hal-cpu alone, or to its process group as a
+    terminal sends it) ends the run with status 130 and leaves no child."""
+    cmd = [sys.executable, "-m", "hal_cpu", "run",
+           SAMPLES / f"mul_add_{HOST.name}.so", "--entry_point=0",
+           "--workgroup_count=2,1,1", *BINDINGS, "--print_bindings=none",
+           "--benchmark_repetitions=100000000"]
+
+    def default_sigint():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    for target in ("hal-cpu", "group"):
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                start_new_session=True,
+                                preexec_fn=default_sigint)
+        children: list[str] = []
+        deadline = time.monotonic() + 30
+        while not children and time.monotonic() < deadline:
+            time.sleep(0.1)
+            children = subprocess.run(["ps", "--ppid", str(proc.pid), "-o",
+                                       "pid="], capture_output=True,
+                                      text=True).stdout.split()
+        assert children, "the dispatch did not start in a child"
+        time.sleep(0.3)
+        if target == "group":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert err == "hal-cpu: interrupted\n"
+        for pid in children:               # reaped: gone, not a zombie
+            assert not Path(f"/proc/{pid}").exists(), target
