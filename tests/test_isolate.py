@@ -96,7 +96,7 @@ def test_native_crash_is_named_and_diagnosed(tmp_path, sig):
                         f"({HOST.name}) to find the fault:")
     report = "\n".join(lines[2:])
     assert f"export {EXPORT}, workgroup (0, 0, 0)" in lines[2]
-    assert f"pc:           0x" in report and EXPORT in report
+    assert "pc:           0x" in report and EXPORT in report
     assert f"instruction:  {instruction}" in report
     if sig == "SIGSEGV":
         assert "write to unmapped memory" in lines[2]

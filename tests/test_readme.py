@@ -27,8 +27,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 FENCE = re.compile(r"^```(\S*)\s*$")
