@@ -368,7 +368,8 @@ def cmd_run(args) -> int:
     image = elfloader.read_image(args.file, arch=args.arch)
     export = args.function if args.function is not None else args.entry_point
     native = _runs_natively(args.backend, image.arch)
-    if args.isolate if args.isolate is not None else native:
+    isolate = args.isolate if args.isolate is not None else native
+    if isolate and hasattr(os, "fork"):
         # The child writes the results into memory the two processes share.
         arrays = [shared_array(a) for a in arrays]
         try:
