@@ -4,11 +4,12 @@ and the plugin manager."""
 
 from . import abi
 from .errors import (DispatchError, DispatchTimeoutError, ExportNotFoundError,
-                     HalCpuError, LibraryError, PluginError, PluginSpecError,
+                     HalCpuError, LibraryError, NativeCrashError,
+                     PluginError, PluginSpecError,
                      PluginStatusError, UnresolvedImportError)
 from .library import Executable, Export
 
 __all__ = ["Executable", "Export", "abi", "HalCpuError", "LibraryError",
            "ExportNotFoundError", "DispatchError", "DispatchTimeoutError",
-           "UnresolvedImportError",
+           "UnresolvedImportError", "NativeCrashError",
            "PluginError", "PluginStatusError", "PluginSpecError"]

@@ -114,7 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="for a plugin: import names to resolve (repeatable)")
     _add_target_flags(p)
 
-    p = sub.add_parser("run", help="dispatch one export over a workgroup grid")
+    p = sub.add_parser(
+        "run", help="dispatch one export over a workgroup grid",
+        description="Dispatch one export over a workgroup grid. A native "
+        "dispatch runs in a child process: if the kernel crashes, one line "
+        "names the signal and the export, then the same dispatch runs "
+        "emulated and its fault report (pc, symbol, instruction, data "
+        "address) follows.",
+        epilog="Exit status: 0 success, 1 error (one line on stderr) or a "
+        "kernel that crashed natively, 2 usage error, 130 interrupted.")
     p.add_argument("file", help="executable library: ELF (.so) or FatELF (.sos)")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--function", help="export name")
@@ -145,6 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no progress bar for long dispatches")
     p.add_argument("--verbose", action="store_true",
                    help="say which backend, architecture and workers ran")
+    p.add_argument("--isolate", action=argparse.BooleanOptionalAction,
+                   default=None, help="run the dispatch in a child process, "
+                   "so that a kernel crashing natively is reported instead of "
+                   "ending hal-cpu (default: on when the dispatch runs "
+                   "natively; --no-isolate runs it in this process)")
+    p.add_argument("--no-diagnose", dest="diagnose", action="store_false",
+                   help="after a native crash, do not run the dispatch again "
+                   "emulated to show the faulting instruction")
     _add_target_flags(p)
 
     from .cli_module import add_parsers
@@ -276,23 +292,23 @@ class _Progress:
             self.bar.close()
 
 
-def cmd_run(args) -> int:
+def _runs_natively(backend: str, arch) -> bool:
+    """Whether ``--backend=backend`` runs a file for ``arch`` on this CPU."""
+    host = elfloader.arch.host()
+    return backend == "native" or (backend == "auto" and host is not None
+                                   and arch is host)
+
+
+def _dispatch(args, image, export, arrays, note=None):
+    """Load ``image`` with the plugins, run the dispatch (and the benchmark
+    repetitions); returns (times, where, export label, path)."""
     from .library import Executable
-    arrays = [parse_binding(s) for s in args.binding]
-    shown = _print_selection(args.print_bindings, len(arrays))
-    for i, path in args.output:
-        if not 0 <= i < len(arrays):
-            raise HalCpuError(f"no binding {i} ({len(arrays)} bindings)",
-                              field="--output", value=i)
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
-            raise HalCpuError(f"cannot write {path}: {directory} is not a "
-                              "writable directory", field="--output", value=path)
-    # Read and verified once: the plugins need its architecture first.
-    image = elfloader.read_image(args.file, arch=args.arch)
+    note = note or (lambda _text: None)
+    note("while loading the executable and its plugins")
     with Executable(image, backend=args.backend,
                     plugins=_plugins(args, image.arch)) as exe:
-        export = args.function if args.function is not None else args.entry_point
+        label = exe.export(export).label
+        note(f"in export {label}")
         progress = _Progress(not args.no_progress)
         run = lambda: exe.dispatch(export, args.workgroup_count, arrays,  # noqa: E731
                                    args.constant, workers=args.workers,
@@ -308,9 +324,70 @@ def cmd_run(args) -> int:
             progress.close()
         where = (f"{exe.arch.name}, {exe.backend.kind}, "
                  f"workers={exe.last_workers}")
-        if args.verbose:
-            print(f"hal-cpu: ran {exe.export(export).label} of {exe.path} "
-                  f"({where})", file=sys.stderr)
+        return times, where, label, exe.path
+
+
+def _diagnose(args, image, export) -> None:
+    """Run the dispatch once more, emulated, and print where it faults."""
+    from .library import Executable
+    print(f"hal-cpu: running the dispatch again emulated ({image.arch.name}) "
+          "to find the fault:", file=sys.stderr)
+    try:
+        arrays = [parse_binding(s) for s in args.binding]
+        plugins = None
+        if args.executable_plugin:
+            from .plugins import PluginManager
+            plugins = PluginManager.from_specs(args.executable_plugin,
+                                               arch=image.arch,
+                                               backend="emulated")
+        with Executable(image, backend="emulated", plugins=plugins) as exe:
+            exe.dispatch(export, args.workgroup_count, arrays, args.constant,
+                         workers=args.workers, timeout=args.timeout)
+    except elfloader.EmulationError as exc:
+        print(exc if exc.name else exc.with_name(args.file), file=sys.stderr)
+    except PortableKernelError as exc:
+        print(f"hal-cpu: the emulated run stopped without a CPU fault: {exc}",
+              file=sys.stderr)
+    else:
+        print("hal-cpu: the emulated run finished without a fault (the crash "
+              "depends on something the emulation does not reproduce, such "
+              "as the host's CPU features or timing)", file=sys.stderr)
+
+
+def cmd_run(args) -> int:
+    from .errors import NativeCrashError
+    from .isolate import run_in_child, shared_array
+    arrays = [parse_binding(s) for s in args.binding]
+    shown = _print_selection(args.print_bindings, len(arrays))
+    for i, path in args.output:
+        if not 0 <= i < len(arrays):
+            raise HalCpuError(f"no binding {i} ({len(arrays)} bindings)",
+                              field="--output", value=i)
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+            raise HalCpuError(f"cannot write {path}: {directory} is not a "
+                              "writable directory", field="--output", value=path)
+    # Read and verified once: the plugins need its architecture first.
+    image = elfloader.read_image(args.file, arch=args.arch)
+    export = args.function if args.function is not None else args.entry_point
+    native = _runs_natively(args.backend, image.arch)
+    isolate = args.isolate if args.isolate is not None else native
+    if isolate and hasattr(os, "fork"):
+        # The child writes the results into memory the two processes share.
+        arrays = [shared_array(a) for a in arrays]
+        try:
+            times, where, label, path = run_in_child(
+                lambda note: _dispatch(args, image, export, arrays, note),
+                name=args.file)
+        except NativeCrashError as exc:
+            print(f"hal-cpu: error: {exc}", file=sys.stderr)
+            if native and args.diagnose:
+                _diagnose(args, image, export)
+            return 1
+    else:
+        times, where, label, path = _dispatch(args, image, export, arrays)
+    if args.verbose:
+        print(f"hal-cpu: ran {label} of {path} ({where})", file=sys.stderr)
     for i, path in args.output:
         np.save(path, arrays[i])
     for i in shown:

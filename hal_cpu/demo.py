@@ -1,9 +1,13 @@
 """``hal-cpu demo``: run the bundled sample executables on every
-architecture and check them against numpy.
+architecture and check them against numpy, then call an import resolved by
+the bundled sample plugin on every architecture.
 
 The samples in ``hal_cpu/samples`` were compiled by ``iree-compile`` from our
 own MLIR (``build_samples.py`` there); ``manifest.json`` gives each kernel's
-export, bindings and per-architecture workgroup count.
+export, bindings and per-architecture workgroup count. ``standalone.sos``
+there is the sample plugin bundle (a copy of
+``sample_plugins/prebuilt/standalone.sos``, built from
+``sample_plugins/standalone_plugin.c`` for six architectures).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 import elfloader
+from fatelf.cstruct import CStruct
 
 from .library import Executable
 
@@ -29,6 +34,21 @@ REFERENCES = {
     "sum_last": lambda x: x.sum(axis=-1, dtype=np.float32),
 }
 TOLERANCE = 1e-3
+
+
+#: The sample plugin bundle and the import the demo resolves through it.
+PLUGIN_BUNDLE = SAMPLES / "standalone.sos"
+PLUGIN_IMPORT = "simple_mul_workgroup"
+#: Elements each call of the import processes (sample_common.h, TILE_SIZE).
+PLUGIN_TILE = 64
+#: The import's params struct (sample_common.h, mul_params_t), laid out per
+#: pointer width; binding2 = binding0 * binding1 over one tile.
+MUL_PARAMS = CStruct("mul_params_t", [
+    ("binding0", "ptr"), ("binding0_offset", "size"),
+    ("binding1", "ptr"), ("binding1_offset", "size"),
+    ("binding2", "ptr"), ("binding2_offset", "size"),
+    ("dim", "size"), ("tid", "size"),
+    ("processor_id", "u32"), ("processor_data", "ptr")])
 
 
 def load_manifest() -> dict:
@@ -59,6 +79,56 @@ def run_sample(kernel: dict, arch: str, backend: str, seed: int = 0):
     return error, seconds
 
 
+def run_plugin_sample(arch: str, backend: str = "auto", n: int = 3 * 64 + 5,
+                      seed: int = 0):
+    """Load the sample plugin bundle for ``arch``, resolve
+    :data:`PLUGIN_IMPORT` through a :class:`~hal_cpu.plugins.PluginManager`
+    and call it once per 64-element tile of ``n`` float32 products.
+
+    Returns:
+        (name of the plugin that resolved the import, max abs error against
+        numpy, seconds for all calls, backend kind that ran them).
+
+    Raises:
+        hal_cpu.UnresolvedImportError: the bundle does not provide it.
+        hal_cpu.DispatchError: a call returned non-zero.
+        elfloader.ElfError: the bundle has no ``arch`` record or cannot load.
+    """
+    from elfloader import as_int32
+    from .errors import DispatchError
+    from .plugins import PluginManager
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(n).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    with PluginManager(arch, backend) as manager:
+        be = manager.backend
+        plugin = manager.register_spec(str(PLUGIN_BUNDLE))
+        (fn,), (context,) = manager.resolve([PLUGIN_IMPORT])
+        layout = MUL_PARAMS.layout(*be.arch.c_abi)
+        allocs = [be.alloc(max(x.nbytes, 1), 64) for x in (a, b, a)]
+        pa, pb, pc = allocs
+        be.write(pa, a.tobytes())
+        be.write(pb, b.tobytes())
+        params = be.alloc(layout.size, 64)
+        allocs.append(params)
+        try:
+            start = time.perf_counter()
+            for tid in range(-(-n // PLUGIN_TILE)):
+                be.write(params, layout.pack(binding0=pa, binding1=pb,
+                                             binding2=pc, dim=n, tid=tid))
+                status = as_int32(be.call(fn, params, context, 0))
+                if status:
+                    raise DispatchError(f"{PLUGIN_IMPORT} returned {status} "
+                                        f"for tile {tid}", name=str(PLUGIN_BUNDLE),
+                                        field=PLUGIN_IMPORT, value=status)
+            seconds = time.perf_counter() - start
+            out = np.frombuffer(be.read(pc, a.nbytes), np.float32)
+        finally:
+            for address in allocs:
+                be.release(address)
+        return plugin.name, float(np.max(np.abs(out - a * b))), seconds, be.kind
+
+
 def run_demo(arches=None) -> int:
     """Print the demo table; returns 0 when every output matches numpy."""
     manifest = load_manifest()
@@ -84,4 +154,19 @@ def run_demo(arches=None) -> int:
     print("\n".join(lines))
     print(f"{len(rows) - failed} of {len(rows)} sample dispatches match numpy "
           f"(tolerance {TOLERANCE:g})")
-    return 1 if failed else 0
+    print()
+    print(f"import {PLUGIN_IMPORT} resolved by the sample plugin "
+          f"({PLUGIN_BUNDLE.name}), a * b in {PLUGIN_TILE}-element tiles:")
+    print(f"{header[0]:<13} {header[1]:<9} {'plugin':<17} {header[3]:>13} "
+          f"{header[4]:>10}")
+    plugin_failed = 0
+    chosen = arches or manifest["arches"]
+    for arch in chosen:
+        name, error, seconds, kind = run_plugin_sample(arch)
+        ok = error <= TOLERANCE
+        plugin_failed += not ok
+        print(f"{arch:<13} {kind:<9} {name:<17} {error:>13.2e} "
+              f"{seconds * 1e3:>8.2f}ms{'' if ok else '  MISMATCH'}")
+    print(f"{len(chosen) - plugin_failed} of {len(chosen)} plugin imports "
+          f"match numpy (tolerance {TOLERANCE:g})")
+    return 1 if failed or plugin_failed else 0

@@ -85,3 +85,24 @@ class PluginStatusError(PluginError):
 
 class PluginSpecError(PluginError):
     """A malformed plugin spec string (``path.sos?key=value``...)."""
+
+
+class NativeCrashError(HalCpuError):
+    """Native code ended the child process it ran in (``hal-cpu run``
+    isolates native dispatches) by a signal, or the child exited without an
+    answer.
+
+    Attributes:
+        signal: the signal number (e.g. 11 for SIGSEGV), or None when the
+            child exited; value: its name (``SIGSEGV``) or ``exit status N``;
+        stage: where the child was, e.g. ``in export mul_add`` or
+            ``while loading`` ('' when unknown); field: ``signal`` (not
+            repeated in the message, which reads ``file: what crashed``).
+    """
+
+    def __init__(self, message, *, signal: int | None = None, stage: str = "",
+                 **kw):
+        super().__init__(message, **kw)
+        self.field = "signal"
+        self.signal = signal
+        self.stage = stage

@@ -375,7 +375,11 @@ class Executable:
 
         Raises:
             ExportNotFoundError: no such export; lists the available names.
+            LibraryError: the executable was closed (its addresses are gone).
         """
+        if self._layouts is None:
+            raise LibraryError("the executable is closed", name=self.path,
+                               field="export", value=key)
         if isinstance(key, (int, np.integer)):
             if 0 <= key < len(self.exports):
                 return self.exports[key]
@@ -395,6 +399,14 @@ class Executable:
                  workers: int | None = None, timeout: float | None = None,
                  progress: Callable[[int, int], None] | None = None) -> None:
         """Run every workgroup of the grid.
+
+        On the native backend the kernel's machine code runs in this
+        process, on this process's threads: a kernel that faults (bad
+        pointer, invalid instruction) ends the interpreter with a signal
+        (SIGSEGV, SIGILL, SIGBUS) and no exception can be raised. Dispatch
+        untrusted kernels emulated, or in a child process as ``hal-cpu
+        run`` does (:func:`hal_cpu.isolate.run_in_child`, which raises
+        :class:`hal_cpu.NativeCrashError` instead).
 
         Args:
             export: ordinal or name.
@@ -581,8 +593,11 @@ class Executable:
 
     # --- lifetime ---------------------------------------------------------
     def close(self) -> None:
-        """Unload the library (and its backend when this object created it).
-        Using the executable afterwards raises :class:`LibraryError`."""
+        """Unload the library (and its backend when this object created it);
+        closing again does nothing. Afterwards :meth:`dispatch`,
+        :meth:`export` and entering a ``with`` block raise
+        :class:`LibraryError`; the metadata read at load time (``name``,
+        ``exports``, ``imports``...) stays readable."""
         if not hasattr(self, "backend"):
             return
         for layout in (self._layouts or {}).values():
@@ -596,11 +611,20 @@ class Executable:
             self.backend.close()
 
     def __enter__(self):
+        """Returns the executable; :meth:`close` runs on leaving the block.
+
+        Raises:
+            LibraryError: the executable was closed.
+        """
+        if self._layouts is None:
+            raise LibraryError("the executable is closed", name=self.path,
+                               field="enter", value=None)
         return self
 
     def __exit__(self, *exc):
         self.close()
 
     def __repr__(self):
-        return (f"<Executable {self.name} {self.arch.name} ({self.backend.kind}) "
-                f"exports={[e.label for e in self.exports]}>")
+        closed = " closed" if self._layouts is None else ""
+        return (f"<Executable {self.name} {self.arch.name} ({self.backend.kind})"
+                f"{closed} exports={[e.label for e in self.exports]}>")

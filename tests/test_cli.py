@@ -216,3 +216,23 @@ def test_iree_run_module_accepts_our_join(compile_cache, tmp_path):
 def test_demo():
     proc = hal_cpu("demo")
     assert "21 of 21 sample dispatches match numpy" in proc.stdout
+    # The import resolved by the bundled sample plugin, once per architecture.
+    lines = proc.stdout.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith(
+        "import simple_mul_workgroup resolved by the sample plugin")))
+    rows = {line.split()[0]: line.split() for line in lines[start + 2:start + 8]}
+    assert sorted(rows) == sorted(ALL_ARCHES)
+    for arch, (_, backend, plugin, error, _time) in rows.items():
+        assert plugin == "sample_standalone" and float(error) <= 1e-3
+        assert backend in ("native", "emulated")
+    assert lines[start + 8] == "6 of 6 plugin imports match numpy (tolerance 0.001)"
+
+
+def test_demo_plugin_bundle_is_the_prebuilt_one():
+    """The demo's copy of the sample plugin bundle (package data, so it is
+    there without the repository) is sample_plugins/prebuilt/standalone.sos."""
+    shipped = ROOT / "hal_cpu" / "samples" / "standalone.sos"
+    assert shipped.read_bytes() == (PREBUILT / "standalone.sos").read_bytes()
+    proc = hal_cpu("demo", "--arch=rv32", "--arch=aarch64")
+    assert "2 of 2 plugin imports match numpy" in proc.stdout
+    assert "\nriscv32       emulated  sample_standalone" in proc.stdout

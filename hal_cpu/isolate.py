@@ -1,0 +1,165 @@
+"""Run native code in a forked child process, so that a kernel that crashes
+(SIGSEGV, SIGILL, SIGBUS...) ends the child, not the caller.
+
+:func:`run_in_child` forks (``os.fork``: the child starts from the caller's
+memory, so nothing is re-imported or re-read; tens of milliseconds at most)
+and calls a function there. The child reports through a pipe: progress
+notes (what it is doing, so a crash can be placed) and finally the
+function's result or the exception it raised, both pickled. Large results
+belong in :func:`shared_array` memory, which both processes see.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import signal
+import struct
+import sys
+from typing import Callable
+
+import numpy as np
+
+from .errors import HalCpuError, NativeCrashError
+
+_HEADER = struct.Struct("<Q")
+
+
+def shared_array(array: np.ndarray) -> np.ndarray:
+    """A copy of ``array`` in anonymous shared memory (page aligned), which a
+    child forked afterwards writes and the parent reads back."""
+    memory = mmap.mmap(-1, max(array.nbytes, 1))
+    out = np.frombuffer(memory, dtype=array.dtype,
+                        count=array.size).reshape(array.shape)
+    out[...] = array
+    return out
+
+
+def _send(fd: int, message) -> None:
+    try:
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(data)
+    except Exception:  # noqa: BLE001 - unpicklable result or exception
+        kind, value = message
+        if kind == "raise":
+            value = HalCpuError(str(value), value=type(value).__name__)
+        else:
+            value = HalCpuError(f"the child's result {type(value).__name__} "
+                                "cannot be sent back")
+            kind = "raise"
+        data = pickle.dumps((kind, value), protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_HEADER.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _child(fd: int, fn: Callable) -> int:
+    status = 0
+    try:
+        result = fn(lambda note: _send(fd, ("note", note)))
+        _send(fd, ("result", result))
+    except KeyboardInterrupt:
+        status = 130
+    except Exception as exc:  # noqa: BLE001 - every error goes to the parent
+        _send(fd, ("raise", exc))
+    except BaseException:  # noqa: BLE001 - SystemExit and the like
+        status = 1
+    return status
+
+
+def _read_messages(fd: int) -> list:
+    chunks = []
+    while True:
+        data = os.read(fd, 1 << 16)
+        if not data:
+            break
+        chunks.append(data)
+    buf = b"".join(chunks)
+    messages, pos = [], 0
+    while pos + _HEADER.size <= len(buf):
+        (n,) = _HEADER.unpack_from(buf, pos)
+        pos += _HEADER.size
+        if pos + n > len(buf):
+            break                      # cut short by the crash
+        messages.append(pickle.loads(buf[pos:pos + n]))
+        pos += n
+    return messages
+
+
+def signal_name(number: int) -> str:
+    """``SIGSEGV`` for 11, ``signal 42`` for numbers without a name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
+                 name: str | None = None, what: str = "the kernel"):
+    """Call ``fn(note)`` in a forked child and return its result.
+
+    ``fn`` may call ``note(text)`` to say what it is about to do (e.g.
+    ``in export X``); the last note names the place in the message of a
+    crash. Its return value must pickle.
+
+    Args:
+        fn: the function to run in the child.
+        name: the file concerned (``name`` of the errors raised).
+        what: the subject of the crash message.
+
+    Returns:
+        what ``fn`` returned.
+
+    Raises:
+        NativeCrashError: the child died by a signal or exited without an
+            answer; ``signal`` and ``stage`` (the last note) say how and where.
+        Exception: whatever ``fn`` raised (its :class:`HalCpuError` and
+            other project errors arrive with their type, message and fields).
+        KeyboardInterrupt: the child or the parent was interrupted (the
+            child is killed and reaped).
+    """
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        status = 1
+        try:
+            os.close(read_fd)
+            status = _child(write_fd, fn)
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(status)
+    os.close(write_fd)
+    try:
+        messages = _read_messages(read_fd)
+        _, status = os.waitpid(pid, 0)
+    except BaseException:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
+    finally:
+        os.close(read_fd)
+    notes = [m for k, m in messages if k == "note"]
+    stage = notes[-1] if notes else ""
+    for kind, value in messages:
+        if kind == "result":
+            return value
+        if kind == "raise":
+            raise value
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 130:
+        raise KeyboardInterrupt
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        how = signal_name(number)
+    else:
+        number = None
+        how = f"exit status {os.waitstatus_to_exitcode(status)}"
+    err = NativeCrashError(f"{what} crashed natively ({how})"
+                           + (f" {stage}" if stage else ""), name=name,
+                           value=how, signal=number, stage=stage)
+    raise err

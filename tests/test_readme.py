@@ -1,0 +1,148 @@
+"""README.md as a tested document: its shell examples run as written.
+
+Convention (also what a README author needs to know):
+
+* Only blocks fenced as ```` ```sh ```` are executed; other fences
+  (```` ```python ````, ```` ```text ````, a bare ```` ``` ````) are shown
+  only.
+* A block runs in one bash process from the repository root (so ``cd``
+  carries over to the next command of the same block), blocks in README
+  order; every command must exit 0.
+* A command ending in the comment ``# exit status N`` must exit N instead.
+* Commands are split at top-level ``&&``; installation (``pip install ...``)
+  and the whole test suite (``python -m pytest`` without a path) are not
+  run, the other parts of the same line are.
+* ``hal-cpu``, ``fatelf`` and ``python`` are this checkout's (the running
+  interpreter with the repository first on ``PYTHONPATH``), and ``/tmp/`` in
+  a command is replaced by a fresh temporary directory, so runs never
+  share files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+FENCE = re.compile(r"^```(\S*)\s*$")
+EXPECT = re.compile(r"#\s*exit status (\d+)\s*$")
+
+
+def sh_blocks(text: str) -> list[list[str]]:
+    """The ```sh blocks of ``text``, each as its logical lines (continuation
+    lines joined, comment-only and blank lines dropped)."""
+    blocks, current, kind = [], None, None
+    for line in text.splitlines():
+        m = FENCE.match(line)
+        if m and current is None:
+            kind, current = m.group(1), []
+            continue
+        if m and current is not None and not m.group(1):
+            if kind == "sh":
+                blocks.append(current)
+            current = None
+            continue
+        if current is not None:
+            current.append(line)
+    out = []
+    for lines in blocks:
+        commands, pending = [], ""
+        for line in lines:
+            pending += line
+            if pending.endswith("\\"):
+                pending = pending[:-1] + " "
+                continue
+            if pending.strip() and not pending.strip().startswith("#"):
+                commands.append(pending.strip())
+            pending = ""
+        out.append(commands)
+    return out
+
+
+def _comment_start(command: str) -> int:
+    """Index of a trailing ``# comment`` outside quotes, or len(command)."""
+    quote = None
+    for i, ch in enumerate(command):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or command[i - 1].isspace()):
+            return i
+    return len(command)
+
+
+def runnable(command: str) -> tuple[str, int] | None:
+    """(shell text, expected exit status) for one README command, or None
+    when nothing of it is to be run (see the module docstring)."""
+    cut = _comment_start(command)
+    comment, body = command[cut:], command[:cut].strip()
+    m = EXPECT.search(comment)
+    status = int(m.group(1)) if m else 0
+    parts = [p.strip() for p in body.split("&&")]
+    keep = [p for p in parts if not p.startswith("pip install")
+            and not re.fullmatch(r"python -m pytest( -\S+)*", p)]
+    if not keep:
+        return None
+    return " && ".join(keep), status
+
+
+def _tools(bin_dir: Path) -> None:
+    """hal-cpu, fatelf and python for this checkout, in ``bin_dir``."""
+    for name, target in (("hal-cpu", "-m hal_cpu"), ("fatelf", "-m fatelf"),
+                         ("python", ""), ("python3", "")):
+        path = bin_dir / name
+        path.write_text(f'#!/bin/sh\nexec "{sys.executable}" {target} "$@"\n')
+        path.chmod(0o755)
+
+
+def test_readme_blocks_are_found():
+    blocks = sh_blocks(README.read_text())
+    commands = [c for block in blocks for c in block]
+    assert len(blocks) >= 4
+    assert any(c.startswith("hal-cpu run ") for c in commands)
+    assert any(c.startswith("fatelf join ") for c in commands)
+    assert runnable("pip install -e . && hal-cpu demo   # six arches") == (
+        "hal-cpu demo", 0)
+    assert runnable("pip install -e '.[test]' && python -m pytest -q") is None
+    assert runnable("hal-cpu run x.so  # exit status 1") == ("hal-cpu run x.so", 1)
+    assert sh_blocks("```sh\na \\\n  b\n# note\n\nc # d\n```\n```python\nx\n```"
+                     ) == [["a    b", "c # d"]]
+
+
+def test_readme_shell_examples_run(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _tools(bin_dir)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+               PYTHONPATH=os.pathsep.join(
+                   [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "")
+                                  .split(os.pathsep) if p]),
+               PYTEST_ADDOPTS="-p no:cacheprovider")
+    ran = 0
+    for number, block in enumerate(sh_blocks(README.read_text())):
+        script = ["set -u"]
+        for command in block:
+            job = runnable(command)
+            if job is None:
+                continue
+            text, status = job
+            text = text.replace("/tmp/", f"{scratch}/")
+            script.append(f"{text}\nrc=$?\nif [ $rc -ne {status} ]; then "
+                          f'echo "exit status $rc, not {status}:" '
+                          f"{shlex.quote(text)} >&2; exit 1; fi")
+            ran += 1
+        proc = subprocess.run(["bash", "-c", "\n".join(script)], cwd=ROOT,
+                              env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, (f"README sh block {number + 1}:\n"
+                                      f"{proc.stderr}\n{proc.stdout[-2000:]}")
+    assert ran >= 10
