@@ -11,6 +11,10 @@ Outputs (DIR defaults to sample_plugins/prebuilt):
   standalone_alt.sos         FatELF bundle of the six standalone_alt_<arch>.so
   system_plugin_<host>.so    system_plugin.c as an ordinary host library
 
+With the default DIR, standalone.sos is also copied to
+hal_cpu/samples/standalone.sos, the copy the package ships for
+`hal-cpu demo`.
+
 Standalone plugins are built by `hal_cpu.zigbuild`: zig's clang (PyPI
 package `ziglang`, run as `python -m ziglang`) compiles them for the
 freestanding targets of the architecture table (`fatelf.arches`) and its
@@ -39,6 +43,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent
 DEFAULT_OUT_DIR = HERE / "prebuilt"
+#: The package's copy of standalone.sos (package data, used by the demo).
+PACKAGE_COPY = REPO_ROOT / "hal_cpu" / "samples" / "standalone.sos"
 
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
@@ -172,8 +178,12 @@ def main(argv: list[str] | None = None) -> int:
         for name in sorted(singles):
             print(f"{args.out_dir / name}: {len(singles[name])} bytes")
         if not args.no_fat:
-            for name, data in build_fat(args.out_dir, singles).items():
+            fat = build_fat(args.out_dir, singles)
+            for name, data in fat.items():
                 print(f"{args.out_dir / name}: {len(data)} bytes")
+            if args.out_dir.resolve() == DEFAULT_OUT_DIR:
+                PACKAGE_COPY.write_bytes(fat["standalone.sos"])
+                print(f"{PACKAGE_COPY}: {len(fat['standalone.sos'])} bytes")
         if not args.no_system:
             path = build_system(args.out_dir, args.system_compiler)
             print(f"{path}: {path.stat().st_size} bytes")
