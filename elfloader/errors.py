@@ -61,6 +61,10 @@ class EmulationError(BackendError):
 
     Attributes (set by the emulated backend on CPU faults):
         fault: the kind, e.g. ``write_unmapped``; what: the same in words,
-        with the page when one was refused; pc: the faulting pc;
-        fault_page: the page the refused access touched, or None.
+        with the page (or the exact address) when one was refused; pc: the
+        faulting pc; fault_page: the page the refused access touched, or
+        None; fault_address: the exact address of the first byte the
+        refused access touched (the pc for a refused instruction fetch), or
+        None when unknown; access_size: bytes of the refused read or write
+        (its part on the refused page), or None.
     """

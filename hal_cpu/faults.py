@@ -47,12 +47,18 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
     report = fault_report(
         file=exe.path, arch=exe.arch.name, kind=kind, pc=pc & ~1,
         symbolizers=symbolizers, read=be.read, function=export.label,
-        workgroup=workgroup, data_address=getattr(exc, "fault_page", None),
+        workgroup=workgroup, data_address=_data_address(exc),
         regions=regions, thumb=exe.arch.name == "arm32" and bool(pc & 1))
     err = EmulationError(report.format(be.pointer_size), name=None,
                          field=None, value=pc)
     err.name, err.field = exe.path, "dispatch"
-    for attr in ("fault", "fault_page", "pc"):
+    for attr in ("fault", "fault_page", "fault_address", "access_size", "pc"):
         setattr(err, attr, getattr(exc, attr, None))
     err.report = report
     return err
+
+
+def _data_address(exc: EmulationError) -> int | None:
+    """The exact address of a refused access, else its page."""
+    exact = getattr(exc, "fault_address", None)
+    return exact if exact is not None else getattr(exc, "fault_page", None)

@@ -64,6 +64,11 @@ _TRAMPOLINE_SLOTS = 256
 _SENTINEL_OFFSET = 32
 _TLB_GROW_FILLS = 128       # fewer TLB fills in a call: TLB size is fine
 _TLB_MAX_PAGES = 1 << 16    # larger working sets do not grow the TLB
+#: Physical pages no reservation ever maps (the arena ends below them): a
+#: data access to a page the TLB fill refuses is sent to one of them, so
+#: the unmapped-memory hook sees its exact offset (see ``_add_tlb_fill_hook``).
+_TRAP_START = _ARENA_END
+_TRAP_END = 0x8000_0000
 
 _UC_ERRORS = {
     UCC.UC_ERR_READ_UNMAPPED: "read from unmapped memory",
@@ -237,6 +242,11 @@ class EmulatedCpu:
         model = unicorn_arch.model(arch)
         self._regs = regs = unicorn_arch.registers(arch)
         self._refused: tuple[int, str, int | None] | None = None
+        # Refused data pages sent to trap pages in this call, by trap index:
+        # (page, access, prot); and the first trapped access, as
+        # (trap index, offset in the page, size, access, pc).
+        self._traps: list[tuple[int, str, int | None]] = []
+        self._hit: tuple[int, int, int, str, int] | None = None
         self._fills = [0]     # TLB fills so far (counted by the hook)
         self._filled: set[int] = set()   # pages filled during this call
         self._tlb_warm = False
@@ -254,10 +264,11 @@ class EmulatedCpu:
                 self.uc.ctl_set_page_size(model.page_size)
             self._uch = self.uc._uch
             unicorn_arch.virtual_tlb(self.uc)
+            self.page_size = self.uc.ctl_get_page_size()
             self._fill_hook = self._add_tlb_fill_hook()
+            self._add_trap_hook()
             if model.init is not None:
                 model.init(self.uc)
-            self.page_size = self.uc.ctl_get_page_size()
         except UcError as exc:
             raise BackendError(f"cannot start a {arch.name} CPU: {exc}",
                                field="backend", value=arch.name) from None
@@ -289,11 +300,21 @@ class EmulatedCpu:
     # --- TLB ----------------------------------------------------------------
     def _add_tlb_fill_hook(self):
         """Install the TLB-fill hook: guest page -> same physical page, with
-        the permissions of the CPU's view of the page map; a refusal is
-        noted for :meth:`_fault`. Registered directly (not through
-        ``Uc.hook_add``) to keep the per-fill cost to one Python call."""
+        the permissions of the CPU's view of the page map. Registered
+        directly (not through ``Uc.hook_add``) to keep the per-fill cost to
+        one Python call.
+
+        A fill the page map does not allow is noted for :meth:`_fault`. A
+        refused instruction fetch stops the CPU at once (the pc is the
+        address). A refused read or write gets a TLB entry to a trap page,
+        a physical page nothing maps: the access itself then stops the CPU
+        through the unmapped-memory hook (:meth:`_add_trap_hook`), which
+        sees the exact address, where the fill hook only sees its page.
+        Trap entries are flushed when the call ends."""
         access_of = _ACCESS
-        fills, filled = self._fills, self._filled
+        fills, filled, traps = self._fills, self._filled, self._traps
+        page = self.page_size
+        most = (_TRAP_END - _TRAP_START) // page
 
         def fill(uch, vaddr, access, entry, key):
             fills[0] += 1
@@ -307,6 +328,12 @@ class EmulatedCpu:
                 e.perms = prot
                 return True
             self._refused = (vaddr, name, prot)
+            if name != "fetch" and len(traps) < most:
+                e = entry[0]
+                e.paddr = _TRAP_START + len(traps) * page
+                e.perms = need
+                traps.append((vaddr, name, prot))
+                return True
             return False
 
         callback = HOOK_TLB_FILL_CFUNC(fill)
@@ -317,6 +344,25 @@ class EmulatedCpu:
         if status != UCC.UC_ERR_OK:
             raise UcError(status)
         return callback
+
+    def _add_trap_hook(self) -> None:
+        """Hook reads and writes of the trap pages (nothing else: the hook
+        is bounded to them, so accesses to mapped memory stay on unicorn's
+        fast path). The first trapped access of a call is noted with its
+        pc; the hook declines it, which stops the CPU."""
+        page = self.page_size
+
+        def trapped(uc, access, address, size, value, user_data):
+            if self._hit is None:
+                offset = address - _TRAP_START
+                name = "write" if access == UCC.UC_MEM_WRITE_UNMAPPED else "read"
+                self._hit = (offset // page, offset % page, size, name,
+                             self._reg_read(self._regs.pc))
+            return False
+
+        self.uc.hook_add(UCC.UC_HOOK_MEM_READ_UNMAPPED
+                         | UCC.UC_HOOK_MEM_WRITE_UNMAPPED, trapped,
+                         begin=_TRAP_START, end=_TRAP_END - 1)
 
     def _flush_tlb(self) -> None:
         """Drop every TLB entry (after a change of the memory map, or to let
@@ -360,6 +406,9 @@ class EmulatedCpu:
                 if kind == "map":
                     uc.mem_map_ptr(address, size, UC_PROT_READ | UC_PROT_WRITE,
                                    arg)
+                    # A page refused earlier in this call may hold a trap
+                    # entry (from a callback's mapping).
+                    flush = flush or bool(self._traps)
                 elif kind == "protect":
                     uc.mem_protect(address, size, _uc_prot(arg))
                     flush = True
@@ -488,10 +537,17 @@ class EmulatedCpu:
                 status = uclib.uc_emu_start(self._uch, address, sentinel,
                                             timeout, 0)
             self._size_tlb(fills[0] - before, len(filled))
+            if self._traps:
+                err = (self._fault(UcError(status), address)
+                       if status != UCC.UC_ERR_OK else None)
+                self._clear_traps()
+                if err is not None:
+                    raise err
             if self._stop:
                 err = EmulationError(f"call of {address:#x} stopped by request",
                                      field="call", value=address)
                 err.fault, err.fault_page, err.pc = "stopped", None, None
+                err.fault_address = err.access_size = None
                 raise err
             if status != UCC.UC_ERR_OK:
                 raise self._fault(UcError(status), address)
@@ -521,15 +577,34 @@ class EmulatedCpu:
             self._stop = True
             uclib.uc_emu_stop(self._uch)
 
+    def _clear_traps(self) -> None:
+        """Drop the trap entries of this call from the TLB."""
+        del self._traps[:]
+        self._hit = None
+        self._flush_tlb()
+
     def _fault(self, exc: UcError, address: int) -> EmulationError:
         """The error for a call that stopped with ``exc``: a refused TLB
         fill is reported as the access it refused (unicorn itself only says
-        "unhandled CPU exception")."""
+        "unhandled CPU exception"), at the exact address when the access
+        reached a trap page, else at its page."""
         pc = self._reg_read(self._regs.pc)
         refused, self._refused = self._refused, None
-        page = None
-        if refused is not None and exc.errno in _MEMORY_ERRORS:
+        hit, self._hit = self._hit, None
+        page = exact = size = None
+        if (hit is not None and hit[0] < len(self._traps)
+                and exc.errno in _MEMORY_ERRORS):
+            index, offset, size, access, pc = hit
+            page, _, prot = self._traps[index]
+            exact = page + offset
+            fault, what = _FAULTS[access, prot is not None]
+            what += (f" ({size} byte{'s' if size != 1 else ''} at {exact:#x}"
+                     + (f", page {prot_str(prot)})" if prot is not None else ")"))
+        elif refused is not None and exc.errno in _MEMORY_ERRORS:
             page, access, prot = refused
+            if access == "fetch":
+                # The pc, unless the instruction began on the page before.
+                exact = pc if page <= pc < page + self.page_size else page
             fault, what = _FAULTS[access, prot is not None]
             where = (f" (page {page:#x}, {prot_str(prot)})" if prot is not None
                      else f" (page {page:#x})")
@@ -541,6 +616,8 @@ class EmulatedCpu:
                              field="call", value=address)
         err.fault = fault
         err.fault_page = page
+        err.fault_address = exact
+        err.access_size = size
         err.pc = pc
         err.what = what
         return err
