@@ -68,3 +68,17 @@ class EmulationError(BackendError):
         None when unknown; access_size: bytes of the refused read or write
         (its part on the refused page), or None.
     """
+
+
+class GuardError(EmulationError):
+    """Guest code changed the canary bytes between the end of a guarded
+    range (an array from the emulated backend's ``map_array``, or memory
+    from ``alloc_guarded``) and its guard page: it wrote past the end.
+
+    Attributes:
+        address: the range's guest address; size: its length in bytes;
+        offset: offset from the range's start of the first changed byte
+        (``size`` or more); last_offset: that of the last changed byte.
+        ``fault`` is ``"overrun"``; ``pc`` is None (the write is seen
+        after the call, not when it happens).
+    """

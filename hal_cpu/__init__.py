@@ -3,12 +3,14 @@ libraries (query, exports, imports, workgroup dispatch), executable plugins
 and the plugin manager."""
 
 from . import abi
-from .errors import (DispatchError, DispatchTimeoutError, ExportNotFoundError,
-                     HalCpuError, LibraryError, PluginError, PluginSpecError,
-                     PluginStatusError, UnresolvedImportError)
+from .errors import (BindingOverrunError, DispatchError, DispatchTimeoutError,
+                     ExportNotFoundError, HalCpuError, LibraryError,
+                     LocalMemoryOverrunError, OverrunError, PluginError,
+                     PluginSpecError, PluginStatusError, UnresolvedImportError)
 from .library import Executable, Export
 
 __all__ = ["Executable", "Export", "abi", "HalCpuError", "LibraryError",
            "ExportNotFoundError", "DispatchError", "DispatchTimeoutError",
-           "UnresolvedImportError",
+           "UnresolvedImportError", "OverrunError", "BindingOverrunError",
+           "LocalMemoryOverrunError",
            "PluginError", "PluginStatusError", "PluginSpecError"]

@@ -391,7 +391,13 @@ class Executable:
                 names the export and the workgroup id).
             DispatchTimeoutError: ``timeout`` passed.
             LibraryError: the executable was closed.
-            elfloader.EmulationError: the emulated CPU faulted.
+            BindingOverrunError: under emulation, the kernel wrote past the
+                end of a binding (into the canary bytes after it, seen when
+                the dispatch ends), or read or wrote its guard page (the
+                message is the fault report).
+            LocalMemoryOverrunError: the same for workgroup-local memory.
+            elfloader.EmulationError: the emulated CPU faulted (the message
+                is a fault report naming the worker's workgroup).
         """
         if self._layouts is None:
             raise LibraryError("the executable is closed", name=self.path,
@@ -425,8 +431,9 @@ class Executable:
             layout = self._layouts[key] = DispatchLayout(
                 self.backend, n, len(consts), workers, exp.local_memory_size)
         finishers = []
+        pointers, lengths = [], []
+        ran = False
         try:
-            pointers, lengths = [], []
             map_array = self.backend.map_array
             for a in arrays:
                 address, finish = map_array(a)
@@ -450,9 +457,18 @@ class Executable:
                     from .faults import dispatch_fault
                     raise dispatch_fault(exc, self, exp, pointers, lengths,
                                          layout) from None
+            ran = True
         finally:
+            overrun = None
             for finish in finishers:
-                finish()
+                try:
+                    finish()
+                except elfloader.GuardError as exc:
+                    overrun = overrun or exc
+            if overrun is not None and ran:
+                from .faults import binding_overrun
+                raise binding_overrun(overrun, self, exp, pointers,
+                                      lengths) from None
 
     # --- lifetime ---------------------------------------------------------
     def close(self) -> None:

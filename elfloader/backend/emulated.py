@@ -23,6 +23,14 @@ data pages not executable, stores stay on the fast path. A refused fill
 stops the CPU with a generic exception; the hook notes the page and the
 kind of access, so the fault is reported by kind.
 
+Arrays handed to guest code (:meth:`EmulatedBackend.map_array`) and
+:meth:`EmulatedBackend.alloc_guarded` memory each end at a guard page, a
+page of the reservation the TLB fill refuses: the range starts 64-byte
+aligned, at most 63 bytes before the guard page, and those bytes hold a
+canary that is compared when the range is finished. A write of even one
+byte past the end is reported (:class:`GuardError`), and a read or write
+reaching the guard page stops the CPU with its exact address.
+
 Changes to the memory map (reserve, protect, release) are recorded in a
 log that each CPU applies before its next call; CPUs that are not running
 (and the CPU whose Python callback made the change) apply it at once. Host
@@ -47,7 +55,7 @@ from unicorn.unicorn_py3.unicorn import (HOOK_TLB_FILL_CFUNC, uc_hook_h,
 from fatelf.cstruct import pack_array, unpack_array
 
 from ..arch import Arch
-from ..errors import BackendError, EmulationError
+from ..errors import BackendError, EmulationError, GuardError
 from . import unicorn_arch
 from .base import PROT_EXEC, PROT_READ, PROT_WRITE, Backend, prot_str
 
@@ -59,6 +67,10 @@ _HEAP_LIMIT = 256 << 10     # larger ones get their own mapping
 _HEAP_GRAIN = 64
 _BINDING_ALIGN = 64
 _POOL_LIMIT = 512 << 20     # bytes of released binding ranges kept for reuse
+#: Bytes written between the end of a guarded range and its guard page, and
+#: compared when the range is finished (at most ``_BINDING_ALIGN - 1``).
+_CANARY = bytes((0x5C + 0x47 * i) & 0xFF for i in range(_BINDING_ALIGN))
+_CANARY_PREFIX = [_CANARY[:n] for n in range(_BINDING_ALIGN + 1)]
 _TRAMPOLINE_SLOT = 16
 _TRAMPOLINE_SLOTS = 256
 _SENTINEL_OFFSET = 32
@@ -598,7 +610,7 @@ class EmulatedCpu:
             page, _, prot = self._traps[index]
             exact = page + offset
             fault, what = _FAULTS[access, prot is not None]
-            what += (f" ({size} byte{'s' if size != 1 else ''} at {exact:#x}"
+            what += (f" ({size} byte{'s' if size != 1 else ''}"
                      + (f", page {prot_str(prot)})" if prot is not None else ")"))
         elif refused is not None and exc.errno in _MEMORY_ERRORS:
             page, access, prot = refused
@@ -612,8 +624,9 @@ class EmulatedCpu:
         else:
             fault = _UC_FAULTS.get(exc.errno, "error")
             what = _UC_ERRORS.get(exc.errno, str(exc))
-        err = EmulationError(f"{what} at pc={pc:#x} while calling {address:#x}",
-                             field="call", value=address)
+        at = f" at {exact:#x}," if exact is not None and not fault.startswith("fetch") else ""
+        err = EmulationError(f"{what}{at} at pc={pc:#x} while calling "
+                             f"{address:#x}", field="call", value=address)
         err.fault = fault
         err.fault_page = page
         err.fault_address = exact
@@ -740,6 +753,10 @@ class EmulatedBackend(Backend):
         self._heap_chunks: set[int] = set()
         self._pool: dict[int, list[int]] = {}         # size -> free ranges
         self._pooled = 0                              # bytes in _pool
+        # guard page -> start of the live guarded range it ends
+        self._guards: dict[int, int] = {}
+        # alloc_guarded address -> (reservation, its size, guard page)
+        self._guarded: dict[int, tuple[int, int, int]] = {}
         self._log: list[tuple[str, int, int, object]] = []
         self._gen = 0            # memory-map changes ever logged
         self._dead: list[tuple[int, _Region]] = []    # (gen, region) to free
@@ -791,6 +808,13 @@ class EmulatedBackend(Backend):
                 cpu._close_engine()
                 raise
         return cpu
+
+    def stacks(self) -> list[tuple[int, int]]:
+        """``(address, size in bytes)`` of each CPU's stack, in the order
+        of :meth:`cpus` (worker 0's first)."""
+        with self._lock:
+            return [(c._stack, _STACK_SIZE) for c in self._cpus
+                    if c._stack is not None]
 
     def cpus(self, n: int) -> list[EmulatedCpu]:
         """``n`` CPUs for ``n`` workers: the backend's own first, then
@@ -867,17 +891,23 @@ class EmulatedBackend(Backend):
         self._check_open("reserve", size)
         size = max(self.page_size, -(-size // self.page_size) * self.page_size)
         with self._lock:
-            addr = self._take(size, max(align, self.page_size))
-            try:
-                region = _Region(addr, size)
-            except (OSError, ValueError, OverflowError) as exc:
-                self._give_back(addr, size)
-                raise BackendError(f"cannot map {size:#x} bytes: {exc}",
-                                   field="reserve", value=size) from None
-            self._regions[addr] = region
-            self._reindex()
-            self._pages.set(addr, addr + size, PROT_READ | PROT_WRITE)
-            self._record("map", addr, size, region.host)
+            return self._reserve(size, align, size)
+
+    def _reserve(self, size: int, align: int, usable: int) -> int:
+        """Map ``size`` bytes (whole pages) of which the first ``usable``
+        are read/write; the rest stay out of the page map, so the TLB fill
+        refuses them (guard pages). Called with the lock held."""
+        addr = self._take(size, max(align, self.page_size))
+        try:
+            region = _Region(addr, size)
+        except (OSError, ValueError, OverflowError) as exc:
+            self._give_back(addr, size)
+            raise BackendError(f"cannot map {size:#x} bytes: {exc}",
+                               field="reserve", value=size) from None
+        self._regions[addr] = region
+        self._reindex()
+        self._pages.set(addr, addr + usable, PROT_READ | PROT_WRITE)
+        self._record("map", addr, size, region.host)
         return addr
 
     def _unmap(self, region: _Region) -> None:
@@ -940,6 +970,12 @@ class EmulatedBackend(Backend):
                 return
             if address in self._heap_live:
                 self._heap_release(address)
+                return
+            guarded = self._guarded.pop(address, None)
+            if guarded is not None:
+                base, total, guard = guarded
+                self._guards.pop(guard, None)
+                self._pool_give(base, total)
                 return
             region = self._regions.get(address)
             if region is None or address in self._heap_chunks:
@@ -1044,31 +1080,65 @@ class EmulatedBackend(Backend):
             pages = -(-pages // step) * step
         return pages * self.page_size
 
+    def _guarded_take(self, span: int) -> tuple[int, int, int]:
+        """A reservation for a guarded range of ``span`` bytes (a multiple
+        of :data:`_BINDING_ALIGN`): pages for the range, then a guard page.
+        Taken from the pool of released ones of the same size when there
+        is one. Returns ``(reservation, its size, guard page)``. Called
+        with the lock held."""
+        page = self.page_size
+        total = self._size_class(span) + page
+        free = self._pool.get(total)
+        if free:
+            base = free.pop()
+            self._pooled -= total
+        else:
+            base = self._reserve(total, 0, total - page)
+        return base, total, base + total - page
+
+    def _pool_give(self, base: int, total: int) -> None:
+        """Keep a guarded reservation for reuse (or unmap it past
+        :data:`_POOL_LIMIT`). Called with the lock held."""
+        if self._pooled + total <= _POOL_LIMIT:
+            self._pool.setdefault(total, []).append(base)
+            self._pooled += total
+        else:
+            self._unmap(self._regions[base])
+
+    def guard_page(self, address: int) -> tuple[int, int] | None:
+        """``(guard page, start of the range it guards)`` when ``address``
+        lies in the guard page of a live range from :meth:`map_array` or
+        :meth:`alloc_guarded`, else None."""
+        page = address - address % self.page_size
+        start = self._guards.get(page)
+        return None if start is None else (page, start)
+
     def map_array(self, array: np.ndarray):
-        """Copy a C-contiguous array into guest memory (64-byte aligned);
-        ``finish()`` copies it back unless the array is read-only, and
-        returns the range for reuse by later bindings."""
+        """Copy a C-contiguous array into guest memory: 64-byte aligned,
+        ending at most 63 bytes before a guard page, the bytes between
+        holding a canary. ``finish()`` copies the array back unless it is
+        read-only, compares the canary and returns the range for reuse by
+        later bindings of the same size class.
+
+        ``finish()`` raises :class:`GuardError` (after copying back) when
+        the guest changed a canary byte: it wrote past the array's end."""
         if not array.flags.c_contiguous:
             raise BackendError("arrays must be C-contiguous", field="binding",
                                value=array.shape)
         self._check_open("binding", array.shape)
         nbytes = array.nbytes
+        span = -(-nbytes // _BINDING_ALIGN) * _BINDING_ALIGN
+        tail = span - nbytes
         with self._lock:
-            if nbytes <= _HEAP_LIMIT:
-                addr = self._heap_take(nbytes)
-                pooled = 0
-            else:
-                pooled = self._size_class(nbytes)
-                free = self._pool.get(pooled)
-                if free:
-                    addr = free.pop()
-                    self._pooled -= pooled
-                else:
-                    addr = self.reserve(pooled)
-            host = self._host(addr, max(nbytes, 1))
-            region = self._regions.get(addr)
+            base, total, guard = self._guarded_take(span)
+            region = self._regions[base]
+            addr = guard - span
+            self._guards[guard] = addr
+        host = region.host + (addr - base)
         if nbytes:
             _memmove(host, array.ctypes.data, nbytes)
+        if tail:
+            _memmove(host + nbytes, _CANARY, tail)
         done = False
 
         def finish():
@@ -1079,23 +1149,57 @@ class EmulatedBackend(Backend):
             with self._lock:
                 # Nothing to copy from once the range is gone (backend
                 # closed, or the address released by hand).
-                if pooled:
-                    live = self._regions.get(addr) is region
-                else:
-                    live = self._heap_live.get(addr, -1) >= nbytes
-                if self._closed or not live:
+                if self._closed or self._regions.get(base) is not region:
                     return
+                changed = (tail and _string_at(host + nbytes, tail)
+                           != _CANARY_PREFIX[tail])
                 if nbytes and array.flags.writeable:
                     _memmove(array.ctypes.data, host, nbytes)
-                if not pooled:
-                    self._heap_release(addr)
-                elif self._pooled + pooled <= _POOL_LIMIT:
-                    self._pool.setdefault(pooled, []).append(addr)
-                    self._pooled += pooled
-                else:
-                    self.release(addr)
+                if changed:
+                    err = _guard_error(host, addr, nbytes, tail, "binding")
+                self._guards.pop(guard, None)
+                self._pool_give(base, total)
+            if changed:
+                raise err
 
         return addr, finish
+
+    def alloc_guarded(self, size: int):
+        """``size`` zeroed read/write bytes, 64-byte aligned, ending at most
+        63 bytes before a guard page (the TLB fill refuses it: a read or
+        write reaching it stops the CPU with its exact address), the bytes
+        between holding a canary.
+
+        Returns ``(address, check)``: ``check()`` raises
+        :class:`GuardError` when a canary byte changed since the allocation
+        or the last check (and writes the canary again); ``check`` is None
+        when ``size`` is a multiple of 64 (the guard page follows at once).
+        Free with :meth:`release`."""
+        self._check_open("alloc_guarded", size)
+        span = -(-max(size, 0) // _BINDING_ALIGN) * _BINDING_ALIGN
+        tail = span - size
+        with self._lock:
+            base, total, guard = self._guarded_take(span)
+            addr = guard - span
+            self._guards[guard] = addr
+            self._guarded[addr] = (base, total, guard)
+            host = self._regions[base].host + (addr - base)
+        _memset(host, 0, size)
+        if not tail:
+            return addr, None
+        _memmove(host + size, _CANARY, tail)
+
+        def check():
+            with self._lock:
+                if self._guarded.get(addr, (None,))[0] != base:
+                    return
+                if _string_at(host + size, tail) == _CANARY_PREFIX[tail]:
+                    return
+                err = _guard_error(host, addr, size, tail, "range")
+                _memmove(host + size, _CANARY, tail)
+            raise err
+
+        return addr, check
 
     # --- calls ------------------------------------------------------------
     def call(self, address: int, *args: int) -> int:
@@ -1114,6 +1218,14 @@ class EmulatedBackend(Backend):
         the workers' calls run at the same time."""
         return [(lambda call: lambda *args: call(address, *args))(cpu.call)
                 for cpu in self.cpus(max(1, workers))]
+
+    def stop_workers(self, workers: int) -> None:
+        """Stop the calls running on the first ``workers`` CPUs
+        (:meth:`EmulatedCpu.stop`)."""
+        with self._lock:
+            cpus = self._cpus[:workers]
+        for cpu in cpus:
+            cpu.stop()
 
     def callback(self, function: Callable[..., int], nargs: int) -> int:
         self._check_open("callback", 0)
@@ -1158,6 +1270,8 @@ class EmulatedBackend(Backend):
             self._heap_chunks.clear()
             self._pool.clear()
             self._pooled = 0
+            self._guards.clear()
+            self._guarded.clear()
             self._callbacks.clear()
 
     @property
@@ -1169,3 +1283,21 @@ class EmulatedBackend(Backend):
             chunks = len(self._heap_chunks) * _HEAP_CHUNK
             return (sum(r.size for r in self._regions.values()) - chunks
                     - self._pooled + sum(self._heap_live.values()))
+
+
+def _guard_error(host: int, address: int, size: int, tail: int,
+                 what: str) -> GuardError:
+    """The error for a guarded range of ``size`` bytes at guest ``address``
+    (host ``host``) whose ``tail`` canary bytes changed."""
+    got = _string_at(host + size, tail)
+    first = next(i for i in range(tail) if got[i] != _CANARY[i])
+    last = max(i for i in range(tail) if got[i] != _CANARY[i])
+    err = GuardError(f"guest code wrote past the end of the {size}-byte "
+                     f"{what} at {address:#x}: byte {size + first} changed "
+                     f"({first + 1} past the end)", field=what,
+                     value=address)
+    err.address, err.size = address, size
+    err.offset, err.last_offset = size + first, size + last
+    err.fault, err.fault_page, err.pc = "overrun", None, None
+    err.fault_address, err.access_size = address + size + first, None
+    return err
