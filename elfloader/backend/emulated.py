@@ -624,7 +624,8 @@ class EmulatedCpu:
         else:
             fault = _UC_FAULTS.get(exc.errno, "error")
             what = _UC_ERRORS.get(exc.errno, str(exc))
-        at = f" at {exact:#x}," if exact is not None and not fault.startswith("fetch") else ""
+        at = ("" if exact is None or fault.startswith("fetch")
+              else f" at {exact:#x},")
         err = EmulationError(f"{what}{at} at pc={pc:#x} while calling "
                              f"{address:#x}", field="call", value=address)
         err.fault = fault
