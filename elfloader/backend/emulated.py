@@ -1136,8 +1136,9 @@ class EmulatedBackend(Backend):
             addr = guard - span
             self._guards[guard] = addr
         host = region.host + (addr - base)
+        data = array.ctypes.data if nbytes else 0
         if nbytes:
-            _memmove(host, array.ctypes.data, nbytes)
+            _memmove(host, data, nbytes)
         if tail:
             _memmove(host + nbytes, _CANARY, tail)
         done = False
@@ -1155,7 +1156,7 @@ class EmulatedBackend(Backend):
                 changed = (tail and _string_at(host + nbytes, tail)
                            != _CANARY_PREFIX[tail])
                 if nbytes and array.flags.writeable:
-                    _memmove(array.ctypes.data, host, nbytes)
+                    _memmove(data, host, nbytes)
                 if changed:
                     err = _guard_error(host, addr, nbytes, tail, "binding")
                 self._guards.pop(guard, None)
