@@ -81,11 +81,13 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
     symbolizers = [Symbolizer(exe.module.image, exe.module.base,
                               {e.label: e.address for e in exe.exports})]
     kind = getattr(exc, "what", None) or exc.message
+    # Bit 0 of an arm32 pc marks Thumb code; elsewhere it is the address.
+    thumb = exe.arch.name == "arm32" and bool(pc & 1)
     report = fault_report(
-        file=exe.path, arch=exe.arch.name, kind=kind, pc=pc & ~1,
-        symbolizers=symbolizers, read=be.read, function=export.label,
-        workgroup=workgroup, data_address=address,
-        regions=regions, thumb=exe.arch.name == "arm32" and bool(pc & 1))
+        file=exe.path, arch=exe.arch.name, kind=kind,
+        pc=pc & ~1 if thumb else pc, symbolizers=symbolizers, read=be.read,
+        function=export.label, workgroup=workgroup, data_address=address,
+        regions=regions, thumb=thumb)
     message = report.format(be.pointer_size)
     if guarded is None:
         err = EmulationError(message, name=None, field=None, value=pc)

@@ -128,7 +128,7 @@ def test_output_much_too_small_reaches_the_guard_page(mul_add, inputs, count,
     assert first.endswith(f"at {addr}")
     assert f"  data address: {addr} (binding 2 at offset {offset} of " \
            f"{length} bytes ({note}))" in text
-    assert f"  pc:           0x{err.pc & ~1:0{digits(arch)}x} " in text
+    assert f"  pc:           0x{err.pc:0{digits(arch)}x} " in text
     assert f"{export}+0x" in text
     instruction = next(line for line in text.splitlines()
                        if line.startswith("  instruction:"))
@@ -324,3 +324,57 @@ def test_exact_address_of_a_store_to_read_only_memory(arch):
         data = be.reserve(4096)
         be.call(store, data)
         assert be.read(data, 4) == u32(data)
+
+
+def _le(*words: int) -> bytes:
+    return b"".join(w.to_bytes(4, "little") for w in words)
+
+
+# kernel(environment, dispatch_state, workgroup_state): store at
+# workgroup_state->local_memory + 4096 (one page past the end of one page of
+# local memory), return 0. local_memory is at offset 16 of the state.
+LOCAL_OVERRUN = {
+    "x86_64": bytes.fromhex("488b4210" "898000100000" "31c0" "c3"),
+    "x86_32": bytes.fromhex("8b44240c" "8b4010" "898000100000" "31c0" "c3"),
+    "aarch64": _le(0xF9400848, 0xB9100108, 0x52800000, 0xD65F03C0),
+    "arm32": _le(0xE5923010, 0xE2833A01, 0xE5833000, 0xE3A00000, 0xE12FFF1E),
+    "riscv64": _le(0x01063783, 0x000012B7, 0x005787B3, 0x00F7A023, 0x00000513,
+                   0x00008067),
+    "riscv32": _le(0x01062783, 0x000012B7, 0x005787B3, 0x00F7A023, 0x00000513,
+                   0x00008067),
+}
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_local_memory_guard_page_fault_report(arch):
+    """An export declaring one page of local memory that stores one page
+    past its start (a kernel placed by hand in the sample's backend, as the
+    samples use no local memory): a LocalMemoryOverrunError with the fault
+    report."""
+    import dataclasses
+    path, export, _ = sample("sum_last", arch)
+    with Executable(path, backend="emulated") as exe:
+        kernel = exe.backend.place_code(LOCAL_OVERRUN[arch])
+        bad = dataclasses.replace(exe.exports[0], address=kernel,
+                                  local_memory_pages=1)
+        exe.exports[0] = bad
+        exe._export_cache = {0: bad, bad.name: bad}
+        with pytest.raises(LocalMemoryOverrunError) as info:
+            exe.dispatch(0, (1, 1, 1), [np.ones((9, 129), np.float32),
+                                        np.zeros(9, np.float32)], workers=1)
+    err = info.value
+    assert isinstance(err, elfloader.EmulationError)
+    assert (err.worker, err.offset, err.length) == (0, 4096, 4096)
+    assert (err.name, err.field, err.value) == (exe.path, "local_memory", 4096)
+    assert err.fault == "write_unmapped" and err.pc is not None
+    text = str(err)
+    assert text.splitlines()[0].startswith(
+        f"{exe.path}: {arch}: export {export}, workgroup (0, 0, 0): write to "
+        "unmapped memory")
+    assert (f"  data address: 0x{err.fault_address:0{digits(arch)}x} (local "
+            "memory at offset 4096 of 4096 bytes (1 past the end, guard page))"
+            ) in text
+    store = {"x86_64": 4, "x86_32": 7, "aarch64": 4, "arm32": 8,
+             "riscv64": 12, "riscv32": 12}[arch]
+    assert f"  pc:           0x{kernel + store:0{digits(arch)}x} (no symbol)" \
+        in text
