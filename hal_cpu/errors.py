@@ -105,7 +105,8 @@ class OverrunError(HalCpuError, EmulationError):
         offset: offset in bytes from the start of the memory of the first
         byte accessed past its end (``length`` or more); length: the
         memory's size in bytes; workgroup: ``(x, y, z)`` of the faulting
-        workgroup, or None when not known (canary writes).
+        workgroup, or None when not known (canary writes); worker: the
+        worker whose CPU faulted, or None when not known.
     """
 
     def __init__(self, message, *, export=None, what=None, offset=None,
@@ -114,6 +115,7 @@ class OverrunError(HalCpuError, EmulationError):
         self.export, self.what = export, what
         self.offset, self.length = offset, length
         self.workgroup = workgroup
+        self.worker = None
         self.fault = self.pc = self.fault_page = None
         self.fault_address = self.access_size = self.report = None
 

@@ -86,6 +86,7 @@ def test_output_one_byte_short_hits_the_canary(mul_add, inputs):
     assert (err.binding, err.offset, err.length) == (2, 20011, 20011)
     assert (err.name, err.field, err.value) == (exe.path, "bindings[2]", 20011)
     assert err.export == export and err.fault == "overrun" and err.pc is None
+    assert err.workgroup is None and err.worker is None
     text = str(err)
     assert text.startswith(f"{exe.path}: bindings[2]: export {export} wrote "
                            "past the end of binding 2")
