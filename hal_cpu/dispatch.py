@@ -125,7 +125,7 @@ class DispatchLayout:
                 if check is not None:
                     self.local_checks.append((w, check))
             backend.write(wg_at, wg.pack(
-                processor_id=w, local_memory=local if local_memory_size else 0,
+                processor_id=w, local_memory=local,
                 local_memory_size=local_memory_size))
             self.workgroup_states.append(wg_at)
             self.ranges.append(range_at)
@@ -326,11 +326,15 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
                 size = max(size, min(size * 4, int(CHUNK_SECONDS / per) if per
                                      else size * 4))
         except BaseException as exc:  # noqa: BLE001 - re-raised below
-            if isinstance(exc, elfloader.EmulationError):
+            emulated = isinstance(exc, elfloader.EmulationError)
+            if emulated:
                 exc.worker = w     # whose workgroup state the report reads
             errors.append(exc)
             layout.raise_stop()
-            if workers > 1:
+            if (emulated and getattr(exc, "fault", None) != "stopped"
+                    and workers > 1):
+                # A fault ends the dispatch: the other CPUs need not finish
+                # the workgroups they run.
                 backend.stop_workers(workers)
 
     try:
