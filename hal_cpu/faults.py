@@ -61,23 +61,23 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
             regions.append(local)
     except Exception:  # noqa: BLE001 - the report goes on without them
         pass
+    # Bindings and local memory may be overrun; an address by the stack
+    # (only its guard page below can fault) is described from it too.
+    overrunnable = regions[:]
     stacks = getattr(be, "stacks", None)
     for w, (start, size) in enumerate(stacks() if stacks else ()):
         if w < layout.workers:
             name = "the stack" if w == worker else f"the stack of worker {w}"
-            regions.append(Region(name, start, size, offsets=False))
+            regions.append(Region(name, start, size))
     address = _data_address(exc)
     guarded = None
     if address is not None:
         hit = be.guard_page(address)
         if hit is not None:
             guard, start = hit
-            owner = next((r for r in regions if r.offsets and r.start == start),
-                         None)
             regions.append(Region("guard page", guard, be.page_size,
                                   offsets=False, guard=True))
-            if owner is not None:
-                guarded = owner
+            guarded = next((r for r in overrunnable if r.start == start), None)
     symbolizers = [Symbolizer(exe.module.image, exe.module.base,
                               {e.label: e.address for e in exe.exports})]
     kind = getattr(exc, "what", None) or exc.message

@@ -379,3 +379,38 @@ def test_local_memory_guard_page_fault_report(arch):
              "riscv64": 12, "riscv32": 12}[arch]
     assert f"  pc:           0x{kernel + store:0{digits(arch)}x} (no symbol)" \
         in text
+
+
+# kernel(...): store 1 MiB below the stack pointer (past the bottom of the
+# 1 MiB stack, into the guard page below it), return 0.
+STACK_OVERRUN = {
+    "x86_64": bytes.fromhex("8984240000f0ff" "31c0" "c3"),
+    "x86_32": bytes.fromhex("8984240000f0ff" "31c0" "c3"),
+    "aarch64": _le(0xD14403E8, 0xB9000108, 0x52800000, 0xD65F03C0),
+    "arm32": _le(0xE24D3601, 0xE5833000, 0xE3A00000, 0xE12FFF1E),
+    "riscv64": _le(0x001002B7, 0x405107B3, 0x00F7A023, 0x00000513, 0x00008067),
+    "riscv32": _le(0x001002B7, 0x405107B3, 0x00F7A023, 0x00000513, 0x00008067),
+}
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_stack_overflow_reaches_the_guard_page(arch):
+    import dataclasses
+    path, export, _ = sample("sum_last", arch)
+    with Executable(path, backend="emulated") as exe:
+        be = exe.backend
+        kernel = be.place_code(STACK_OVERRUN[arch])
+        bad = dataclasses.replace(exe.exports[0], address=kernel)
+        exe.exports[0] = bad
+        exe._export_cache = {0: bad, bad.name: bad}
+        with pytest.raises(elfloader.EmulationError) as info:
+            exe.dispatch(0, (1, 1, 1), [np.ones((9, 129), np.float32),
+                                        np.zeros(9, np.float32)], workers=1)
+        start, size = be.stacks()[0]
+        err = info.value
+        assert not isinstance(err, hal_cpu.OverrunError)
+        below = start - err.fault_address
+        assert 0 < below <= be.page_size
+        assert be.guard_page(err.fault_address) == (start - be.page_size, start)
+        assert (f"(the stack at offset {-below} of {size} bytes ({below} before "
+                "the start, guard page))") in str(err)

@@ -29,7 +29,8 @@ page of the reservation the TLB fill refuses: the range starts 64-byte
 aligned, at most 63 bytes before the guard page, and those bytes hold a
 canary that is compared when the range is finished. A write of even one
 byte past the end is reported (:class:`GuardError`), and a read or write
-reaching the guard page stops the CPU with its exact address.
+reaching the guard page stops the CPU with its exact address. Each CPU's
+stack has a guard page below it.
 
 Changes to the memory map (reserve, protect, release) are recorded in a
 log that each CPU applies before its next call; CPUs that are not running
@@ -711,7 +712,7 @@ class EmulatedCpu:
             space._cpus.remove(self)
             self._close_engine()
             if self._stack is not None and not space._closed:
-                space.release(self._stack)
+                space._release_stack(self._stack)
             space._trim()
 
     def __enter__(self):
@@ -768,7 +769,7 @@ class EmulatedBackend(Backend):
         # Guest code assumes at least 4 KiB pages (aarch64 ADRP, for one).
         self.page_size = max(4096, self.cpu.page_size)
         try:
-            stack = self.reserve(_STACK_SIZE)
+            stack = self._reserve_stack()
             # The return address is inside its page, not at its start:
             # unicorn gives the block that stops the CPU a size of zero and
             # looks up the page of its last byte (the byte before it) for
@@ -802,7 +803,7 @@ class EmulatedBackend(Backend):
             self._cpus.append(cpu)
             try:
                 cpu._map_all()
-                stack = self.reserve(_STACK_SIZE)
+                stack = self._reserve_stack()
                 cpu._start(stack)
             except BaseException:
                 self._cpus.remove(cpu)
@@ -810,9 +811,28 @@ class EmulatedBackend(Backend):
                 raise
         return cpu
 
+    def _reserve_stack(self) -> int:
+        """A stack of :data:`_STACK_SIZE` bytes with a guard page below it
+        (stacks grow down: an overflow stops the CPU instead of writing
+        into the reservation before it). Returns the stack's lowest
+        address; its reservation starts one page below."""
+        page = self.page_size
+        with self._lock:
+            base = self._reserve(_STACK_SIZE + page, 0,
+                                 (page, _STACK_SIZE + page))
+            self._guards[base] = base + page
+        return base + page
+
+    def _release_stack(self, stack: int) -> None:
+        """Free a stack from :meth:`_reserve_stack`."""
+        with self._lock:
+            self._guards.pop(stack - self.page_size, None)
+            self.release(stack - self.page_size)
+
     def stacks(self) -> list[tuple[int, int]]:
-        """``(address, size in bytes)`` of each CPU's stack, in the order
-        of :meth:`cpus` (worker 0's first)."""
+        """``(lowest address, size in bytes)`` of each CPU's stack, in the
+        order of :meth:`cpus` (worker 0's first); a guard page lies below
+        each (:meth:`guard_page`)."""
         with self._lock:
             return [(c._stack, _STACK_SIZE) for c in self._cpus
                     if c._stack is not None]
@@ -892,12 +912,13 @@ class EmulatedBackend(Backend):
         self._check_open("reserve", size)
         size = max(self.page_size, -(-size // self.page_size) * self.page_size)
         with self._lock:
-            return self._reserve(size, align, size)
+            return self._reserve(size, align, (0, size))
 
-    def _reserve(self, size: int, align: int, usable: int) -> int:
-        """Map ``size`` bytes (whole pages) of which the first ``usable``
-        are read/write; the rest stay out of the page map, so the TLB fill
-        refuses them (guard pages). Called with the lock held."""
+    def _reserve(self, size: int, align: int, usable: tuple[int, int]) -> int:
+        """Map ``size`` bytes (whole pages) of which those at offsets
+        ``usable`` (``[lo, hi)``) are read/write; the rest stay out of the
+        page map, so the TLB fill refuses them (guard pages). Called with
+        the lock held."""
         addr = self._take(size, max(align, self.page_size))
         try:
             region = _Region(addr, size)
@@ -907,7 +928,8 @@ class EmulatedBackend(Backend):
                                field="reserve", value=size) from None
         self._regions[addr] = region
         self._reindex()
-        self._pages.set(addr, addr + usable, PROT_READ | PROT_WRITE)
+        self._pages.set(addr + usable[0], addr + usable[1],
+                        PROT_READ | PROT_WRITE)
         self._record("map", addr, size, region.host)
         return addr
 
@@ -1094,7 +1116,7 @@ class EmulatedBackend(Backend):
             base = free.pop()
             self._pooled -= total
         else:
-            base = self._reserve(total, 0, total - page)
+            base = self._reserve(total, 0, (0, total - page))
         return base, total, base + total - page
 
     def _pool_give(self, base: int, total: int) -> None:
@@ -1108,8 +1130,9 @@ class EmulatedBackend(Backend):
 
     def guard_page(self, address: int) -> tuple[int, int] | None:
         """``(guard page, start of the range it guards)`` when ``address``
-        lies in the guard page of a live range from :meth:`map_array` or
-        :meth:`alloc_guarded`, else None."""
+        lies in the guard page after a live range from :meth:`map_array` or
+        :meth:`alloc_guarded`, or in the one below a CPU's stack
+        (:meth:`stacks`), else None."""
         page = address - address % self.page_size
         start = self._guards.get(page)
         return None if start is None else (page, start)
