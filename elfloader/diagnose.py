@@ -501,12 +501,16 @@ class Region:
         start: first address; size: length in bytes.
         offsets: describe addresses as ``at offset N of SIZE bytes`` (False:
             the name alone, for the stack or an image segment).
+        guard: a guard page (inaccessible memory placed after a buffer): an
+            address in it is described from the buffer it follows when
+            there is one near, with ``guard page`` added.
     """
 
     name: str
     start: int
     size: int
     offsets: bool = True
+    guard: bool = False
 
     @property
     def end(self) -> int:
@@ -532,13 +536,17 @@ def describe_address(address: int, regions: Iterable[Region]) -> str:
     outside one with offsets is described from the nearest
     (``binding 2 at offset 4096 of 4096 bytes (1 past the end)``: the
     count is 1 for the first byte after the region; ``(4 before the
-    start)``). Otherwise ``unmapped``, with ``(null pointer)`` or
+    start)``), with ``, guard page`` in the parentheses when a guard region
+    (:attr:`Region.guard`) holds it. An address only a guard region holds
+    is named by it. Otherwise ``unmapped``, with ``(null pointer)`` or
     ``(N bytes past a null pointer)`` below :data:`NEAR_BYTES`.
 
     Args:
         address: the guest address; regions: :class:`Region` objects.
     """
     regions = list(regions)
+    guards = [r for r in regions if r.guard and r.start <= address < r.end]
+    regions = [r for r in regions if not r.guard]
     holding = [r for r in regions if r.start <= address < r.end]
     if holding:
         r = min(holding, key=lambda r: r.size)
@@ -559,8 +567,12 @@ def describe_address(address: int, regions: Iterable[Region]) -> str:
             best = (dist, r, note)
     if best is not None:
         _, r, note = best
+        if guards:
+            note += ", guard page"
         return (f"{r.name} at offset {address - r.start} of {r.size} bytes "
                 f"({note})")
+    if guards:
+        return min(guards, key=lambda r: r.size).name
     if address == 0:
         return "unmapped (null pointer)"
     if 0 < address < NEAR_BYTES:

@@ -61,6 +61,24 @@ class EmulationError(BackendError):
 
     Attributes (set by the emulated backend on CPU faults):
         fault: the kind, e.g. ``write_unmapped``; what: the same in words,
-        with the page when one was refused; pc: the faulting pc;
-        fault_page: the page the refused access touched, or None.
+        with the page (or the exact address) when one was refused; pc: the
+        faulting pc; fault_page: the page the refused access touched, or
+        None; fault_address: the exact address of the first byte the
+        refused access touched (the pc for a refused instruction fetch), or
+        None when unknown; access_size: bytes of the refused read or write
+        (its part on the refused page), or None.
+    """
+
+
+class GuardError(EmulationError):
+    """Guest code changed the canary bytes between the end of a guarded
+    range (an array from the emulated backend's ``map_array``, or memory
+    from ``alloc_guarded``) and its guard page: it wrote past the end.
+
+    Attributes:
+        address: the range's guest address; size: its length in bytes;
+        offset: offset from the range's start of the first changed byte
+        (``size`` or more); last_offset: that of the last changed byte.
+        ``fault`` is ``"overrun"``; ``pc`` is None (the write is seen
+        after the call, not when it happens).
     """

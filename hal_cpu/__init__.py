@@ -3,13 +3,15 @@ libraries (query, exports, imports, workgroup dispatch), executable plugins
 and the plugin manager."""
 
 from . import abi
-from .errors import (DispatchError, DispatchTimeoutError, ExportNotFoundError,
-                     HalCpuError, LibraryError, NativeCrashError,
-                     PluginError, PluginSpecError,
-                     PluginStatusError, UnresolvedImportError)
+from .errors import (BindingOverrunError, DispatchError, DispatchTimeoutError,
+                     ExportNotFoundError, HalCpuError, LibraryError,
+                     LocalMemoryOverrunError, NativeCrashError, OverrunError,
+                     PluginError, PluginSpecError, PluginStatusError,
+                     UnresolvedImportError)
 from .library import Executable, Export
 
 __all__ = ["Executable", "Export", "abi", "HalCpuError", "LibraryError",
            "ExportNotFoundError", "DispatchError", "DispatchTimeoutError",
-           "UnresolvedImportError", "NativeCrashError",
+           "UnresolvedImportError", "NativeCrashError", "OverrunError",
+           "BindingOverrunError", "LocalMemoryOverrunError",
            "PluginError", "PluginStatusError", "PluginSpecError"]

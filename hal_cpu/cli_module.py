@@ -26,9 +26,8 @@ import argparse
 import contextlib
 import os
 import shlex
-import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 

@@ -5,15 +5,18 @@ dispatch state, the constants, the binding pointer and length arrays
 (iree/hal/local/executable_library.h, v0.6) and, per worker, a workgroup
 state, local memory and the range of the runtime support library's
 workgroup loop (:mod:`hal_cpu.runtime`). :class:`DispatchLayout` lays all
-of them out in one block, built once per export, binding count, constant
-count and worker count; a dispatch only rewrites what changed (one write).
+of them out in one block (local memory apart, each worker's ending at a
+guard page where the backend has them), built once per export, binding
+count, constant count and worker count; a dispatch only rewrites what
+changed (one write).
 
 :func:`run_grid` crosses into the backend once per chunk of workgroups:
 chunks grow until one takes about :data:`CHUNK_SECONDS`, so Ctrl-C, a time
 limit and progress reports stay responsive while the per-workgroup cost is
 the kernel's own. With several workers (native backend), each host thread
 runs the loop on chunks it takes from a shared counter, with the GIL
-released; a failing workgroup raises the stop flag the others check.
+released; a failing workgroup raises the stop flag the others check, and
+an emulated fault also stops the other workers' CPUs.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from elfloader import Backend, as_int32
 from fatelf.cstruct import pack_array, scalar_code
 
 from . import abi, runtime
-from .errors import DispatchError, DispatchTimeoutError
+from .errors import (DispatchError, DispatchTimeoutError,
+                     LocalMemoryOverrunError)
 
 #: Target duration of one crossing into the backend, in seconds.
 CHUNK_SECONDS = 0.05
@@ -98,20 +102,30 @@ class DispatchLayout:
             + pad(ptrs_at - consts_at - 4 * constant_count)
             + word * (2 * binding_count)
             + pad(range0_at - lens_at - ps * binding_count) + rng.format[1:])
-        per = _up(wg.size, 64) + _up(rng.size, 64) + _up(local_memory_size, 64)
+        per = _up(wg.size, 64) + _up(rng.size, 64)
         total = head + per * workers + 64
         self.block = backend.alloc(total, 64)
         b = self.block
         self.state, self.consts, self.ptrs, self.lens = (
             b, b + consts_at, b + ptrs_at, b + lens_at)
         self.workgroup_states, self.ranges = [], []
+        # Each worker's local memory ends at a guard page where the backend
+        # can put one (backend.alloc_guarded).
+        self.local_memory: list[int] = []
+        self.local_checks: list[tuple[int, Callable[[], None]]] = []
+        self.local_memory_size = local_memory_size
         for w in range(workers):
             at = b + head + per * w
             wg_at = at
             range_at = b + range0_at if w == 0 else at + _up(wg.size, 64)
-            local = at + _up(wg.size, 64) + _up(rng.size, 64)
+            local = 0
+            if local_memory_size:
+                local, check = backend.alloc_guarded(local_memory_size)
+                self.local_memory.append(local)
+                if check is not None:
+                    self.local_checks.append((w, check))
             backend.write(wg_at, wg.pack(
-                processor_id=w, local_memory=local if local_memory_size else 0,
+                processor_id=w, local_memory=local,
                 local_memory_size=local_memory_size))
             self.workgroup_states.append(wg_at)
             self.ranges.append(range_at)
@@ -186,11 +200,33 @@ class DispatchLayout:
         self._stopped = True
         self.backend.write(self.stop, pack_array("u32", 4, [1]))
 
+    def check_local(self, label: str, path: str) -> None:
+        """Raise when guest code wrote past the end of a worker's local
+        memory since the last check (backends with canaries only).
+
+        Raises:
+            LocalMemoryOverrunError: names the worker and the offset."""
+        for worker, check in self.local_checks:
+            try:
+                check()
+            except elfloader.GuardError as exc:
+                raise LocalMemoryOverrunError(
+                    f"export {label} wrote past the end of the local memory "
+                    f"of worker {worker}: local memory at offset {exc.offset} "
+                    f"of {exc.size} bytes ({exc.offset - exc.size + 1} past "
+                    "the end)", name=path, field="local_memory",
+                    value=exc.offset, worker=worker, export=label,
+                    what="local memory", offset=exc.offset,
+                    length=exc.size) from None
+
     def close(self) -> None:
         if self._view is not None:
             self._view.release()
             self._view = None
         self.backend.release(self.block)
+        for local in self.local_memory:
+            self.backend.release(local)
+        self.local_memory = []
 
 
 class _Chunks:
@@ -252,7 +288,11 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
             among those run is reported, with its (x, y, z)).
         DispatchTimeoutError: ``deadline`` (``time.monotonic()``) passed.
         KeyboardInterrupt: propagated after the workers stopped.
-        elfloader.EmulationError: the emulated CPU faulted.
+        LocalMemoryOverrunError: a workgroup wrote past the end of its
+            local memory (backends with canaries).
+        elfloader.EmulationError: the emulated CPU faulted; its ``worker``
+            attribute is the worker that faulted. The first failure stops
+            the other workers (between workgroups; emulated CPUs at once).
     """
     workers = layout.workers
     loops = layout.calls(fn, environment)
@@ -265,6 +305,8 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
         ret = loops[0]()
         if ret:
             check_return(layout, ret, total, grid, label, path)
+        if layout.local_checks:
+            layout.check_local(label, path)
         if progress is not None:
             progress(total, total)
         return
@@ -314,8 +356,16 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
                 size = max(size, min(size * 4, int(CHUNK_SECONDS / per) if per
                                      else size * 4))
         except BaseException as exc:  # noqa: BLE001 - re-raised below
+            emulated = isinstance(exc, elfloader.EmulationError)
+            if emulated:
+                exc.worker = w     # whose workgroup state the report reads
             errors.append(exc)
             layout.raise_stop()
+            if (emulated and getattr(exc, "fault", None) != "stopped"
+                    and workers > 1):
+                # A fault ends the dispatch: the other CPUs need not finish
+                # the workgroups they run.
+                backend.stop_workers(workers)
 
     if layout.per_workgroup is not None:
         # A repeated dispatch: the last one's pace says whether to share.
@@ -334,6 +384,8 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
         _raise_failure(*min(failures), grid, label, path)
     if errors:
         raise errors[0]
+    if layout.local_checks:
+        layout.check_local(label, path)
 
 
 def check_return(layout: DispatchLayout, ret: int, total: int, grid,

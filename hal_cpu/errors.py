@@ -4,6 +4,7 @@ itself a :class:`fatelf.PortableKernelError` (the project's one base class:
 
 from __future__ import annotations
 
+from elfloader.errors import EmulationError
 from fatelf.errors import PortableKernelError
 
 from . import abi
@@ -106,3 +107,60 @@ class NativeCrashError(HalCpuError):
         self.field = "signal"
         self.signal = signal
         self.stage = stage
+
+
+class OverrunError(HalCpuError, EmulationError):
+    """Kernel code of an emulated dispatch read or wrote past the end of
+    memory the dispatch gave it: a write into the canary bytes after the
+    end (seen when the dispatch ends), or a read or write reaching the
+    guard page after them (the CPU stops at the instruction).
+
+    Also an :class:`elfloader.EmulationError`: ``fault`` (``"overrun"``
+    for a canary write, else the kind of the refused access), ``pc`` (None
+    for a canary write), ``fault_address`` (the first byte past the end
+    that was accessed) and, for a guard-page fault, ``report`` (the
+    :class:`elfloader.diagnose.FaultReport`).
+
+    Attributes:
+        export: the export's label; what: e.g. ``binding 2``;
+        offset: offset in bytes from the start of the memory of the first
+        byte accessed past its end (``length`` or more); length: the
+        memory's size in bytes; workgroup: ``(x, y, z)`` of the faulting
+        workgroup, or None when not known (canary writes); worker: the
+        worker whose CPU faulted, or None when not known.
+    """
+
+    def __init__(self, message, *, export=None, what=None, offset=None,
+                 length=None, workgroup=None, **kw):
+        super().__init__(message, **kw)
+        self.export, self.what = export, what
+        self.offset, self.length = offset, length
+        self.workgroup = workgroup
+        self.worker = None
+        self.fault = self.pc = self.fault_page = None
+        self.fault_address = self.access_size = self.report = None
+
+
+class BindingOverrunError(OverrunError):
+    """An emulated dispatch accessed memory past the end of a binding.
+
+    Attributes:
+        binding: the binding's index (``field`` is ``bindings[N]``).
+    """
+
+    def __init__(self, message, *, binding: int, **kw):
+        super().__init__(message, **kw)
+        self.binding = binding
+
+
+class LocalMemoryOverrunError(OverrunError):
+    """An emulated dispatch accessed memory past the end of a worker's
+    workgroup-local memory.
+
+    Attributes:
+        worker: the worker whose local memory it was.
+    """
+
+    def __init__(self, message, *, worker: int, **kw):
+        super().__init__(message, **kw)
+        self.worker = worker

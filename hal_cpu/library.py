@@ -442,7 +442,13 @@ class Executable:
                 names the export and the workgroup id).
             DispatchTimeoutError: ``timeout`` passed.
             LibraryError: the executable was closed.
-            elfloader.EmulationError: the emulated CPU faulted.
+            BindingOverrunError: under emulation, the kernel wrote past the
+                end of a binding (into the canary bytes after it, seen when
+                the dispatch ends), or read or wrote its guard page (the
+                message is the fault report).
+            LocalMemoryOverrunError: the same for workgroup-local memory.
+            elfloader.EmulationError: the emulated CPU faulted (the message
+                is a fault report naming the worker's workgroup).
         """
         layouts = self._layouts
         if layouts is None:
@@ -490,6 +496,7 @@ class Executable:
                 self.backend, n, len(consts), workers, exp.local_memory_size)
             layout.calls(exp.address, self._env)
         finishers = None
+        ran = False
         try:
             if self._in_place:
                 # Natively, aligned writable arrays are used where they are.
@@ -530,15 +537,34 @@ class Executable:
                         if ret:
                             check_return(layout, ret, total, wc, exp.label,
                                          self.path)
+                        if layout.local_checks:
+                            layout.check_local(exp.label, self.path)
                     else:
                         run_grid(self.backend, layout, exp.address, self._env,
                                  total, label=exp.label, path=self.path, grid=wc)
                 except elfloader.EmulationError as exc:
                     raise self._fault(exc, exp, pointers, lengths, layout) from None
+            ran = True
         finally:
             if finishers is not None:
-                for finish in finishers:
-                    finish()
+                self._finish(finishers, ran, exp, pointers, lengths)
+
+    def _finish(self, finishers, ran: bool, exp, pointers, lengths) -> None:
+        """Run every binding's finisher (copy-back, canary check); after a
+        dispatch that ran, a canary found overwritten raises.
+
+        Raises:
+            BindingOverrunError: the kernel wrote past a binding's end."""
+        overrun = None
+        for finish in finishers:
+            try:
+                finish()
+            except elfloader.GuardError as exc:
+                overrun = overrun or exc
+        if overrun is not None and ran:
+            from .faults import binding_overrun
+            raise binding_overrun(overrun, self, exp, pointers,
+                                  lengths) from None
 
     def _map_copied(self, bindings, finishers: list) -> tuple[list, list]:
         """Map the bindings when (some of) them are copied: overlapping

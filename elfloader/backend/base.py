@@ -111,7 +111,26 @@ class Backend(abc.ABC):
         after the guest has run to bring its writes back into ``array`` and
         free any copy. The native backend hands out the array's own memory
         when it is writable and aligned (zero copy, ``finish`` None). The
-        address is 64-byte aligned; read-only arrays are never written."""
+        address is 64-byte aligned; read-only arrays are never written.
+        The emulated backend puts a guard page after the copy: its
+        ``finish()`` raises :class:`~elfloader.GuardError` (after copying
+        back) when the guest wrote past the array's end."""
+
+    def alloc_guarded(self, size: int
+                      ) -> tuple[int, Callable[[], None] | None]:
+        """``size`` zeroed read/write bytes, 64-byte aligned, for memory
+        guest code may overrun (a backend that can puts a guard page after
+        it). Returns ``(address, check)``; ``check()``, unless None, raises
+        :class:`~elfloader.GuardError` when guest code wrote past the end
+        (this backend: ``check`` is always None). Free with
+        :meth:`release`."""
+        return self.alloc(max(size, 1), 64), None
+
+    def guard_page(self, address: int) -> tuple[int, int] | None:
+        """``(guard page, start of the range it guards)`` when ``address``
+        lies in the guard page after a live range from :meth:`map_array` or
+        :meth:`alloc_guarded`; None otherwise (always, on this backend)."""
+        return None
 
     # --- calls ------------------------------------------------------------
     @abc.abstractmethod
@@ -150,6 +169,12 @@ class Backend(abc.ABC):
         runs on the host CPU; the emulated backend gives each worker its own
         CPU sharing the memory)."""
         return [self.function(address, nargs)] * workers
+
+    def stop_workers(self, workers: int) -> None:
+        """Ask calls running on the first ``workers`` callables of
+        :meth:`worker_functions` to end as soon as possible (they raise
+        :class:`~elfloader.EmulationError` with ``fault`` ``"stopped"``).
+        Natively a call cannot be stopped: this does nothing."""
 
     @abc.abstractmethod
     def callback(self, function: Callable[..., int], nargs: int) -> int:

@@ -23,6 +23,15 @@ data pages not executable, stores stay on the fast path. A refused fill
 stops the CPU with a generic exception; the hook notes the page and the
 kind of access, so the fault is reported by kind.
 
+Arrays handed to guest code (:meth:`EmulatedBackend.map_array`) and
+:meth:`EmulatedBackend.alloc_guarded` memory each end at a guard page, a
+page of the reservation the TLB fill refuses: the range starts 64-byte
+aligned, at most 63 bytes before the guard page, and those bytes hold a
+canary that is compared when the range is finished. A write of even one
+byte past the end is reported (:class:`GuardError`), and a read or write
+reaching the guard page stops the CPU with its exact address. Each CPU's
+stack has a guard page below it.
+
 Changes to the memory map (reserve, protect, release) are recorded in a
 log that each CPU applies before its next call; CPUs that are not running
 (and the CPU whose Python callback made the change) apply it at once. Host
@@ -47,7 +56,7 @@ from unicorn.unicorn_py3.unicorn import (HOOK_TLB_FILL_CFUNC, uc_hook_h,
 from fatelf.cstruct import pack_array, unpack_array
 
 from ..arch import Arch
-from ..errors import BackendError, EmulationError
+from ..errors import BackendError, EmulationError, GuardError
 from . import unicorn_arch
 from .base import PROT_EXEC, PROT_READ, PROT_WRITE, Backend, prot_str
 
@@ -59,11 +68,20 @@ _HEAP_LIMIT = 256 << 10     # larger ones get their own mapping
 _HEAP_GRAIN = 64
 _BINDING_ALIGN = 64
 _POOL_LIMIT = 512 << 20     # bytes of released binding ranges kept for reuse
+#: Bytes written between the end of a guarded range and its guard page, and
+#: compared when the range is finished (at most ``_BINDING_ALIGN - 1``).
+_CANARY = bytes((0x5C + 0x47 * i) & 0xFF for i in range(_BINDING_ALIGN))
+_CANARY_PREFIX = [_CANARY[:n] for n in range(_BINDING_ALIGN + 1)]
 _TRAMPOLINE_SLOT = 16
 _TRAMPOLINE_SLOTS = 256
 _SENTINEL_OFFSET = 32
 _TLB_GROW_FILLS = 128       # fewer TLB fills in a call: TLB size is fine
 _TLB_MAX_PAGES = 1 << 16    # larger working sets do not grow the TLB
+#: Physical pages no reservation ever maps (the arena ends below them): a
+#: data access to a page the TLB fill refuses is sent to one of them, so
+#: the unmapped-memory hook sees its exact offset (see ``_add_tlb_fill_hook``).
+_TRAP_START = _ARENA_END
+_TRAP_END = 0x8000_0000
 
 _UC_ERRORS = {
     UCC.UC_ERR_READ_UNMAPPED: "read from unmapped memory",
@@ -237,6 +255,11 @@ class EmulatedCpu:
         model = unicorn_arch.model(arch)
         self._regs = regs = unicorn_arch.registers(arch)
         self._refused: tuple[int, str, int | None] | None = None
+        # Refused data pages sent to trap pages in this call, by trap index:
+        # (page, access, prot); and the first trapped access, as
+        # (trap index, offset in the page, size, access, pc).
+        self._traps: list[tuple[int, str, int | None]] = []
+        self._hit: tuple[int, int, int, str, int] | None = None
         self._fills = [0]     # TLB fills so far (counted by the hook)
         self._filled: set[int] = set()   # pages filled during this call
         self._tlb_warm = False
@@ -254,10 +277,11 @@ class EmulatedCpu:
                 self.uc.ctl_set_page_size(model.page_size)
             self._uch = self.uc._uch
             unicorn_arch.virtual_tlb(self.uc)
+            self.page_size = self.uc.ctl_get_page_size()
             self._fill_hook = self._add_tlb_fill_hook()
+            self._add_trap_hook()
             if model.init is not None:
                 model.init(self.uc)
-            self.page_size = self.uc.ctl_get_page_size()
         except UcError as exc:
             raise BackendError(f"cannot start a {arch.name} CPU: {exc}",
                                field="backend", value=arch.name) from None
@@ -289,11 +313,21 @@ class EmulatedCpu:
     # --- TLB ----------------------------------------------------------------
     def _add_tlb_fill_hook(self):
         """Install the TLB-fill hook: guest page -> same physical page, with
-        the permissions of the CPU's view of the page map; a refusal is
-        noted for :meth:`_fault`. Registered directly (not through
-        ``Uc.hook_add``) to keep the per-fill cost to one Python call."""
+        the permissions of the CPU's view of the page map. Registered
+        directly (not through ``Uc.hook_add``) to keep the per-fill cost to
+        one Python call.
+
+        A fill the page map does not allow is noted for :meth:`_fault`. A
+        refused instruction fetch stops the CPU at once (the pc is the
+        address). A refused read or write gets a TLB entry to a trap page,
+        a physical page nothing maps: the access itself then stops the CPU
+        through the unmapped-memory hook (:meth:`_add_trap_hook`), which
+        sees the exact address, where the fill hook only sees its page.
+        Trap entries are flushed when the call ends."""
         access_of = _ACCESS
-        fills, filled = self._fills, self._filled
+        fills, filled, traps = self._fills, self._filled, self._traps
+        page = self.page_size
+        most = (_TRAP_END - _TRAP_START) // page
 
         def fill(uch, vaddr, access, entry, key):
             fills[0] += 1
@@ -307,6 +341,12 @@ class EmulatedCpu:
                 e.perms = prot
                 return True
             self._refused = (vaddr, name, prot)
+            if name != "fetch" and len(traps) < most:
+                e = entry[0]
+                e.paddr = _TRAP_START + len(traps) * page
+                e.perms = need
+                traps.append((vaddr, name, prot))
+                return True
             return False
 
         callback = HOOK_TLB_FILL_CFUNC(fill)
@@ -317,6 +357,25 @@ class EmulatedCpu:
         if status != UCC.UC_ERR_OK:
             raise UcError(status)
         return callback
+
+    def _add_trap_hook(self) -> None:
+        """Hook reads and writes of the trap pages (nothing else: the hook
+        is bounded to them, so accesses to mapped memory stay on unicorn's
+        fast path). The first trapped access of a call is noted with its
+        pc; the hook declines it, which stops the CPU."""
+        page = self.page_size
+
+        def trapped(uc, access, address, size, value, user_data):
+            if self._hit is None:
+                offset = address - _TRAP_START
+                name = "write" if access == UCC.UC_MEM_WRITE_UNMAPPED else "read"
+                self._hit = (offset // page, offset % page, size, name,
+                             self._reg_read(self._regs.pc))
+            return False
+
+        self.uc.hook_add(UCC.UC_HOOK_MEM_READ_UNMAPPED
+                         | UCC.UC_HOOK_MEM_WRITE_UNMAPPED, trapped,
+                         begin=_TRAP_START, end=_TRAP_END - 1)
 
     def _flush_tlb(self) -> None:
         """Drop every TLB entry (after a change of the memory map, or to let
@@ -360,6 +419,9 @@ class EmulatedCpu:
                 if kind == "map":
                     uc.mem_map_ptr(address, size, UC_PROT_READ | UC_PROT_WRITE,
                                    arg)
+                    # A page refused earlier in this call may hold a trap
+                    # entry (from a callback's mapping).
+                    flush = flush or bool(self._traps)
                 elif kind == "protect":
                     uc.mem_protect(address, size, _uc_prot(arg))
                     flush = True
@@ -488,10 +550,17 @@ class EmulatedCpu:
                 status = uclib.uc_emu_start(self._uch, address, sentinel,
                                             timeout, 0)
             self._size_tlb(fills[0] - before, len(filled))
+            if self._traps:
+                err = (self._fault(UcError(status), address)
+                       if status != UCC.UC_ERR_OK else None)
+                self._clear_traps()
+                if err is not None:
+                    raise err
             if self._stop:
                 err = EmulationError(f"call of {address:#x} stopped by request",
                                      field="call", value=address)
                 err.fault, err.fault_page, err.pc = "stopped", None, None
+                err.fault_address = err.access_size = None
                 raise err
             if status != UCC.UC_ERR_OK:
                 raise self._fault(UcError(status), address)
@@ -521,15 +590,34 @@ class EmulatedCpu:
             self._stop = True
             uclib.uc_emu_stop(self._uch)
 
+    def _clear_traps(self) -> None:
+        """Drop the trap entries of this call from the TLB."""
+        del self._traps[:]
+        self._hit = None
+        self._flush_tlb()
+
     def _fault(self, exc: UcError, address: int) -> EmulationError:
         """The error for a call that stopped with ``exc``: a refused TLB
         fill is reported as the access it refused (unicorn itself only says
-        "unhandled CPU exception")."""
+        "unhandled CPU exception"), at the exact address when the access
+        reached a trap page, else at its page."""
         pc = self._reg_read(self._regs.pc)
         refused, self._refused = self._refused, None
-        page = None
-        if refused is not None and exc.errno in _MEMORY_ERRORS:
+        hit, self._hit = self._hit, None
+        page = exact = size = None
+        if (hit is not None and hit[0] < len(self._traps)
+                and exc.errno in _MEMORY_ERRORS):
+            index, offset, size, access, pc = hit
+            page, _, prot = self._traps[index]
+            exact = page + offset
+            fault, what = _FAULTS[access, prot is not None]
+            what += (f" ({size} byte{'s' if size != 1 else ''}"
+                     + (f", page {prot_str(prot)})" if prot is not None else ")"))
+        elif refused is not None and exc.errno in _MEMORY_ERRORS:
             page, access, prot = refused
+            if access == "fetch":
+                # The pc, unless the instruction began on the page before.
+                exact = pc if page <= pc < page + self.page_size else page
             fault, what = _FAULTS[access, prot is not None]
             where = (f" (page {page:#x}, {prot_str(prot)})" if prot is not None
                      else f" (page {page:#x})")
@@ -537,10 +625,14 @@ class EmulatedCpu:
         else:
             fault = _UC_FAULTS.get(exc.errno, "error")
             what = _UC_ERRORS.get(exc.errno, str(exc))
-        err = EmulationError(f"{what} at pc={pc:#x} while calling {address:#x}",
-                             field="call", value=address)
+        at = ("" if exact is None or fault.startswith("fetch")
+              else f" at {exact:#x},")
+        err = EmulationError(f"{what}{at} at pc={pc:#x} while calling "
+                             f"{address:#x}", field="call", value=address)
         err.fault = fault
         err.fault_page = page
+        err.fault_address = exact
+        err.access_size = size
         err.pc = pc
         err.what = what
         return err
@@ -620,7 +712,7 @@ class EmulatedCpu:
             space._cpus.remove(self)
             self._close_engine()
             if self._stack is not None and not space._closed:
-                space.release(self._stack)
+                space._release_stack(self._stack)
             space._trim()
 
     def __enter__(self):
@@ -663,6 +755,10 @@ class EmulatedBackend(Backend):
         self._heap_chunks: set[int] = set()
         self._pool: dict[int, list[int]] = {}         # size -> free ranges
         self._pooled = 0                              # bytes in _pool
+        # guard page -> start of the live guarded range it ends
+        self._guards: dict[int, int] = {}
+        # alloc_guarded address -> (reservation, its size, guard page)
+        self._guarded: dict[int, tuple[int, int, int]] = {}
         self._log: list[tuple[str, int, int, object]] = []
         self._gen = 0            # memory-map changes ever logged
         self._dead: list[tuple[int, _Region]] = []    # (gen, region) to free
@@ -673,7 +769,7 @@ class EmulatedBackend(Backend):
         # Guest code assumes at least 4 KiB pages (aarch64 ADRP, for one).
         self.page_size = max(4096, self.cpu.page_size)
         try:
-            stack = self.reserve(_STACK_SIZE)
+            stack = self._reserve_stack()
             # The return address is inside its page, not at its start:
             # unicorn gives the block that stops the CPU a size of zero and
             # looks up the page of its last byte (the byte before it) for
@@ -707,13 +803,39 @@ class EmulatedBackend(Backend):
             self._cpus.append(cpu)
             try:
                 cpu._map_all()
-                stack = self.reserve(_STACK_SIZE)
+                stack = self._reserve_stack()
                 cpu._start(stack)
             except BaseException:
                 self._cpus.remove(cpu)
                 cpu._close_engine()
                 raise
         return cpu
+
+    def _reserve_stack(self) -> int:
+        """A stack of :data:`_STACK_SIZE` bytes with a guard page below it
+        (stacks grow down: an overflow stops the CPU instead of writing
+        into the reservation before it). Returns the stack's lowest
+        address; its reservation starts one page below."""
+        page = self.page_size
+        with self._lock:
+            base = self._reserve(_STACK_SIZE + page, 0,
+                                 (page, _STACK_SIZE + page))
+            self._guards[base] = base + page
+        return base + page
+
+    def _release_stack(self, stack: int) -> None:
+        """Free a stack from :meth:`_reserve_stack`."""
+        with self._lock:
+            self._guards.pop(stack - self.page_size, None)
+            self.release(stack - self.page_size)
+
+    def stacks(self) -> list[tuple[int, int]]:
+        """``(lowest address, size in bytes)`` of each CPU's stack, in the
+        order of :meth:`cpus` (worker 0's first); a guard page lies below
+        each (:meth:`guard_page`)."""
+        with self._lock:
+            return [(c._stack, _STACK_SIZE) for c in self._cpus
+                    if c._stack is not None]
 
     def cpus(self, n: int) -> list[EmulatedCpu]:
         """``n`` CPUs for ``n`` workers: the backend's own first, then
@@ -790,17 +912,25 @@ class EmulatedBackend(Backend):
         self._check_open("reserve", size)
         size = max(self.page_size, -(-size // self.page_size) * self.page_size)
         with self._lock:
-            addr = self._take(size, max(align, self.page_size))
-            try:
-                region = _Region(addr, size)
-            except (OSError, ValueError, OverflowError) as exc:
-                self._give_back(addr, size)
-                raise BackendError(f"cannot map {size:#x} bytes: {exc}",
-                                   field="reserve", value=size) from None
-            self._regions[addr] = region
-            self._reindex()
-            self._pages.set(addr, addr + size, PROT_READ | PROT_WRITE)
-            self._record("map", addr, size, region.host)
+            return self._reserve(size, align, (0, size))
+
+    def _reserve(self, size: int, align: int, usable: tuple[int, int]) -> int:
+        """Map ``size`` bytes (whole pages) of which those at offsets
+        ``usable`` (``[lo, hi)``) are read/write; the rest stay out of the
+        page map, so the TLB fill refuses them (guard pages). Called with
+        the lock held."""
+        addr = self._take(size, max(align, self.page_size))
+        try:
+            region = _Region(addr, size)
+        except (OSError, ValueError, OverflowError) as exc:
+            self._give_back(addr, size)
+            raise BackendError(f"cannot map {size:#x} bytes: {exc}",
+                               field="reserve", value=size) from None
+        self._regions[addr] = region
+        self._reindex()
+        self._pages.set(addr + usable[0], addr + usable[1],
+                        PROT_READ | PROT_WRITE)
+        self._record("map", addr, size, region.host)
         return addr
 
     def _unmap(self, region: _Region) -> None:
@@ -863,6 +993,12 @@ class EmulatedBackend(Backend):
                 return
             if address in self._heap_live:
                 self._heap_release(address)
+                return
+            guarded = self._guarded.pop(address, None)
+            if guarded is not None:
+                base, total, guard = guarded
+                self._guards.pop(guard, None)
+                self._pool_give(base, total)
                 return
             region = self._regions.get(address)
             if region is None or address in self._heap_chunks:
@@ -967,31 +1103,67 @@ class EmulatedBackend(Backend):
             pages = -(-pages // step) * step
         return pages * self.page_size
 
+    def _guarded_take(self, span: int) -> tuple[int, int, int]:
+        """A reservation for a guarded range of ``span`` bytes (a multiple
+        of :data:`_BINDING_ALIGN`): pages for the range, then a guard page.
+        Taken from the pool of released ones of the same size when there
+        is one. Returns ``(reservation, its size, guard page)``. Called
+        with the lock held."""
+        page = self.page_size
+        total = self._size_class(span) + page
+        free = self._pool.get(total)
+        if free:
+            base = free.pop()
+            self._pooled -= total
+        else:
+            base = self._reserve(total, 0, (0, total - page))
+        return base, total, base + total - page
+
+    def _pool_give(self, base: int, total: int) -> None:
+        """Keep a guarded reservation for reuse (or unmap it past
+        :data:`_POOL_LIMIT`). Called with the lock held."""
+        if self._pooled + total <= _POOL_LIMIT:
+            self._pool.setdefault(total, []).append(base)
+            self._pooled += total
+        else:
+            self._unmap(self._regions[base])
+
+    def guard_page(self, address: int) -> tuple[int, int] | None:
+        """``(guard page, start of the range it guards)`` when ``address``
+        lies in the guard page after a live range from :meth:`map_array` or
+        :meth:`alloc_guarded`, or in the one below a CPU's stack
+        (:meth:`stacks`), else None."""
+        page = address - address % self.page_size
+        start = self._guards.get(page)
+        return None if start is None else (page, start)
+
     def map_array(self, array: np.ndarray):
-        """Copy a C-contiguous array into guest memory (64-byte aligned);
-        ``finish()`` copies it back unless the array is read-only, and
-        returns the range for reuse by later bindings."""
+        """Copy a C-contiguous array into guest memory: 64-byte aligned,
+        ending at most 63 bytes before a guard page, the bytes between
+        holding a canary. ``finish()`` copies the array back unless it is
+        read-only, compares the canary and returns the range for reuse by
+        later bindings of the same size class.
+
+        ``finish()`` raises :class:`GuardError` (after copying back) when
+        the guest changed a canary byte: it wrote past the array's end."""
         if not array.flags.c_contiguous:
             raise BackendError("arrays must be C-contiguous", field="binding",
                                value=array.shape)
         self._check_open("binding", array.shape)
         nbytes = array.nbytes
+        span = -(-nbytes // _BINDING_ALIGN) * _BINDING_ALIGN
+        tail = span - nbytes
         with self._lock:
-            if nbytes <= _HEAP_LIMIT:
-                addr = self._heap_take(nbytes)
-                pooled = 0
-            else:
-                pooled = self._size_class(nbytes)
-                free = self._pool.get(pooled)
-                if free:
-                    addr = free.pop()
-                    self._pooled -= pooled
-                else:
-                    addr = self.reserve(pooled)
-            host = self._host(addr, max(nbytes, 1))
-            region = self._regions.get(addr)
+            base, total, guard = self._guarded_take(span)
+            region = self._regions[base]
+            addr = guard - span
+            self._guards[guard] = addr
+        host = region.host + (addr - base)
+        data = array.ctypes.data if nbytes else 0
         if nbytes:
-            _memmove(host, array.ctypes.data, nbytes)
+            _memmove(host, data, nbytes)
+        if tail:
+            _memmove(host + nbytes, _CANARY, tail)
         done = False
 
         def finish():
@@ -1002,23 +1174,57 @@ class EmulatedBackend(Backend):
             with self._lock:
                 # Nothing to copy from once the range is gone (backend
                 # closed, or the address released by hand).
-                if pooled:
-                    live = self._regions.get(addr) is region
-                else:
-                    live = self._heap_live.get(addr, -1) >= nbytes
-                if self._closed or not live:
+                if self._closed or self._regions.get(base) is not region:
                     return
+                changed = (tail and _string_at(host + nbytes, tail)
+                           != _CANARY_PREFIX[tail])
                 if nbytes and array.flags.writeable:
-                    _memmove(array.ctypes.data, host, nbytes)
-                if not pooled:
-                    self._heap_release(addr)
-                elif self._pooled + pooled <= _POOL_LIMIT:
-                    self._pool.setdefault(pooled, []).append(addr)
-                    self._pooled += pooled
-                else:
-                    self.release(addr)
+                    _memmove(data, host, nbytes)
+                if changed:
+                    err = _guard_error(host, addr, nbytes, tail, "binding")
+                self._guards.pop(guard, None)
+                self._pool_give(base, total)
+            if changed:
+                raise err
 
         return addr, finish
+
+    def alloc_guarded(self, size: int):
+        """``size`` zeroed read/write bytes, 64-byte aligned, ending at most
+        63 bytes before a guard page (the TLB fill refuses it: a read or
+        write reaching it stops the CPU with its exact address), the bytes
+        between holding a canary.
+
+        Returns ``(address, check)``: ``check()`` raises
+        :class:`GuardError` when a canary byte changed since the allocation
+        or the last check (and writes the canary again); ``check`` is None
+        when ``size`` is a multiple of 64 (the guard page follows at once).
+        Free with :meth:`release`."""
+        self._check_open("alloc_guarded", size)
+        span = -(-max(size, 0) // _BINDING_ALIGN) * _BINDING_ALIGN
+        tail = span - size
+        with self._lock:
+            base, total, guard = self._guarded_take(span)
+            addr = guard - span
+            self._guards[guard] = addr
+            self._guarded[addr] = (base, total, guard)
+            host = self._regions[base].host + (addr - base)
+        _memset(host, 0, size)
+        if not tail:
+            return addr, None
+        _memmove(host + size, _CANARY, tail)
+
+        def check():
+            with self._lock:
+                if self._guarded.get(addr, (None,))[0] != base:
+                    return
+                if _string_at(host + size, tail) == _CANARY_PREFIX[tail]:
+                    return
+                err = _guard_error(host, addr, size, tail, "range")
+                _memmove(host + size, _CANARY, tail)
+            raise err
+
+        return addr, check
 
     # --- calls ------------------------------------------------------------
     def call(self, address: int, *args: int) -> int:
@@ -1037,6 +1243,14 @@ class EmulatedBackend(Backend):
         the workers' calls run at the same time."""
         return [(lambda call: lambda *args: call(address, *args))(cpu.call)
                 for cpu in self.cpus(max(1, workers))]
+
+    def stop_workers(self, workers: int) -> None:
+        """Stop the calls running on the first ``workers`` CPUs
+        (:meth:`EmulatedCpu.stop`)."""
+        with self._lock:
+            cpus = self._cpus[:workers]
+        for cpu in cpus:
+            cpu.stop()
 
     def callback(self, function: Callable[..., int], nargs: int) -> int:
         self._check_open("callback", 0)
@@ -1081,6 +1295,8 @@ class EmulatedBackend(Backend):
             self._heap_chunks.clear()
             self._pool.clear()
             self._pooled = 0
+            self._guards.clear()
+            self._guarded.clear()
             self._callbacks.clear()
 
     @property
@@ -1092,3 +1308,21 @@ class EmulatedBackend(Backend):
             chunks = len(self._heap_chunks) * _HEAP_CHUNK
             return (sum(r.size for r in self._regions.values()) - chunks
                     - self._pooled + sum(self._heap_live.values()))
+
+
+def _guard_error(host: int, address: int, size: int, tail: int,
+                 what: str) -> GuardError:
+    """The error for a guarded range of ``size`` bytes at guest ``address``
+    (host ``host``) whose ``tail`` canary bytes changed."""
+    got = _string_at(host + size, tail)
+    first = next(i for i in range(tail) if got[i] != _CANARY[i])
+    last = max(i for i in range(tail) if got[i] != _CANARY[i])
+    err = GuardError(f"guest code wrote past the end of the {size}-byte "
+                     f"{what} at {address:#x}: byte {size + first} changed "
+                     f"({first + 1} past the end)", field=what,
+                     value=address)
+    err.address, err.size = address, size
+    err.offset, err.last_offset = size + first, size + last
+    err.fault, err.fault_page, err.pc = "overrun", None, None
+    err.fault_address, err.access_size = address + size + first, None
+    return err
