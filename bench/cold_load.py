@@ -35,7 +35,6 @@ import _ctypes
 import argparse
 import ctypes
 import itertools
-import os
 import shutil
 import subprocess
 import sys

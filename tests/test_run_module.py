@@ -5,7 +5,6 @@ run``, and bad command lines end in one line on stderr."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
