@@ -21,6 +21,8 @@ an emulated fault also stops the other workers' CPUs.
 
 from __future__ import annotations
 
+import os
+import queue
 import struct
 import threading
 import time
@@ -229,6 +231,55 @@ class DispatchLayout:
         self.local_memory = []
 
 
+class HelperThreads:
+    """Host threads kept for the helper workers of dispatches (worker 0 is
+    the calling thread): starting a thread costs 0.1-3 ms on a busy
+    machine, more than a chunk of work, so threads stay and wait for the
+    next job. A thread is added whenever a job finds none idle."""
+
+    def __init__(self):
+        self._reset()
+        if hasattr(os, "register_at_fork"):
+            # A forked child has none of the parent's threads.
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self.count = 0
+
+    def submit(self, fn: Callable[[int], None], worker: int,
+               done: threading.Semaphore) -> None:
+        """Run ``fn(worker)`` on a helper thread, then release ``done``
+        (also when ``fn`` raises; ``fn`` reports its own errors)."""
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            else:
+                self.count += 1
+                threading.Thread(target=self._serve, args=(self._jobs,),
+                                 name=f"hal_cpu worker {self.count}",
+                                 daemon=True).start()
+        self._jobs.put((fn, worker, done))
+
+    def _serve(self, jobs: queue.SimpleQueue) -> None:
+        while True:
+            fn, worker, done = jobs.get()
+            try:
+                fn(worker)
+            except BaseException:  # noqa: BLE001 - fn keeps its own errors
+                pass
+            finally:
+                with self._lock:
+                    self._idle += 1
+                done.release()
+
+
+#: The helper threads of every dispatch in this process.
+HELPERS = HelperThreads()
+
+
 class _Chunks:
     """Hands out [begin, end) chunks of linear workgroup ids to workers."""
 
@@ -313,15 +364,15 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
     chunks = _Chunks(total, workers)
     failures: list[tuple[int, int]] = []
     errors: list[BaseException] = []
-    threads: list[threading.Thread] = []
+    helpers_done = threading.Semaphore(0)
+    helpers: list[int] = []
 
     def start_helpers(seconds_left: float) -> None:
-        # Threads only pay off when the rest of the grid takes a while.
-        if workers > 1 and not threads and seconds_left > THREAD_SECONDS:
-            threads.extend(threading.Thread(target=work, args=(w,), daemon=True)
-                           for w in range(1, workers))
-            for t in threads:
-                t.start()
+        # Helpers only pay off when the rest of the grid takes a while.
+        if workers > 1 and not helpers and seconds_left > THREAD_SECONDS:
+            helpers.append(workers - 1)
+            for w in range(1, workers):
+                HELPERS.submit(work, w, helpers_done)
 
     def work(w: int) -> None:
         size = first
@@ -373,10 +424,11 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
     try:
         work(0)
     finally:
-        for t in threads:
-            while t.is_alive():
+        for _ in range(helpers[0] if helpers else 0):
+            while True:
                 try:
-                    t.join()
+                    helpers_done.acquire()
+                    break
                 except KeyboardInterrupt as exc:
                     errors.append(exc)
                     layout.raise_stop()
