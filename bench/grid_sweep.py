@@ -26,6 +26,11 @@ natural one would write past the output, as IREE's kernels do not check).
   rounds of their own (``--emulated-rounds``). Emulated dispatches copy the
   8.5 MB of bindings into guest memory and back, which is in the fixed cost.
 
+A dispatch function that returns 0 at once (a few bytes of machine code
+per architecture, ``TRIVIAL``) is also run emulated on grids of 1 and 4096
+workgroups through ``hal_cpu.dispatch.run_grid``: the difference per
+workgroup is the emulated per-workgroup overhead without kernel work.
+
 For each runner a least-squares line t = fixed + slope * X through the
 medians (and through the minima) of the grid sizes gives the fixed cost and
 the per-workgroup slope; the slope includes the kernel's own work (32 rows
@@ -80,6 +85,39 @@ def plan_for(arch: str):
     plan = iree.plan_program(compiled, [np.empty(SHAPE, np.float32)])
     (dispatch,) = plan.dispatches
     return compiled, dispatch
+
+
+#: A dispatch function that returns 0 at once (machine code per
+#: architecture): the workgroup loop's own cost under emulation.
+TRIVIAL = {
+    "x86_64": bytes.fromhex("31c0c3"),              # xor eax, eax; ret
+    "aarch64": bytes.fromhex("00008052c0035fd6"),   # mov w0, #0; ret
+    "riscv64": bytes.fromhex("1305000067800000"),   # li a0, 0; ret
+}
+#: Grid of the trivial kernel: the slope is (t(N) - t(1)) / (N - 1).
+TRIVIAL_GRID = 4096
+
+
+def trivial_cases(arch: str):
+    """(backend, {grid: measure}) for the trivial kernel on the emulated
+    backend of ``arch``, run by :func:`hal_cpu.dispatch.run_grid` like any
+    export (workers=1)."""
+    from elfloader.backend.emulated import EmulatedBackend
+    from hal_cpu import dispatch as D
+    import elfloader
+    be = EmulatedBackend(elfloader.arch.by_name(arch))
+    fn = be.place_code(TRIVIAL[arch])
+    env = be.alloc(256, 64)
+    layout = D.DispatchLayout(be, 0, 0, 1, 0)
+    cases = {}
+    for g in (1, TRIVIAL_GRID):
+        def call(g=g):
+            layout.write((1, 1, 1), (g, 1, 1), 1, [], [], [], g)
+            D.run_grid(be, layout, fn, env, g, label="trivial", path="<trivial>",
+                       grid=(g, 1, 1))
+        call()
+        cases[g] = T.wall(call)
+    return be, cases
 
 
 def main() -> int:
@@ -137,7 +175,13 @@ def main() -> int:
         print("host is not x86_64: native and IREE cases skipped")
 
     emu_cases: dict[str, T.Measure] = {}
+    trivial_backends = []
     if not args.no_emulated:
+        for arch in EMULATED:
+            be, cases = trivial_cases(arch)
+            trivial_backends.append(be)
+            for g, m in cases.items():
+                emu_cases[f"trivial {arch} {g}"] = m
         for arch in EMULATED:
             _, d = plan_for(arch)
             if d.workgroup_count != natural:
@@ -157,6 +201,8 @@ def main() -> int:
     finally:
         for exe in opened:
             exe.close()
+        for be in trivial_backends:
+            be.close()
 
     print(T.machine_line())
     print(f"{versions()}; load average before {load_before}, after {loadavg()}")
@@ -205,6 +251,22 @@ def main() -> int:
           "through the minima)")
     print(T.table(["runner", "fixed", "slope", "slope ratio", "fixed (min)",
                    "slope (min)", "slope ratio (min)", "to"], rows))
+
+    if trivial_backends:
+        rows = []
+        for arch in EMULATED:
+            one, many = (stats[f"trivial {arch} {g}"] for g in (1, TRIVIAL_GRID))
+            if one.ok and many.ok:
+                per = [(m - o) / (TRIVIAL_GRID - 1) for m, o in
+                       ((many.median, one.median), (many.min, one.min))]
+                rows.append([arch, T.fmt_time(one.median),
+                             T.fmt_time(many.median), fmt_signed(per[0]),
+                             fmt_signed(per[1])])
+        print(f"\nemulated per-workgroup overhead: a dispatch function that "
+              f"returns 0 at once, grids of 1 and {TRIVIAL_GRID} workgroups "
+              "(workers=1); overhead = (t(N) - t(1)) / (N - 1)")
+        print(T.table(["arch", "1 workgroup", f"{TRIVIAL_GRID} workgroups",
+                       "overhead (median)", "overhead (min)"], rows))
     return 0
 
 
