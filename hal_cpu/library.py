@@ -495,7 +495,7 @@ class Executable:
             layout = layouts[key] = DispatchLayout(
                 self.backend, n, len(consts), workers, exp.local_memory_size)
             layout.calls(exp.address, self._env)
-        finishers = None
+        finishers = pointers = lengths = None
         ran = False
         try:
             if self._in_place:

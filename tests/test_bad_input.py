@@ -222,6 +222,22 @@ def test_too_few_bindings_or_constants(compiled):
             assert info.value.name == exe.path
 
 
+@pytest.mark.parametrize("backend", ["native", "emulated"])
+@pytest.mark.parametrize("position", [0, 1])
+def test_binding_that_is_no_buffer_is_typed(compiled, backend, position):
+    """A binding that is neither an array nor a buffer is refused with a
+    DispatchError naming it, whichever binding it is and whether or not
+    the bindings before it were copied."""
+    so = compiled("scale_dyn", "x86_64").so_files[0]
+    with Executable(so, backend=backend) as exe:
+        exp = exe.exports[0]
+        arrays = [np.zeros(17, np.float32)[1:] for _ in range(exp.binding_count)]
+        arrays[position] = 42
+        with pytest.raises(DispatchError) as info:
+            exe.dispatch(0, (1, 1, 1), arrays, [0] * exp.constant_count)
+        assert info.value.field == f"bindings[{position}]", str(info.value)
+
+
 def test_dispatch_after_close_is_typed(compiled):
     from hal_cpu import LibraryError
     for backend in ("native", "emulated"):
