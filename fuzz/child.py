@@ -171,6 +171,19 @@ def _wrap_calls(cls, rep: Reporter) -> None:
                 rep.send("G-")
         return guest
 
+    orig_bound = cls.bound_calls
+
+    def bound_calls(self, address, args):
+        def wrap(fn):
+            def guest():
+                rep.send("G+", hex(address))
+                try:
+                    return fn()
+                finally:
+                    rep.send("G-")
+            return guest
+        return [wrap(fn) for fn in orig_bound(self, address, args)]
+
     def callback(self, fn, nargs):
         def host(*args):
             rep.send("C+")
@@ -181,6 +194,7 @@ def _wrap_calls(cls, rep: Reporter) -> None:
         return orig_callback(self, host, nargs)
 
     cls.call, cls.function, cls.callback = call, function, callback
+    cls.bound_calls = bound_calls
 
 
 # --- the user's steps ------------------------------------------------------------
