@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from fatelf import arches
-from fatelf.cstruct import CStruct
 
+from hal_cpu.demo import MUL_PARAMS
 from hal_cpu.iree import Compiled, compile_program
 from program_specs import ALL_PROGRAMS
 
@@ -91,9 +91,5 @@ def elf_files(tmp_path_factory) -> dict[str, Path]:
 
 
 #: The params struct of the sample plugins' ``simple_mul_workgroup`` import
-#: (sample_plugins/sample_common.h, mul_params_t).
-SIMPLE_MUL = CStruct("mul_params_t", [
-    ("binding0", "ptr"), ("offset0", "size"), ("binding1", "ptr"),
-    ("offset1", "size"), ("binding2", "ptr"), ("offset2", "size"),
-    ("dim", "size"), ("tid", "size"), ("processor_id", "u32"),
-    ("processor_data", "ptr")])
+#: (sample_plugins/sample_common.h, mul_params_t), as the package describes it.
+SIMPLE_MUL = MUL_PARAMS

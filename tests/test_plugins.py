@@ -60,8 +60,9 @@ def test_python_plugin_from_native_and_emulated_code(compile_cache):
 
     def mul_minus_one(params, context):
         p = params.struct(SIMPLE_MUL)
-        b0, o0, b1, o1, b2, o2 = (p[k] for k in ("binding0", "offset0", "binding1",
-                                                  "offset1", "binding2", "offset2"))
+        b0, o0, b1, o1, b2, o2 = (p[k] for k in (
+            "binding0", "binding0_offset", "binding1", "binding1_offset",
+            "binding2", "binding2_offset"))
         dim, tid = p["dim"], p["tid"]
         lo, hi = tid * 64, min(dim, tid * 64 + 64)
         x = params.array(b0 + 4 * (o0 + lo), np.float32, hi - lo)
