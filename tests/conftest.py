@@ -90,6 +90,17 @@ def elf_files(tmp_path_factory) -> dict[str, Path]:
         return {k: f.result() for k, f in futures.items()}
 
 
+def process_memory() -> dict[str, int]:
+    """VmRSS and VmSize of this process, in bytes (/proc/self/status)."""
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmSize"):
+                out[key] = int(value.split()[0]) * 1024
+    return out
+
+
 #: The params struct of the sample plugins' ``simple_mul_workgroup`` import
 #: (sample_plugins/sample_common.h, mul_params_t), as the package describes it.
 SIMPLE_MUL = MUL_PARAMS

@@ -17,7 +17,7 @@ from elfloader.backend.native import NativeBackend
 from hal_cpu import DispatchError, Executable, LibraryError
 from hal_cpu.iree import plan_program
 
-from conftest import PREBUILT
+from conftest import PREBUILT, process_memory
 
 
 @pytest.fixture
@@ -332,9 +332,7 @@ def test_huge_bss_costs_memory_in_proportion_to_the_file(backend):
     struct.pack_into("<Q", data, e_phoff + 56 * last + 40, 0x3000_0000)
 
     def rss():
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) * 1024 for line in f
-                        if line.startswith("VmRSS:"))
+        return process_memory()["VmRSS"]
     before, t0 = rss(), _time.perf_counter()
     try:
         module = elfloader.load(bytes(data), backend=backend)

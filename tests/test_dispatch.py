@@ -17,7 +17,7 @@ from hal_cpu import DispatchError, Executable, dispatch as dispatch_mod
 from hal_cpu.iree import compile_program, plan_program
 from hal_cpu.plugins import PluginManager
 
-from conftest import ROOT, SIMPLE_MUL
+from conftest import ROOT, SIMPLE_MUL, process_memory
 from program_specs import PROGRAMS
 
 EXAMPLE = ROOT / "sample_plugins" / "standalone_example.mlir"
@@ -147,10 +147,7 @@ def test_ten_million_workgroups_natively_with_flat_memory():
         grid = (10 ** 5, 10, 10)
 
         def rss():
-            with open("/proc/self/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) * 1024
+            return process_memory()["VmRSS"]
         layout.write((1, 1, 1), grid, 1, [], [], [], total)
         before = rss()
         t0 = time.perf_counter()

@@ -13,6 +13,8 @@ import elfloader
 from elfloader.backend import PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE
 from elfloader.backend.emulated import EmulatedBackend
 
+from conftest import process_memory
+
 ARCHES = ["x86_64", "x86_32", "aarch64", "arm32", "riscv64", "riscv32"]
 PREBUILT = Path(__file__).resolve().parent.parent / "sample_plugins" / "prebuilt"
 UNMAPPED = 0x7000_0000
@@ -209,16 +211,6 @@ def test_binding_refuses_non_contiguous(cpu):
 
 
 # --- lifetime ---------------------------------------------------------------------
-def _vm() -> dict[str, int]:
-    out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmSize"):
-                out[key] = int(value.split()[0]) * 1024
-    return out
-
-
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
 def test_load_close_cycles_keep_memory_flat():
     so = PREBUILT / "standalone_x86_64.so"
@@ -235,11 +227,11 @@ def test_load_close_cycles_keep_memory_flat():
     for _ in range(10):
         cycle()
     gc.collect()
-    before = _vm()
+    before = process_memory()
     for _ in range(300):
         cycle()
     gc.collect()
-    after = _vm()
+    after = process_memory()
     assert after["VmRSS"] - before["VmRSS"] < 50 << 20, (before, after)
     assert after["VmSize"] - before["VmSize"] < 2 << 30, (before, after)
 
@@ -248,11 +240,11 @@ def test_load_close_cycles_keep_memory_flat():
 def test_close_frees_the_engine_at_once():
     backend = EmulatedBackend(elfloader.arch.by_name("aarch64"))
     backend.call(code(backend, LOAD), backend.reserve(PAGE))
-    open_size = _vm()["VmSize"]
+    open_size = process_memory()["VmSize"]
     backend.close()
     # The translation buffer (hundreds of MiB of address space) is gone
     # without waiting for the garbage collector.
-    assert open_size - _vm()["VmSize"] > 64 << 20
+    assert open_size - process_memory()["VmSize"] > 64 << 20
 
 
 def test_use_after_close_raises():

@@ -14,6 +14,8 @@ import pytest
 import elfloader
 from hal_cpu import Executable, LibraryError
 
+from conftest import process_memory
+
 SAMPLES = Path(__file__).resolve().parent.parent / "hal_cpu" / "samples"
 MANIFEST = json.loads((SAMPLES / "manifest.json").read_text())
 KERNEL = MANIFEST["kernels"]["mul_add"]
@@ -27,17 +29,6 @@ CYCLES = 300
 #: Growth allowed over CYCLES cycles after the warm-up.
 MAX_RSS_GROWTH = 20 << 20
 MAX_VMSIZE_GROWTH = 1 << 30
-
-
-def _vm() -> dict[str, int]:
-    """VmRSS and VmSize of this process, in bytes."""
-    out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmSize"):
-                out[key] = int(value.split()[0]) * 1024
-    return out
 
 
 def _arrays():
@@ -63,11 +54,11 @@ def test_load_dispatch_close_cycles_keep_memory_flat(backend, arch):
     for _ in range(20):
         cycle()
     gc.collect()
-    before = _vm()
+    before = process_memory()
     for _ in range(CYCLES):
         cycle()
     gc.collect()
-    after = _vm()
+    after = process_memory()
     grew = {k: after[k] - before[k] for k in after}
     assert grew["VmRSS"] < MAX_RSS_GROWTH, (before, after)
     assert grew["VmSize"] < MAX_VMSIZE_GROWTH, (before, after)
