@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import mmap
 import os
 from typing import Callable
@@ -204,22 +205,9 @@ class NativeBackend(Backend):
 
     def bound_calls(self, address: int,
                     args: list[tuple[int, ...]]) -> list[Callable[[], int]]:
-        fn = self._fn_type(len(args[0]))(address)
-        out = []
-        for a in args:
-            cargs = [_WORD(x) for x in a]
-
-            def call(cargs=cargs) -> int:
-                if self._closed:
-                    raise BackendError("the native backend is closed",
-                                       field="call", value=address)
-                result = fn(*cargs)
-                if self._pending is not None:
-                    exc, self._pending = self._pending, None
-                    raise exc
-                return result
-            out.append(call)
-        return out
+        # The arguments are converted to C words once, not on every call.
+        call = self.function(address, len(args[0]))
+        return [functools.partial(call, *[_WORD(x) for x in a]) for a in args]
 
     def view(self, address: int, size: int) -> memoryview:
         return memoryview((ctypes.c_char * size).from_address(address)).cast("B")
