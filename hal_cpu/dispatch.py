@@ -202,6 +202,21 @@ class DispatchLayout:
         self._stopped = True
         self.backend.write(self.stop, pack_array("u32", 4, [1]))
 
+    def run_whole(self, total: int, grid, label: str, path: str) -> None:
+        """Run the grid ``[0, total)`` in one crossing on worker 0
+        (``total <= whole``; :meth:`write` set worker 0's range, and the
+        loop is bound by :meth:`calls`).
+
+        Raises:
+            DispatchError: a workgroup returned non-zero.
+            LocalMemoryOverrunError: a workgroup wrote past its local memory.
+        """
+        ret = self.loops[0]()
+        if ret:
+            check_return(self, ret, total, grid, label, path)
+        if self.local_checks:
+            self.check_local(label, path)
+
     def check_local(self, label: str, path: str) -> None:
         """Raise when guest code wrote past the end of a worker's local
         memory since the last check (backends with canaries only).
@@ -352,12 +367,7 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
         # Small enough that the other workers find work left to share.
         first = max(1, min(first, total // (4 * workers)))
     if total <= layout.whole:
-        # One crossing runs the whole grid (layout.write set worker 0's range).
-        ret = loops[0]()
-        if ret:
-            check_return(layout, ret, total, grid, label, path)
-        if layout.local_checks:
-            layout.check_local(label, path)
+        layout.run_whole(total, grid, label, path)
         if progress is not None:
             progress(total, total)
         return

@@ -25,7 +25,7 @@ import elfloader
 from elfloader import Backend
 
 from . import abi, runtime
-from .dispatch import DispatchLayout, check_return, run_grid
+from .dispatch import DispatchLayout, run_grid
 from .errors import (DispatchError, ExportNotFoundError, LibraryError,
                      UnresolvedImportError)
 from .memory import GuestView, ptr_array
@@ -457,14 +457,7 @@ class Executable:
         exp = self._export_cache.get(export) if type(export) in (int, str) else None
         if exp is None:
             exp = self.export(export)
-        wc = workgroup_count
-        if type(wc) is tuple and len(wc) == 3:
-            x, y, z = wc
-            if not (type(x) is int and type(y) is int and type(z) is int and
-                    0 <= x < 1 << 32 and 0 <= y < 1 << 32 and 0 <= z < 65536):
-                wc = _triple(wc, "workgroup_count", self.path, 1 << 32, 0)
-        else:
-            wc = _triple(wc, "workgroup_count", self.path, 1 << 32, 0)
+        wc = _triple(workgroup_count, "workgroup_count", self.path, 1 << 32, 0)
         wsize = (_triple(workgroup_size, "workgroup_size", self.path, 1 << 32, 1)
                  if workgroup_size is not None else exp.workgroup_size)
         n = len(bindings)
@@ -531,14 +524,9 @@ class Executable:
                                   pointers, lengths)
             else:
                 try:
+                    # (run_grid, minus its set-up, for a grid of one crossing)
                     if total <= layout.whole:
-                        # One crossing runs the grid (layout.write set the range).
-                        ret = layout.loops[0]()
-                        if ret:
-                            check_return(layout, ret, total, wc, exp.label,
-                                         self.path)
-                        if layout.local_checks:
-                            layout.check_local(exp.label, self.path)
+                        layout.run_whole(total, wc, exp.label, self.path)
                     else:
                         run_grid(self.backend, layout, exp.address, self._env,
                                  total, label=exp.label, path=self.path, grid=wc)
