@@ -148,8 +148,11 @@ class DispatchLayout:
         self.per_workgroup: float | None = None
         #: grids of at most this many workgroups run in one crossing
         self.whole = FIRST_CHUNK.get(backend.kind, 1) if workers == 1 else 0
-        # Natively the head is packed straight into the block.
+        # Natively the head is packed straight into the block; elsewhere
+        # into a buffer then written.
         self._view = backend.view(b, head)
+        self._target = (self._view if self._view is not None
+                        else bytearray(self._head.size))
         #: the workgroup loop as one no-argument callable per worker, bound
         #: to the export and environment in ``bound`` (see :meth:`calls`)
         self.loops: list[Callable[[], int]] | None = None
@@ -174,18 +177,13 @@ class DispatchLayout:
         0's range as ``[0, end)`` (one write)."""
         sx, sy, sz = workgroup_size
         cx, cy, cz = workgroup_count
-        if self._view is not None:
-            self._head.pack_into(
-                self._view, 0, sx, sy, sz, self.constant_count, cx, cy, cz,
-                max_concurrency, self.binding_count, self.consts, self.ptrs,
-                self.lens, *constants, *pointers, *lengths,
-                0, end, runtime.NO_INDEX, self.stop, 0, 0)
-        else:
-            self.backend.write(self.block, self._head.pack(
-                sx, sy, sz, self.constant_count, cx, cy, cz, max_concurrency,
-                self.binding_count, self.consts, self.ptrs, self.lens,
-                *constants, *pointers, *lengths,
-                0, end, runtime.NO_INDEX, self.stop, 0, 0))
+        self._head.pack_into(
+            self._target, 0, sx, sy, sz, self.constant_count, cx, cy, cz,
+            max_concurrency, self.binding_count, self.consts, self.ptrs,
+            self.lens, *constants, *pointers, *lengths,
+            0, end, runtime.NO_INDEX, self.stop, 0, 0)
+        if self._view is None:
+            self.backend.write(self.block, self._target)
         if self._stopped:
             self.backend.write(self.stop, self._zero)
             self._stopped = False
@@ -238,6 +236,7 @@ class DispatchLayout:
 
     def close(self) -> None:
         if self._view is not None:
+            self._target = None
             self._view.release()
             self._view = None
         self.backend.release(self.block)
