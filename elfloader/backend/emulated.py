@@ -996,9 +996,7 @@ class EmulatedBackend(Backend):
                 return
             guarded = self._guarded.pop(address, None)
             if guarded is not None:
-                base, total, guard = guarded
-                self._guards.pop(guard, None)
-                self._pool_give(base, total)
+                self._close_guarded(*guarded)
                 return
             region = self._regions.get(address)
             if region is None or address in self._heap_chunks:
@@ -1128,6 +1126,28 @@ class EmulatedBackend(Backend):
         else:
             self._unmap(self._regions[base])
 
+    def _open_guarded(self, size: int):
+        """Take a guarded range of ``size`` bytes (see :meth:`map_array`)
+        and write its canary. Returns ``(address, host address,
+        reservation, its size, guard page, canary length)``; give it back
+        with :meth:`_close_guarded`."""
+        span = -(-size // _BINDING_ALIGN) * _BINDING_ALIGN
+        with self._lock:
+            base, total, guard = self._guarded_take(span)
+            addr = guard - span
+            self._guards[guard] = addr
+            host = self._regions[base].host + (addr - base)
+        tail = span - size
+        if tail:
+            _memmove(host + size, _CANARY, tail)
+        return addr, host, base, total, guard, tail
+
+    def _close_guarded(self, base: int, total: int, guard: int) -> None:
+        """Give back a range from :meth:`_open_guarded` (for reuse by a
+        range of the same size class). Called with the lock held."""
+        self._guards.pop(guard, None)
+        self._pool_give(base, total)
+
     def guard_page(self, address: int) -> tuple[int, int] | None:
         """``(guard page, start of the range it guards)`` when ``address``
         lies in the guard page after a live range from :meth:`map_array` or
@@ -1151,19 +1171,11 @@ class EmulatedBackend(Backend):
                                value=array.shape)
         self._check_open("binding", array.shape)
         nbytes = array.nbytes
-        span = -(-nbytes // _BINDING_ALIGN) * _BINDING_ALIGN
-        tail = span - nbytes
-        with self._lock:
-            base, total, guard = self._guarded_take(span)
-            region = self._regions[base]
-            addr = guard - span
-            self._guards[guard] = addr
-        host = region.host + (addr - base)
+        addr, host, base, total, guard, tail = self._open_guarded(nbytes)
+        region = self._regions[base]
         data = array.ctypes.data if nbytes else 0
         if nbytes:
             _memmove(host, data, nbytes)
-        if tail:
-            _memmove(host + nbytes, _CANARY, tail)
         done = False
 
         def finish():
@@ -1176,14 +1188,12 @@ class EmulatedBackend(Backend):
                 # closed, or the address released by hand).
                 if self._closed or self._regions.get(base) is not region:
                     return
-                changed = (tail and _string_at(host + nbytes, tail)
-                           != _CANARY_PREFIX[tail])
+                changed = _canary_changed(host, nbytes, tail)
                 if nbytes and array.flags.writeable:
                     _memmove(data, host, nbytes)
                 if changed:
                     err = _guard_error(host, addr, nbytes, tail, "binding")
-                self._guards.pop(guard, None)
-                self._pool_give(base, total)
+                self._close_guarded(base, total, guard)
             if changed:
                 raise err
 
@@ -1201,24 +1211,19 @@ class EmulatedBackend(Backend):
         when ``size`` is a multiple of 64 (the guard page follows at once).
         Free with :meth:`release`."""
         self._check_open("alloc_guarded", size)
-        span = -(-max(size, 0) // _BINDING_ALIGN) * _BINDING_ALIGN
-        tail = span - size
+        size = max(size, 0)
+        addr, host, base, total, guard, tail = self._open_guarded(size)
         with self._lock:
-            base, total, guard = self._guarded_take(span)
-            addr = guard - span
-            self._guards[guard] = addr
             self._guarded[addr] = (base, total, guard)
-            host = self._regions[base].host + (addr - base)
         _memset(host, 0, size)
         if not tail:
             return addr, None
-        _memmove(host + size, _CANARY, tail)
 
         def check():
             with self._lock:
                 if self._guarded.get(addr, (None,))[0] != base:
                     return
-                if _string_at(host + size, tail) == _CANARY_PREFIX[tail]:
+                if not _canary_changed(host, size, tail):
                     return
                 err = _guard_error(host, addr, size, tail, "range")
                 _memmove(host + size, _CANARY, tail)
@@ -1308,6 +1313,12 @@ class EmulatedBackend(Backend):
             chunks = len(self._heap_chunks) * _HEAP_CHUNK
             return (sum(r.size for r in self._regions.values()) - chunks
                     - self._pooled + sum(self._heap_live.values()))
+
+
+def _canary_changed(host: int, size: int, tail: int) -> bool:
+    """Whether the ``tail`` canary bytes after ``size`` bytes at host
+    address ``host`` differ from :data:`_CANARY`."""
+    return bool(tail) and _string_at(host + size, tail) != _CANARY_PREFIX[tail]
 
 
 def _guard_error(host: int, address: int, size: int, tail: int,
