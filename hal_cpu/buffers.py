@@ -20,6 +20,9 @@ DTYPES = {
     "i64": np.int64, "si8": np.int8, "si16": np.int16, "si32": np.int32,
     "si64": np.int64, "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32,
     "ui64": np.uint64, "f16": np.float16, "f32": np.float32, "f64": np.float64,
+    # IREE names complex element types by their total width: cf64 is
+    # complex<f32>, cf128 complex<f64>.
+    "cf64": np.complex64, "cf128": np.complex128,
 }
 # bf16 and the 8-bit floats IREE's buffer views print, through ml_dtypes.
 for _name, _attr in (("bf16", "bfloat16"), ("f8E4M3FN", "float8_e4m3fn"),
@@ -79,7 +82,8 @@ def parse_binding(spec: str) -> np.ndarray:
         except BindingSpecError:
             raise fail(f"{path} holds {arr.dtype}, which has no IREE element "
                        "type") from None
-        return np.ascontiguousarray(arr)
+        # np.ascontiguousarray would make a 0-d array 1-d
+        return arr.copy(order="C")
     head, sep, body = spec.partition("=")
     m = _SHAPE.match(head.strip())
     if not m:
@@ -149,7 +153,8 @@ def format_buffer_view(array: np.ndarray, max_elements: int = 1024) -> str:
     ``f32=2.5`` for rank 0.
 
     Floats print as C's ``%G`` (``2.5E-07``, ``INF``, ``-NAN``), integers in
-    decimal (signless integers as signed), i1 as 0/1. Only the first
+    decimal (signless integers as signed), i1 as 0/1, complex numbers as
+    the hex digits of their bytes in memory order (as IREE does). Only the first
     ``max_elements`` elements print; the row where they run out ends in
     ``...`` and every later row prints as ``[...]`` (IREE's
     ``--output_max_element_count``).
@@ -164,6 +169,9 @@ def format_buffer_view(array: np.ndarray, max_elements: int = 1024) -> str:
         cells = ["1" if v else "0" for v in flat[:max_elements].tolist()]
     elif kind in "iu":
         cells = [str(v) for v in flat[:max_elements].tolist()]
+    elif kind == "c":
+        # IREE prints complex elements as the hex of their bytes in memory
+        cells = [v.tobytes().hex().upper() for v in flat[:max_elements]]
     else:
         cells = [_fmt_float(v) for v in flat[:max_elements].astype(np.float64).tolist()]
     budget = [max_elements]

@@ -1,26 +1,34 @@
-"""Compile MLIR with ``iree-compile``, plan its dispatches from the HAL-level
-IR, run them with :mod:`hal_cpu`, and compare with IREE's own runtime.
+"""Compile MLIR with ``iree-compile``, run its host program with
+:mod:`hal_cpu`, and compare with IREE's own runtime.
 
 ``iree-compile`` (``llvm-cpu`` backend) turns a program into a ``.vmfb``
 module that carries embedded-ELF HAL executables; the host program in that
 module computes, for each call, which exports to dispatch with which
-workgroup counts, push constants and buffers. This package replays that host
-program without IREE's runtime:
+workgroup counts, push constants and buffers, reads results back, branches
+and calls host modules. This package interprets that host program (its
+HAL-level IR) without IREE's runtime:
 
     >>> from hal_cpu import iree                                  # doctest: +SKIP
     >>> c = iree.compile_program("matmul.mlir", "arm64")          # doctest: +SKIP
-    >>> plan = iree.plan_program(c, [a, b])                       # doctest: +SKIP
-    >>> (out,) = iree.run_plan(plan, [a, b])                      # doctest: +SKIP
+    >>> run = iree.run_program(c, [a, b])                         # doctest: +SKIP
+    >>> (out,) = run.results                                      # doctest: +SKIP
+    >>> plan = iree.plan_program(c, [a, b])    # steps only       # doctest: +SKIP
 
 * :mod:`~hal_cpu.iree.compiler`: finding the supported ``iree-compile``
   (:data:`SUPPORTED_VERSION`, package ``iree-base-compiler``; install with
   ``pip install 'portable-kernel-runtime[iree]'``) and compiling, cached by
   content hash;
-* :mod:`~hal_cpu.iree.hal_ir`: parsing the HAL-level IR;
-* :mod:`~hal_cpu.iree.plan`: evaluating it into a :class:`ProgramPlan` of
-  dispatches and transfers;
-* :mod:`~hal_cpu.iree.run`: running a plan (:func:`run_plan`,
-  :class:`PlanRunner`);
+* :mod:`~hal_cpu.iree.reader`: reading the HAL-level IR with IREE's MLIR
+  bindings (``iree.compiler.ir``);
+* :mod:`~hal_cpu.iree.machine` and :mod:`~hal_cpu.iree.optable` (handlers in
+  ``ops_scalar``, ``ops_control``, ``ops_util``, ``ops_hal``): the
+  interpreter; :mod:`~hal_cpu.iree.device`: buffers and the queue;
+* :mod:`~hal_cpu.iree.program`: running a function (:func:`run_program`);
+* :mod:`~hal_cpu.iree.host_modules`: host modules a program imports
+  (:class:`HostModule`); :mod:`~hal_cpu.iree.check`: the ``check`` module;
+* :mod:`~hal_cpu.iree.plan`: the steps of a call without running them
+  (:func:`plan_program`); :mod:`~hal_cpu.iree.run`: running a plan
+  (:func:`run_plan`, :class:`PlanRunner`);
 * :mod:`~hal_cpu.iree.reference`: IREE's runtime as the reference
   (:func:`reference_run`).
 
@@ -33,10 +41,18 @@ from .compiler import (BASE_FLAGS, INSTALL_HINT, SUPPORTED_VERSION, Compiled,
                        compile_many, compile_program, default_cache_dir,
                        find_iree_compile, iree_compile_version, target_flags,
                        variant_name)
+from .check import CheckModule
+from .device import DataDependenceError
 from .errors import CompileError, EvaluationError, IreeToolError
-from .hal_ir import Module, load_module, parse_module
-from .plan import (NO_EFFECT_OPS, BindingRef, CopyStep, Dispatch, FillStep,
-                   ProgramPlan, ResultRef, plan_dispatches, plan_program)
+from .host_modules import (HOST_MODULE_ABI_VERSION, HostCallError, HostModule,
+                           HostModuleError, ModuleRegistry, RawTensor, export,
+                           load_module_spec)
+from .machine import UnsupportedOpError
+from .ops_control import ProgramStatusError
+from .plan import (BindingRef, CopyStep, Dispatch, FillStep, ProgramPlan, ResultRef,
+                   plan_dispatches, plan_program)
+from .program import ProgramRun, run_program
+from .reader import Program, load_program, parse_program
 from .reference import reference_run
 from .run import PlanRunner, run_plan
 
@@ -44,9 +60,13 @@ __all__ = [
     "SUPPORTED_VERSION", "INSTALL_HINT", "BASE_FLAGS",
     "Compiled", "compile_program", "compile_many", "find_iree_compile",
     "iree_compile_version", "default_cache_dir", "target_flags", "variant_name",
-    "IreeToolError", "CompileError", "EvaluationError",
-    "Module", "parse_module", "load_module",
+    "IreeToolError", "CompileError", "EvaluationError", "UnsupportedOpError",
+    "DataDependenceError", "ProgramStatusError",
+    "Program", "parse_program", "load_program",
+    "ProgramRun", "run_program",
+    "HostModule", "export", "ModuleRegistry", "HostModuleError", "HostCallError",
+    "RawTensor", "load_module_spec", "HOST_MODULE_ABI_VERSION", "CheckModule",
     "BindingRef", "Dispatch", "FillStep", "CopyStep", "ResultRef", "ProgramPlan",
-    "NO_EFFECT_OPS", "plan_program", "plan_dispatches",
+    "plan_program", "plan_dispatches",
     "PlanRunner", "run_plan", "reference_run",
 ]

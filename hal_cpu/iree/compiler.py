@@ -265,7 +265,9 @@ def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = N
     info = arches.lookup(arch, runtime=True)
     arch = info.name
     mlir_path = Path(mlir_path).resolve()
-    flags = list(target_flags(arch)) + list(extra_flags)
+    # locations in the HAL-level IR point the interpreter's errors at the
+    # user's source
+    flags = list(target_flags(arch)) + ["--mlir-print-debuginfo"] + list(extra_flags)
     exe = str(find_iree_compile())
     _, version_text = _checked(exe)
     key = hashlib.sha256("\0".join(

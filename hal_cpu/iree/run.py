@@ -149,6 +149,8 @@ def run_plan(plan: ProgramPlan, inputs: Sequence[Any],
                 np.ascontiguousarray(v).tobytes(), dtype=np.uint8).copy()
     for name, size in plan.buffers.items():
         storage[("buffer", name)] = np.full(size, fill_byte, dtype=np.uint8)
+    for name, data in plan.constants.items():
+        storage[("constant", name)] = np.array(data, np.uint8)
 
     def view(b: BindingRef) -> np.ndarray:
         buf = storage[(b.kind, b.ref)]

@@ -1,0 +1,198 @@
+"""Running a compiled program's public function through the interpreter.
+
+:func:`run_program` executes the host program as IREE's runtime would:
+initializers first, then the function, op by op; dispatches, fills and
+copies run when the program submits them, so host code can read results
+(``tensor.extract``, loops on data, workgroup counts computed from data) and
+call host modules. :func:`hal_cpu.iree.plan_program` runs the same
+interpreter on a device that records instead of executing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence, Union
+
+import numpy as np
+
+from .compiler import Compiled
+from .device import BufferView, Device
+from .errors import EvaluationError
+from .machine import Machine
+from .reader import Program, load_program
+from .scalars import element_dtype, float_dtype, int_width, round_float, signed, wrap
+
+__all__ = ["ProgramRun", "run_program", "open_program", "input_values", "select_function"]
+
+
+@dataclass
+class ProgramRun:
+    """What one call of a public function did.
+
+    Attributes:
+        function: the function name.
+        results: one per function result: a numpy array for a tensor, a
+            numpy scalar of the result's type for a scalar (``i1`` as
+            ``int32``, as IREE's VM returns it), a host module's object for
+            its reference types.
+        result_types: the results' IR types (``!hal.buffer_view``, ``i32``...).
+        trace: the dispatches and transfers run, in order
+            (:class:`~hal_cpu.iree.plan.Dispatch`, ``FillStep``, ``CopyStep``).
+        allocations: name -> bytes of every allocation the program made.
+        check_failures: messages of failed ``check.expect_*`` ops.
+        ops: ops the interpreter ran (initializers included).
+    """
+
+    function: str
+    results: list
+    result_types: list[str]
+    trace: list = field(default_factory=list)
+    allocations: dict[str, int] = field(default_factory=dict)
+    check_failures: list[str] = field(default_factory=list)
+    ops: int = 0
+
+
+def open_program(compiled: Union[Compiled, str, os.PathLike]) -> tuple[Program, Compiled | None]:
+    """The parsed HAL-level IR of ``compiled`` (a :class:`Compiled` or the
+    path of a ``.hal.mlir`` file)."""
+    if isinstance(compiled, Compiled):
+        return load_program(compiled.hal_mlir), compiled
+    return load_program(Path(compiled)), None
+
+
+def select_function(program: Program, function: str | None) -> str:
+    """``function``, or the only public function.
+
+    Raises:
+        ValueError: no such public function, or several and none named.
+    """
+    if function is None:
+        if len(program.public) != 1:
+            raise ValueError(f"module has public functions {program.public}; name one")
+        return program.public[0]
+    function = function.lstrip("@")
+    if function not in program.public:
+        raise ValueError(f"no public function @{function}; have {program.public}")
+    return function
+
+
+def input_values(program: Program, function: str, inputs: Sequence[Any]) -> list:
+    """Interpreter values for a function's arguments: a buffer view per
+    tensor (numpy array), the wrapped bits or rounded float per scalar.
+
+    Raises:
+        ValueError: wrong number of inputs.
+        TypeError: an array where a scalar is expected or the reverse, a float
+            for an integer argument.
+        EvaluationError: an argument type the interpreter does not take.
+    """
+    fn = program.functions[function]
+    if len(inputs) != len(fn.arg_types):
+        raise ValueError(f"@{function} takes {len(fn.arg_types)} arguments, got {len(inputs)}")
+    values = []
+    for i, (ty, v) in enumerate(zip(fn.arg_types, inputs)):
+        if ty == "!hal.buffer_view":
+            if not hasattr(v, "shape"):
+                raise TypeError(f"argument {i} is a tensor; pass a numpy array")
+            values.append(Device.input(i, v))
+            continue
+        if hasattr(v, "shape") and np.ndim(v) != 0:
+            raise TypeError(f"argument {i} has type {ty}; pass a scalar")
+        w = int_width(ty)
+        if w is not None:
+            if isinstance(v, (float, np.floating)):
+                raise TypeError(f"argument {i} has type {ty}; got float {v!r}")
+            values.append(wrap(int(v), w))
+        elif float_dtype(ty) is not None:
+            values.append(round_float(float(v), ty))
+        else:
+            raise EvaluationError(f"argument {i} has type {ty}, which the interpreter "
+                                  "does not take")
+    return values
+
+
+def _so_for(comp: Compiled | None):
+    if comp is None:
+        return lambda exe, variant: Path(f"{exe}_{variant}.so")
+    return comp.so_for
+
+
+def _host_result(m: Machine, value, ty: str):
+    if ty == "!hal.buffer_view":
+        if not isinstance(value, BufferView):
+            raise EvaluationError(f"a result of type {ty} is {value!r}")
+        dt = element_dtype(value.element_type)
+        if dt is None:
+            raise EvaluationError(f"a result has element type {value.element_type}, "
+                                  "which numpy cannot hold")
+        data = m.device.read(value.buffer, 0, value.buffer.length, "a result")
+        count = int(np.prod(value.shape, dtype=np.int64))
+        return np.frombuffer(data, dt, count).reshape(value.shape).copy()
+    w = int_width(ty)
+    if w is not None:
+        if w == 1:
+            return np.int32(value)
+        return np.dtype(f"i{max(1, w // 8)}").type(signed(value, w))
+    dt = float_dtype(ty)
+    if dt is not None:
+        return dt(value)
+    return value
+
+
+def run_program(compiled: Union[Compiled, str, os.PathLike], inputs: Sequence[Any],
+                function: str | None = None, run_dispatch=None, *, modules=None,
+                backend: str = "auto", arch: str | None = None, plugins=None,
+                fill_byte: int = 0, max_ops: int = 200_000_000) -> ProgramRun:
+    """Run a public function of a compiled program.
+
+    Args:
+        compiled: a :class:`~hal_cpu.iree.Compiled`, or a ``.hal.mlir``
+            path (then dispatches name placeholder ``.so`` files and need a
+            ``run_dispatch`` that does not load them).
+        inputs: one per argument: numpy arrays for tensors, Python or numpy
+            scalars for scalars.
+        function: the public function; may be omitted when there is one.
+        run_dispatch: ``run_dispatch(dispatch, bindings)`` runs every
+            workgroup of a dispatch over one writable uint8 array per
+            binding; default: a :class:`~hal_cpu.iree.PlanRunner` with
+            ``backend``, ``arch`` and ``plugins``, closed on return.
+        modules: host modules (a sequence, or a
+            :class:`~hal_cpu.iree.ModuleRegistry`); the ``check`` module is
+            built in.
+        fill_byte: initial value of every byte the program allocates.
+        max_ops: ops one function call may run (a guard against endless
+            loops).
+
+    Returns:
+        A :class:`ProgramRun`.
+
+    Raises:
+        ValueError, TypeError: as :func:`input_values`, or an input that the
+            program's own checks reject (``hal.buffer_view.assert``).
+        EvaluationError: an op the interpreter cannot run, a failed status
+            of the program, a host module error (subclasses name the op and
+            the user's source location).
+        Whatever ``run_dispatch`` raises.
+    """
+    if run_dispatch is None:
+        from .run import PlanRunner
+        with PlanRunner(backend=backend, arch=arch, plugins=plugins) as runner:
+            return run_program(compiled, inputs, function, runner, modules=modules,
+                               fill_byte=fill_byte, max_ops=max_ops)
+    from .host_modules import ModuleRegistry
+    program, comp = open_program(compiled)
+    function = select_function(program, function)
+    registry = modules if isinstance(modules, ModuleRegistry) else ModuleRegistry(modules or ())
+    device = Device(run_dispatch, _so_for(comp), fill_byte=fill_byte)
+    m = Machine(program, device, registry, comp.variant if comp else None, max_ops=max_ops)
+    args = input_values(program, function, inputs)
+    m.initialize()
+    outs = m.call(function, args)
+    fn = program.functions[function]
+    results = [_host_result(m, v, t) for v, t in zip(outs, fn.result_types)]
+    check = registry.module("check")
+    failures = check.take_failures() if hasattr(check, "take_failures") else []
+    return ProgramRun(function, results, list(fn.result_types), list(device.trace),
+                      dict(device.allocations), failures, m.ops_run)
