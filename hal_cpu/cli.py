@@ -410,6 +410,11 @@ def cmd_plan(args) -> int:
     return plan(args)
 
 
+def cmd_check_module(args) -> int:
+    from .cli_module import cmd_check_module as check
+    return check(args)
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
     return run_demo(args.arch)
@@ -419,7 +424,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return {"inspect": cmd_inspect, "run": cmd_run, "demo": cmd_demo,
-                "run-module": cmd_run_module, "plan": cmd_plan}[args.command](args)
+                "run-module": cmd_run_module, "plan": cmd_plan,
+                "check-module": cmd_check_module}[args.command](args)
     except PortableKernelError as exc:
         print(f"hal-cpu: error: {exc}", file=sys.stderr)
         return 1

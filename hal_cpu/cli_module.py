@@ -1,19 +1,27 @@
-"""``hal-cpu run-module`` and ``hal-cpu plan``: whole MLIR programs.
+"""``hal-cpu run-module``, ``hal-cpu plan`` and ``hal-cpu check-module``:
+whole MLIR programs.
 
 ``run-module`` compiles a program for an architecture with
-:func:`hal_cpu.iree.compile_program` (cached), evaluates its host program
-into a plan (:func:`hal_cpu.iree.plan_program`), runs every dispatch and
-transfer through this runtime (natively or emulated) and prints the results
-as ``iree-run-module`` prints them::
+:func:`hal_cpu.iree.compile_program` (cached), runs its host program with
+:func:`hal_cpu.iree.run_program` (dispatches and transfers through this
+runtime, natively or emulated, when the program submits them; host modules
+given with ``--module``) and prints the results as ``iree-run-module``
+prints them::
 
     EXEC @matmul
     result[0]: hal.buffer_view
     2x2xf32=[1 2][3 4]
 
-``plan`` prints the steps of that plan (executables, exports, workgroup
+``plan`` prints the steps one call submits (executables, exports, workgroup
 counts, constants, bindings, transfers) with a ``hal-cpu run`` command line
 per dispatch, and can save the executables (``.so``, or one FatELF ``.sos``
-per executable with ``--arch=all``).
+per executable with ``--arch=all``); a program whose steps depend on
+computed data has no plan, and ``--trace`` prints the steps of an actual
+run instead.
+
+``check-module`` runs every public function of a test program (IREE's
+``check.expect_*`` ops) as ``iree-check-module`` does: a line per function,
+exit status 1 when any expectation fails.
 
 Inputs are spelled as IREE's ``--input``: ``2x3xf32=1,2,3,4,5,6``,
 ``4xi32=7`` (splat), ``@file.npy``, ``4xf32=@raw.bin``; a scalar argument
@@ -26,6 +34,7 @@ import argparse
 import contextlib
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -37,7 +46,7 @@ from .buffers import BindingSpecError, format_buffer_view, parse_binding
 from .errors import HalCpuError
 
 __all__ = ["ModuleError", "add_parsers", "cmd_run_module", "cmd_plan",
-           "parse_inputs", "format_plan"]
+           "cmd_check_module", "parse_inputs", "format_plan", "format_result"]
 
 
 class ModuleError(HalCpuError):
@@ -80,6 +89,15 @@ def _program_flags(p: argparse.ArgumentParser, all_arches: bool) -> None:
     p.add_argument("--cache_dir", metavar="DIR", help="where compiled programs "
                    "are kept (default: $PKR_COMPILE_CACHE, else the user cache "
                    "directory); a program is compiled once per architecture")
+    p.add_argument("--compile-flag", "--compile_flag", dest="compile_flag",
+                   action="append", default=[], metavar="FLAG",
+                   help="an extra iree-compile flag, e.g. "
+                   "--compile-flag=--iree-execution-model=host-only (repeatable)")
+    p.add_argument("--module", action="append", default=[], metavar="SPEC",
+                   help="a host module the program imports: path.py[@create_fn]"
+                   "[?key=value&...] (create_fn(max_version, params), default "
+                   "create_module) or an installed entry point of group "
+                   "hal_cpu.host_modules; later ones win (repeatable)")
     if all_arches:
         p.add_argument("--arch", type=_arch_or_all, metavar="ARCH",
                        help="architecture to compile for: "
@@ -135,6 +153,36 @@ def add_parsers(sub) -> None:
     p.add_argument("--save-dir", metavar="DIR", help="write the executables "
                    "there: <executable>_<arch>.so, or <executable>.sos (FatELF, "
                    "all six architectures) with --arch=all")
+    p.add_argument("--trace", action="store_true", help="run the program "
+                   "(emulated unless --arch is this machine's) and print the steps "
+                   "it actually ran; for programs whose steps depend on data")
+    p.add_argument("--executable_plugin", action="append", default=[],
+                   metavar="SPEC", help="plugin resolving the executables' imports, "
+                   "for --trace (as run-module; repeatable)")
+
+    p = sub.add_parser("check-module", help="run every public function of a "
+                       "test program with IREE's check ops, as iree-check-module "
+                       "does, on any architecture")
+    p.add_argument("program", help="MLIR test program (functions without "
+                   "arguments calling check.expect_*)")
+    p.add_argument("--function", action="append", default=[],
+                   help="run only this function (repeatable; default: all public ones)")
+    p.add_argument("--cache_dir", metavar="DIR", help="where compiled programs "
+                   "are kept (as run-module)")
+    p.add_argument("--compile-flag", "--compile_flag", dest="compile_flag",
+                   action="append", default=[], metavar="FLAG",
+                   help="an extra iree-compile flag (repeatable)")
+    p.add_argument("--module", action="append", default=[], metavar="SPEC",
+                   help="a host module the program imports (as run-module)")
+    from .cli import _arch
+    p.add_argument("--arch", type=_arch, metavar="ARCH",
+                   help="architecture to compile for and run (default: this machine's)")
+    p.add_argument("--backend", choices=elfloader.backend.KINDS, default="auto",
+                   help="native, emulated, or auto (default)")
+    p.add_argument("--executable_plugin", action="append", default=[], metavar="SPEC",
+                   help="plugin resolving the executables' imports (repeatable)")
+    p.add_argument("--workers", type=_positive, default=None,
+                   help="host threads running workgroups")
 
 
 # ---------------------------------------------------------------------------
@@ -144,7 +192,8 @@ def _cache_dir(args) -> str | None:
     return args.cache_dir or os.environ.get("PKR_COMPILE_CACHE") or None
 
 
-def compile_for(program: str, arch: str, cache_dir: str | None = None):
+def compile_for(program: str, arch: str, cache_dir: str | None = None,
+                extra_flags: Sequence[str] = ()):
     """:func:`hal_cpu.iree.compile_program` for the command line.
 
     Raises:
@@ -159,7 +208,7 @@ def compile_for(program: str, arch: str, cache_dir: str | None = None):
     if not path.is_file():
         raise ModuleError("no such file", name=program, field="program", value=program)
     try:
-        return compile_program(path, arch, cache_dir)
+        return compile_program(path, arch, cache_dir, extra_flags=list(extra_flags))
     except CompileError as exc:
         text = str(exc)
         lines = [ln.strip() for ln in text.splitlines()]
@@ -189,7 +238,7 @@ def _pick_function(compiled, name: str | None, program: str) -> str:
 
 
 def _scalar(spec: str, ty: str, index: int, program: str):
-    from .iree.hal_ir import float_fmt, int_width
+    from .iree.scalars import float_dtype, int_width
     text = spec
     head, sep, body = spec.partition("=")
     if sep:
@@ -200,7 +249,7 @@ def _scalar(spec: str, ty: str, index: int, program: str):
     try:
         if int_width(ty) is not None:
             return int(text.strip(), 0)
-        if float_fmt(ty):
+        if float_dtype(ty) is not None:
             return float(text)
     except ValueError:
         pass
@@ -219,17 +268,17 @@ def parse_inputs(compiled, function: str, specs: Sequence[str],
             number of the argument's type.
         BindingSpecError: a tensor spec that cannot be parsed.
     """
-    from .iree import load_module
+    from .iree import load_program
     program = program or str(compiled.source)
-    func = load_module(compiled.hal_mlir).funcs[function]
-    if len(specs) != len(func.args):
+    arg_types = load_program(compiled.hal_mlir).functions[function].arg_types
+    if len(specs) != len(arg_types):
         kinds = ", ".join("tensor" if t.startswith("!hal.buffer_view") else t
-                          for _, t in func.args)
-        raise ModuleError(f"@{function} takes {len(func.args)} inputs ({kinds}); "
+                          for t in arg_types)
+        raise ModuleError(f"@{function} takes {len(arg_types)} inputs ({kinds}); "
                           f"{len(specs)} --input given", name=program,
                           field="--input", value=len(specs))
     values = []
-    for i, ((_, ty), spec) in enumerate(zip(func.args, specs)):
+    for i, (ty, spec) in enumerate(zip(arg_types, specs)):
         if ty.startswith("!hal.buffer_view"):
             values.append(parse_binding(spec))
         else:
@@ -237,11 +286,33 @@ def parse_inputs(compiled, function: str, specs: Sequence[str],
     return values
 
 
-def _plan(compiled, inputs, function: str, program: str):
-    from .iree import plan_program
+def _plan(compiled, inputs, function: str, program: str, modules=None):
+    from .iree import DataDependenceError, plan_program
     try:
-        return plan_program(compiled, inputs, function)
+        return plan_program(compiled, inputs, function, modules=modules)
+    except DataDependenceError as exc:
+        exc.detail += "; hal-cpu plan --trace prints the steps of an actual run"
+        raise exc.located() from None
     except (ValueError, TypeError) as exc:
+        raise ModuleError(str(exc), name=program, field="--input",
+                          value=None) from None
+
+
+def _modules(specs: Sequence[str]):
+    """A :class:`hal_cpu.iree.ModuleRegistry` with the ``--module`` specs
+    loaded in order."""
+    from .iree import ModuleRegistry, load_module_spec
+    return ModuleRegistry([load_module_spec(s) for s in specs])
+
+
+def _run(compiled, inputs, function: str, program: str, runner, modules):
+    from .iree import run_program
+    try:
+        return run_program(compiled, inputs, function, runner, modules=modules)
+    except (ValueError, TypeError) as exc:
+        from .iree import EvaluationError
+        if isinstance(exc, EvaluationError):
+            raise
         raise ModuleError(str(exc), name=program, field="--input",
                           value=None) from None
 
@@ -286,47 +357,82 @@ def _max_abs_error(got: np.ndarray, want: np.ndarray) -> str:
     return "%G" % float(np.max(diff))
 
 
+def format_result(value, ty: str, max_elements: int = 1024) -> str:
+    """A result as ``iree-run-module`` prints it after ``result[i]: ``:
+    ``hal.buffer_view`` and the buffer view on the next line for a tensor,
+    ``i32=6`` / ``f32=1.5`` for a scalar (``i1`` as ``i32``), the type name
+    for a host module's object."""
+    if isinstance(value, np.ndarray):
+        return "hal.buffer_view\n" + format_buffer_view(value, max_elements)
+    if isinstance(value, np.generic):
+        return format_buffer_view(np.asarray(value), max_elements)
+    return ty.lstrip("!")
+
+
+def _runner_stack(stack, args, arch: str, progress=None):
+    from .iree import PlanRunner
+    plugins = None
+    if args.executable_plugin:
+        from .plugins import PluginManager
+        plugins = stack.enter_context(PluginManager.from_specs(
+            args.executable_plugin, arch=arch, backend=getattr(args, "backend", "auto")))
+    return stack.enter_context(PlanRunner(
+        backend=getattr(args, "backend", "auto"), arch=arch, plugins=plugins,
+        workers=getattr(args, "workers", None), timeout=getattr(args, "timeout", None),
+        progress=progress))
+
+
+def _check_failures(run, program: str) -> None:
+    if run.check_failures:
+        for text in run.check_failures:
+            print(f"check failed: {text}", file=sys.stderr)
+        raise ModuleError(f"{len(run.check_failures)} check expectation(s) failed in "
+                          f"@{run.function}", name=program, field="check",
+                          value=len(run.check_failures))
+
+
 def cmd_run_module(args) -> int:
     """``hal-cpu run-module``: see the module docstring."""
     from .cli import _Progress
-    from .iree import PlanRunner, run_plan
     program = args.program
     arch = args.arch or arches.host_arch()
-    compiled = compile_for(program, arch, _cache_dir(args))
+    compiled = compile_for(program, arch, _cache_dir(args), args.compile_flag)
     function = _pick_function(compiled, args.function, program)
     inputs = parse_inputs(compiled, function, args.input, program)
-    plan = _plan(compiled, inputs, function, program)
-    if args.output and len(args.output) != len(plan.results):
+    modules = _modules(args.module)
+    from .iree import load_program
+    n_results = len(load_program(compiled.hal_mlir).functions[function].result_types)
+    if args.output and len(args.output) != n_results:
         raise ModuleError(f"{len(args.output)} --output given; @{function} has "
-                          f"{len(plan.results)} results", name=program,
+                          f"{n_results} results", name=program,
                           field="--output", value=len(args.output))
     _check_outputs(args.output, program)
-    total = sum(int(np.prod(d.workgroup_count)) for d in plan.dispatches)
     progress = _Progress(not args.no_progress)
+    announced = []
+
+    def announce():
+        progress.close()
+        print(f"EXEC @{function}", flush=True)
+        announced.append(True)
+    modules.before_first_call = announce
     with contextlib.ExitStack() as stack:
-        plugins = None
-        if args.executable_plugin:
-            from .plugins import PluginManager
-            plugins = stack.enter_context(PluginManager.from_specs(
-                args.executable_plugin, arch=arch, backend=args.backend))
-        runner = stack.enter_context(PlanRunner(
-            backend=args.backend, arch=arch, plugins=plugins, workers=args.workers,
-            timeout=args.timeout, progress=progress, total_workgroups=total))
+        runner = _runner_stack(stack, args, arch, progress)
         try:
-            results = run_plan(plan, inputs, runner)
+            run = _run(compiled, inputs, function, program, runner, modules)
         finally:
             progress.close()
-    print(f"EXEC @{function}")
+    if not announced:
+        print(f"EXEC @{function}")
     limit = args.output_max_element_count
     if args.output:
-        for spec, array in zip(args.output, results):
+        for spec, array in zip(args.output, run.results):
             _write_output(spec, array, limit)
     else:
-        for i, array in enumerate(results):
-            print(f"result[{i}]: hal.buffer_view")
-            print(format_buffer_view(array, limit))
+        for i, (value, ty) in enumerate(zip(run.results, run.result_types)):
+            print(f"result[{i}]: {format_result(value, ty, limit)}")
+    _check_failures(run, program)
     if args.compare:
-        _compare(args, program, function, inputs, results)
+        _compare(args, program, function, inputs, run.results)
     return 0
 
 
@@ -472,11 +578,17 @@ def cmd_plan(args) -> int:
             raise ModuleError(f"cannot create it: {exc.strerror or exc}",
                               name=str(save), field="--save-dir", value=str(save)) from None
     plans = []
+    modules = _modules(args.module)
     for arch in targets:
-        compiled = compile_for(program, arch, _cache_dir(args))
+        compiled = compile_for(program, arch, _cache_dir(args), args.compile_flag)
         function = _pick_function(compiled, args.function, program)
         inputs = parse_inputs(compiled, function, args.input, program)
-        plans.append((compiled, inputs, _plan(compiled, inputs, function, program)))
+        if args.trace:
+            plans.append((compiled, inputs, _trace(args, compiled, inputs, function,
+                                                   program, modules)))
+        else:
+            plans.append((compiled, inputs, _plan(compiled, inputs, function, program,
+                                                  modules)))
 
     so_paths: dict[Path, tuple[Path, str | None]] = {}
     if save is not None:
@@ -489,6 +601,52 @@ def cmd_plan(args) -> int:
         for path in sorted({p for p, _ in so_paths.values()}):
             print(f"saved: {path}")
     return 0
+
+
+def _trace(args, compiled, inputs, function: str, program: str, modules):
+    """The steps an actual run performed, as a plan (its results are the
+    ranges the run returned, where it returned buffer views)."""
+    from .iree import ProgramPlan
+    with contextlib.ExitStack() as stack:
+        runner = _runner_stack(stack, args, compiled.arch)
+        run = _run(compiled, inputs, function, program, runner, modules)
+    return ProgramPlan(function, run.trace, run.allocations, [])
+
+
+def cmd_check_module(args) -> int:
+    """``hal-cpu check-module``: every public function (or those named), one
+    line each: ``PASS @f`` or ``FAIL @f`` followed by IREE's messages for the
+    failed expectations, indented; exit status 1 when any function fails."""
+    from .iree import EvaluationError, load_program
+    program = args.program
+    arch = args.arch or arches.host_arch()
+    compiled = compile_for(program, arch, _cache_dir(args), args.compile_flag)
+    functions = [f.lstrip("@") for f in args.function] or list(compiled.functions)
+    for f in functions:
+        _pick_function(compiled, f, program)
+    ir = load_program(compiled.hal_mlir)
+    failed = 0
+    with contextlib.ExitStack() as stack:
+        runner = _runner_stack(stack, args, arch)
+        for f in functions:
+            if ir.functions[f].arg_types:
+                print(f"SKIP @{f} (takes arguments)")
+                continue
+            modules = _modules(args.module)
+            try:
+                run = _run(compiled, [], f, program, runner, modules)
+                messages = run.check_failures
+            except EvaluationError as exc:
+                messages = [f"error: {exc}"]
+            if messages:
+                failed += 1
+                print(f"FAIL @{f}")
+                for text in messages:
+                    print("    " + text.replace("\n", "\n    "))
+            else:
+                print(f"PASS @{f}")
+    print(f"{len(functions) - failed} of {len(functions)} functions passed ({arch})")
+    return 1 if failed else 0
 
 
 def _save(plans, directory: Path, bundle: bool) -> dict:

@@ -195,6 +195,9 @@ class ModuleRegistry:
     """
 
     def __init__(self, modules: Sequence[Any] = (), check: bool = True):
+        #: called once, before the first call into a host module (a command
+        #: line prints its header there, ahead of what modules print)
+        self.before_first_call: Callable[[], None] | None = None
         self.modules: list = []
         if check:
             from .check import CheckModule
@@ -273,6 +276,9 @@ class ModuleRegistry:
 
     def _host_call(self, name: str, fn: Callable, arg_types, result_types) -> Callable:
         def call(m, args):
+            if self.before_first_call is not None:
+                hook, self.before_first_call = self.before_first_call, None
+                hook()
             host_args = [to_host(m, self, v, t, f"argument {i} of @{name}")
                          for i, (v, t) in enumerate(zip(args, arg_types))]
             try:
