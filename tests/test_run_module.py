@@ -333,20 +333,43 @@ PICK = """func.func @pick(%x: tensor<8xf32>, %s: f32) -> tensor<8xf32> {
 """
 
 
-def test_op_the_planner_does_not_know_is_named_with_its_line(compile_cache, capsys, tmp_path):
-    """The host program branches on a float compare, which the planner does
-    not evaluate: the error names the op and its line in the HAL-level IR."""
+def test_host_code_branching_on_a_float_runs(compile_cache, capsys, tmp_path):
+    """The host program branches on a float compare of a scalar argument:
+    both branches run as iree-run-module runs them."""
     src = tmp_path / "pick.mlir"
     src.write_text(PICK)
+    for s, want in (("1.5", "6"), ("-1", "9")):
+        rc, out, err = cli(capsys, "run-module", src, f"--cache_dir={compile_cache}",
+                           "--input=8xf32=3", f"--input={s}", "--arch=aarch64")
+        assert rc == 0, err
+        assert out == "EXEC @pick\nresult[0]: hal.buffer_view\n8xf32=" + " ".join([want] * 8) + "\n"
+
+
+MATH_EXP = """func.func @f(%x: tensor<4xf32>, %s: f32) -> tensor<4xf32> {
+  %e = math.exp %s : f32
+  %init = tensor.empty() : tensor<4xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],
+                       iterator_types = ["parallel"]}
+      ins(%x : tensor<4xf32>) outs(%init : tensor<4xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %m = arith.mulf %a, %e : f32
+    linalg.yield %m : f32
+  } -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+"""
+
+
+def test_op_the_interpreter_cannot_run_names_the_users_line(compile_cache, capsys, tmp_path):
+    """Scalar math in host code has no handler: the error names the op and
+    the line of the user's source it came from, not the cached IR."""
+    src = tmp_path / "mexp.mlir"
+    src.write_text(MATH_EXP)
     for cmd in ("run-module", "plan"):
         rc, out, err = cli(capsys, cmd, src, f"--cache_dir={compile_cache}",
-                           "--input=8xf32=3", "--input=1.5")
-        assert rc == 1 and out == "" and len(err.splitlines()) == 1
-        m = re.match(r"hal-cpu: error: (\S+\.hal\.mlir): line (\d+): cannot evaluate "
-                     r"op 'arith\.cmpf'", err)
-        assert m, err
-        line = Path(m.group(1)).read_text().splitlines()[int(m.group(2)) - 1]
-        assert "arith.cmpf" in line
+                           "--input=4xf32=3", "--input=1.5")
+        assert rc == 1 and out == "" and len(err.splitlines()) == 1, err
+        assert err.startswith(f"hal-cpu: error: {src}: line 2: cannot run op 'math.exp'"), err
 
 
 @pytest.mark.parametrize("args,words", [
