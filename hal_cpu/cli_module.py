@@ -307,12 +307,12 @@ def _modules(specs: Sequence[str]):
 
 def _run(compiled, inputs, function: str, program: str, runner, modules):
     from .iree import run_program
+    from .iree import EvaluationError
     try:
         return run_program(compiled, inputs, function, runner, modules=modules)
+    except EvaluationError:
+        raise
     except (ValueError, TypeError) as exc:
-        from .iree import EvaluationError
-        if isinstance(exc, EvaluationError):
-            raise
         raise ModuleError(str(exc), name=program, field="--input",
                           value=None) from None
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from fatelf.errors import PortableKernelError
+
 from .device import Device
 from .errors import EvaluationError
 from .reader import Function, OpInfo, Program
@@ -73,8 +75,9 @@ def prepare(function: Function) -> _Prepared:
                 try:
                     fn = build(op)
                 except EvaluationError as e:
-                    err = located(e, op)
-                    fn = _raiser(err)
+                    fn = _raiser(located(e, op))
+                except Exception as e:      # an attribute of a form not foreseen
+                    fn = _unsupported(op, f"{type(e).__name__}: {e}")
                 if fn is None:
                     fn = _unsupported(op, "this form of it is not supported")
             steps.append((fn, op))
@@ -181,3 +184,11 @@ class Machine:
             if op is None:
                 raise
             raise located(e, op).with_traceback(e.__traceback__) from None
+        except (ArithmeticError, ValueError, TypeError, KeyError, IndexError) as e:
+            # a value of the wrong kind reached a handler (e.g. a buffer where
+            # an integer belongs): name the op instead of a traceback
+            if op is None or isinstance(e, PortableKernelError):
+                raise
+            err = EvaluationError(f"'{op.name}' failed in @{op.function}: "
+                                  f"{type(e).__name__}: {e}", op=op.name)
+            raise located(err, op) from e

@@ -173,7 +173,9 @@ def _allocator_import(op):
             raise EvaluationError(f"import of [{o}, {o + n}) from a {host.data.size}-byte "
                                   "util.buffer")
         r[did] = 1
-        r[out] = m.device.constant(host.data[o:o + n], name)
+        # a copy: kernels may write a constant's buffer in place (e.g. a sort
+        # of an unfoldable constant), which must not change the module's data
+        r[out] = m.device.constant(host.data[o:o + n].copy(), name)
     return run
 
 

@@ -9,6 +9,8 @@ parts one after another, a string as its bytes.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .device import HostBuffer
@@ -68,23 +70,62 @@ def _dense_bytes(attr) -> bytes:
             return arr.astype(arr.dtype.newbyteorder("<")).tobytes()
     except (TypeError, ValueError):
         pass
-    # element by element: bf16, 8-bit floats, sub-byte integers
+    if ety[:1] == "i" and ety[1:].isdigit() and int(ety[1:]) < 8:
+        # numpy and the bindings hold no sub-byte integers: read the same
+        # literal as i8, then pack the values (low bits first, as IREE packs)
+        bits = int(ety[1:])
+        text = str(attr)
+        literal, _, type_text = text.rpartition(":")
+        wide = ir.Attribute.parse(f"{literal}: {type_text.strip()[:-len(ety) - 1]}i8>",
+                                  attr.context)
+        values = np.array(wide).reshape(-1)
+        if values.size != count:
+            values = np.full(count, values[0])
+        acc = 0
+        for k, v in enumerate(values.tolist()):
+            acc |= (int(v) & ((1 << bits) - 1)) << (k * bits)
+        return acc.to_bytes(-(-count * bits // 8), "little")
+    # element by element: bf16, 8-bit floats
     if attr.is_splat:
         values = [attr.get_splat_value()] * count
     else:
         values = [attr[i] for i in range(count)]
     values = [v.value if hasattr(v, "value") else v for v in values]
-    if ety[:1] == "i" and ety[1:].isdigit() and int(ety[1:]) < 8:
-        bits = int(ety[1:])
-        acc = 0
-        for k, v in enumerate(values):
-            acc |= (int(v) & ((1 << bits) - 1)) << (k * bits)
-        return acc.to_bytes(-(-count * bits // 8), "little")
     dt = element_dtype(ety)
     if dt is None or dt.kind == "c":
         raise EvaluationError(f"constant of element type {ety} is not supported: "
                               f"{str(attr)[:100]}")
     return np.array(values, np.float64).astype(dt).tobytes()
+
+
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|inf|nan)")
+
+
+def _complex_bytes(text: str) -> bytes:
+    """Dense ``complex<f32|f64>`` elements: the bindings cannot even hold
+    such an attribute, so its printed literal (pairs, a splat pair, or hex
+    bytes) is read."""
+    literal, _, type_text = text.rpartition(":")
+    body = literal.strip()[len("dense<"):-1].strip()
+    part = np.float64 if "complex<f64>" in type_text else np.float32
+    count_text = type_text.strip()
+    dims = re.findall(r"(\d+)x", count_text)
+    count = int(np.prod([int(d) for d in dims], dtype=np.int64)) if dims else 1
+    if body.startswith('"0x'):
+        data = bytes.fromhex(body[3:-1])
+        if len(data) == 2 * np.dtype(part).itemsize:
+            data *= count
+        return data
+    values = [float(v) for v in _NUMBER.findall(body)]
+    if len(values) == 2:
+        values *= count
+    if len(values) != 2 * count:
+        raise EvaluationError(f"cannot read complex constant {text[:100]}")
+    return np.array(values, part).tobytes()
+
+
+def _is_complex(text: str) -> bool:
+    return text.startswith("dense<") and "complex<" in text.rpartition(":")[2]
 
 
 def attribute_bytes(attr) -> bytes:
@@ -96,9 +137,9 @@ def attribute_bytes(attr) -> bytes:
     ir = _ir()
     if isinstance(attr, ir.StringAttr):
         return attr.value_bytes
+    text = str(attr)
     if isinstance(attr, ir.DenseElementsAttr):
         return _dense_bytes(attr)
-    text = str(attr)
     if text.startswith("#util.composite<"):
         body = text[len("#util.composite<"):-1]
         size_text, _, rest = body.partition(",")
@@ -106,7 +147,8 @@ def attribute_bytes(attr) -> bytes:
         rest = rest.strip()
         if not (rest.startswith("[") and rest.endswith("]")):
             raise EvaluationError(f"cannot read {text[:100]}")
-        data = b"".join(attribute_bytes(ir.Attribute.parse(p, attr.context))
+        data = b"".join(_complex_bytes(p) if _is_complex(p) else
+                        attribute_bytes(ir.Attribute.parse(p, attr.context))
                         for p in _split_top_level(rest[1:-1]))
         if len(data) != total:
             raise EvaluationError(f"#util.composite of {total} bytes holds {len(data)}")
