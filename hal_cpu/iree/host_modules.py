@@ -41,6 +41,7 @@ from urllib.parse import parse_qsl
 
 import numpy as np
 
+from ..errors import HalCpuError
 from .device import BufferView, HostBuffer
 from .errors import EvaluationError
 from .scalars import element_dtype, float_dtype, int_width, round_float, signed, wrap
@@ -53,7 +54,7 @@ __all__ = ["HostModule", "export", "ModuleRegistry", "HostModuleError", "HostCal
 HOST_MODULE_ABI_VERSION = 1
 
 
-class HostModuleError(EvaluationError):
+class HostModuleError(HalCpuError):
     """A host module cannot be loaded or linked: a spec that names no file or
     function, a creation function that refuses the version, a required
     import that no module provides, a reference type no module declares."""
