@@ -246,8 +246,9 @@ def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = N
     * ``out_dir/<stem>-<arch>/`` when ``out_dir`` is given;
     * ``<default_cache_dir()>/<stem>-<arch>-<hash>/`` otherwise.
 
-    The directory carries ``stamp.txt``, a SHA-256 of the source text, the
-    flags and the compiler's ``--version`` output; a directory whose stamp
+    The directory carries ``stamp.txt``, a SHA-256 of the source text and
+    path (the IR's locations name the file), the flags and the compiler's
+    ``--version`` output; a directory whose stamp
     matches is reused without running the compiler.
 
     Args:
@@ -270,8 +271,9 @@ def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = N
     flags = list(target_flags(arch)) + ["--mlir-print-debuginfo"] + list(extra_flags)
     exe = str(find_iree_compile())
     _, version_text = _checked(exe)
+    # the path is part of the key: the IR's locations name the source file
     key = hashlib.sha256("\0".join(
-        [mlir_path.read_text(), *flags, version_text]).encode()).hexdigest()
+        [mlir_path.read_text(), str(mlir_path), *flags, version_text]).encode()).hexdigest()
     if out_dir is None:
         out_dir = default_cache_dir()
         dest = out_dir / f"{mlir_path.stem}-{arch}-{key[:16]}"

@@ -24,14 +24,15 @@ class CompileError(IreeToolError):
 
 
 class EvaluationError(HalCpuError):
-    """The HAL-level IR needs something the planner cannot parse or compute.
+    """The host program cannot be read or run: MLIR cannot parse the IR, an
+    op has no handler, a value has the wrong kind, the program fails.
 
     Attributes:
-        op: name of the IR op concerned (e.g. ``hal.command_buffer.collective``),
-            or None.
-        line: 1-based line of that op in the IR file, or None.
-        path: the IR file (a :class:`~pathlib.Path`), or None for IR given
-            as text.
+        op: name of the IR op concerned (e.g. ``math.exp``), or None.
+        line: 1-based line of that op in ``path``, or None.
+        path: the user's source file the op came from (programs compiled by
+            :func:`~hal_cpu.iree.compile_program` keep their locations), else
+            the IR file; None when unknown.
         detail: the message without the location prefix.
 
     The message reads ``<path>: line <n>: <what is wrong>``.
