@@ -112,7 +112,8 @@ func.func @small(%a: tensor<8xf32>) -> tensor<8xf32> {
                     reason="XDG_CACHE_HOME places the user cache dir on Linux only")
 def test_default_cache_dir_reuses_by_content(tmp_path, monkeypatch):
     """Without a directory, outputs go to the user cache dir, one directory per
-    content hash: same text and flags reuse it, other text or flags do not."""
+    content hash: same file, text and flags reuse it; other text or flags, or
+    the same text in another file (the IR's locations name the file), do not."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     root = it.default_cache_dir()
     assert root == tmp_path / "xdg" / "portable-kernel-runtime" / "iree-compile"
@@ -123,11 +124,12 @@ def test_default_cache_dir_reuses_by_content(tmp_path, monkeypatch):
     mtime = a.vmfb.stat().st_mtime_ns
     b = it.compile_program(src, HOST)
     assert b == a and b.vmfb.stat().st_mtime_ns == mtime
-    # the same text elsewhere hits the same entry
+    # the same text elsewhere gets its own entry, whose locations name it
     other = tmp_path / "elsewhere" / "small.mlir"
     other.parent.mkdir()
     other.write_text(SMALL)
-    assert it.compile_program(other, HOST).vmfb == a.vmfb
+    e = it.compile_program(other, HOST)
+    assert e.vmfb != a.vmfb and str(other) in e.hal_mlir.read_text()
     # other flags or other text: a new entry, the old one stays
     c = it.compile_program(src, HOST, extra_flags=["--iree-llvmcpu-debug-symbols=false"])
     src.write_text(SMALL.replace("addf %a, %a", "mulf %a, %a"))
