@@ -70,32 +70,33 @@ def _dense_bytes(attr) -> bytes:
             return arr.astype(arr.dtype.newbyteorder("<")).tobytes()
     except (TypeError, ValueError):
         pass
-    if ety[:1] == "i" and ety[1:].isdigit() and int(ety[1:]) < 8:
-        # numpy and the bindings hold no sub-byte integers: read the same
-        # literal as i8, then pack the values (low bits first, as IREE packs)
+    # numpy and the bindings hold no sub-byte integers, bf16 or 8-bit
+    # floats: take the printed literal's hex bytes, or read the same literal
+    # as i8 / f32 and convert
+    text = str(attr)
+    literal, _, type_text = text.rpartition(":")
+    body = literal.strip()[len("dense<"):-1].strip()
+    sub_byte = ety[:1] == "i" and ety[1:].isdigit() and int(ety[1:]) < 8
+    if body.startswith('"0x'):
+        return bytes.fromhex(body[3:-1])
+    wide_type = "i8" if sub_byte else "f32"
+    wide = ir.Attribute.parse(f"{literal}: {type_text.strip()[:-len(ety) - 1]}{wide_type}>",
+                              attr.context)
+    values = np.array(wide).reshape(-1)
+    if values.size != count:
+        values = np.full(count, values[0])
+    if sub_byte:
+        # packed low bits first, as IREE packs them
         bits = int(ety[1:])
-        text = str(attr)
-        literal, _, type_text = text.rpartition(":")
-        wide = ir.Attribute.parse(f"{literal}: {type_text.strip()[:-len(ety) - 1]}i8>",
-                                  attr.context)
-        values = np.array(wide).reshape(-1)
-        if values.size != count:
-            values = np.full(count, values[0])
         acc = 0
         for k, v in enumerate(values.tolist()):
             acc |= (int(v) & ((1 << bits) - 1)) << (k * bits)
         return acc.to_bytes(-(-count * bits // 8), "little")
-    # element by element: bf16, 8-bit floats
-    if attr.is_splat:
-        values = [attr.get_splat_value()] * count
-    else:
-        values = [attr[i] for i in range(count)]
-    values = [v.value if hasattr(v, "value") else v for v in values]
     dt = element_dtype(ety)
     if dt is None or dt.kind == "c":
         raise EvaluationError(f"constant of element type {ety} is not supported: "
-                              f"{str(attr)[:100]}")
-    return np.array(values, np.float64).astype(dt).tobytes()
+                              f"{text[:100]}")
+    return values.astype(dt).tobytes()
 
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|inf|nan)")
@@ -108,8 +109,7 @@ def _complex_bytes(text: str) -> bytes:
     literal, _, type_text = text.rpartition(":")
     body = literal.strip()[len("dense<"):-1].strip()
     part = np.float64 if "complex<f64>" in type_text else np.float32
-    count_text = type_text.strip()
-    dims = re.findall(r"(\d+)x", count_text)
+    dims = re.findall(r"(\d+)x", type_text.strip())
     count = int(np.prod([int(d) for d in dims], dtype=np.int64)) if dims else 1
     if body.startswith('"0x'):
         data = bytes.fromhex(body[3:-1])
