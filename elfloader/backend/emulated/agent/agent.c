@@ -1,0 +1,334 @@
+/*
+ * Guest agent of the qemu-user engine.
+ *
+ * A static Linux program of the guest architecture, started by the host
+ * under qemu-user. It maps the host's guest-memory file (a memfd) at one
+ * address, then serves requests read from a pipe and answers on another:
+ * set page protections, call a function with integer arguments, return
+ * from a host callback. Guest code runs on this program's main thread; a
+ * fault (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP) or a stop request
+ * (SIGUSR1 from the host) ends the call with a report of the signal, the
+ * data address, the pc and the stack pointer.
+ *
+ * Wire format, both directions, little endian: a header of two u32 words
+ * (kind, count) followed by count u64 words.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+typedef uint64_t u64;
+typedef uintptr_t word;
+
+enum {
+  REQ_MAP = 1,      /* memfd, size, address hint, fixed -> OK(base) */
+  REQ_PROTECT = 2,  /* (address, size, prot) triples -> OK */
+  REQ_CALL = 3,     /* function, args... -> DONE(result) | CALLBACK | FAULT | STOPPED */
+  REQ_RETURN = 4,   /* value: the result of the callback being served */
+  REQ_EXIT = 5,
+  REQ_CALLBACKS = 6, /* -> OK(address of every callback slot) */
+};
+enum {
+  REP_OK = 1,
+  REP_DONE = 2,     /* result */
+  REP_CALLBACK = 3, /* slot, arguments[NCBARGS] */
+  REP_FAULT = 4,    /* signal, code, data address, pc, sp */
+  REP_STOPPED = 5,  /* pc, sp */
+  REP_ERROR = 6,    /* errno, request kind, index */
+};
+
+#define NARGS 16
+#define NCBARGS 8
+#define MAXWORDS 4096
+
+static int fd_in = 0, fd_out = 1;
+static u64 words[MAXWORDS];
+static sigjmp_buf call_env;
+static volatile sig_atomic_t in_guest, in_call, stop_pending;
+static volatile u64 fault_info[5];
+
+static void die(void) { _exit(3); }
+
+static void read_full(void *buf, size_t n) {
+  char *p = buf;
+  while (n) {
+    ssize_t r = read(fd_in, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) die();
+    p += r;
+    n -= (size_t)r;
+  }
+}
+
+static void write_full(const void *buf, size_t n) {
+  const char *p = buf;
+  while (n) {
+    ssize_t r = write(fd_out, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) die();
+    p += r;
+    n -= (size_t)r;
+  }
+}
+
+static void reply(uint32_t kind, const u64 *data, uint32_t count) {
+  uint32_t head[2] = {kind, count};
+  char buf[8 + 8 * 32];
+  if (count <= 32) { /* one write: one pipe transfer */
+    memcpy(buf, head, 8);
+    memcpy(buf + 8, data, 8 * count);
+    write_full(buf, 8 + 8 * (size_t)count);
+    return;
+  }
+  write_full(head, 8);
+  write_full(data, 8 * (size_t)count);
+}
+
+static uint32_t request(uint32_t *count) {
+  uint32_t head[2];
+  read_full(head, 8);
+  if (head[1] > MAXWORDS) die();
+  read_full(words, 8 * (size_t)head[1]);
+  *count = head[1];
+  return head[0];
+}
+
+/* --- the pc and stack pointer in a signal's context ----------------------- */
+static void context_pc_sp(void *uctx, u64 *pc, u64 *sp) {
+  ucontext_t *uc = uctx;
+#if defined(__x86_64__)
+  *pc = (u64)uc->uc_mcontext.gregs[REG_RIP];
+  *sp = (u64)uc->uc_mcontext.gregs[REG_RSP];
+#elif defined(__i386__)
+  *pc = (u64)(uint32_t)uc->uc_mcontext.gregs[REG_EIP];
+  *sp = (u64)(uint32_t)uc->uc_mcontext.gregs[REG_ESP];
+#elif defined(__aarch64__)
+  *pc = uc->uc_mcontext.pc;
+  *sp = uc->uc_mcontext.sp;
+#elif defined(__arm__)
+  *pc = uc->uc_mcontext.arm_pc;
+  /* Thumb state (CPSR.T) is bit 0 of the reported pc, as in a code pointer. */
+  if (uc->uc_mcontext.arm_cpsr & (1u << 5)) *pc |= 1;
+  *sp = uc->uc_mcontext.arm_sp;
+#elif defined(__riscv)
+  *pc = (u64)uc->uc_mcontext.__gregs[0];
+  *sp = (u64)uc->uc_mcontext.__gregs[2];
+#else
+#error "unsupported architecture"
+#endif
+}
+
+/* Write access bit of a data fault, where the context records one:
+ * 1 write, 0 read, -1 not known. */
+static int64_t context_write(void *uctx) {
+#if defined(__x86_64__)
+  ucontext_t *uc = uctx;
+  return (uc->uc_mcontext.gregs[REG_ERR] >> 1) & 1;
+#elif defined(__i386__)
+  ucontext_t *uc = uctx;
+  return (uc->uc_mcontext.gregs[REG_ERR] >> 1) & 1;
+#else
+  (void)uctx;
+  return -1;
+#endif
+}
+
+static void on_fault(int sig, siginfo_t *info, void *uctx) {
+  u64 pc, sp;
+  if (!in_call) _exit(4); /* a fault in the agent itself */
+  context_pc_sp(uctx, &pc, &sp);
+  fault_info[0] = (u64)sig;
+  fault_info[1] = (u64)(int64_t)info->si_code;
+  fault_info[2] = (u64)(word)info->si_addr;
+  fault_info[3] = pc;
+  fault_info[4] = sp | ((u64)(context_write(uctx) + 1) << 62);
+  siglongjmp(call_env, 1);
+}
+
+static void on_stop(int sig, siginfo_t *info, void *uctx) {
+  u64 pc, sp;
+  (void)sig;
+  (void)info;
+  if (!in_call) return;
+  if (!in_guest) { /* in a host callback: stop when it returns */
+    stop_pending = 1;
+    return;
+  }
+  context_pc_sp(uctx, &pc, &sp);
+  fault_info[0] = 0;
+  fault_info[3] = pc;
+  fault_info[4] = sp;
+  siglongjmp(call_env, 2);
+}
+
+/* --- host callbacks -------------------------------------------------------- */
+static word callback(unsigned slot, word a0, word a1, word a2, word a3,
+                     word a4, word a5, word a6, word a7) {
+  u64 msg[1 + NCBARGS] = {slot, a0, a1, a2, a3, a4, a5, a6, a7};
+  uint32_t count;
+  word result = 0;
+  in_guest = 0;
+  reply(REP_CALLBACK, msg, 1 + NCBARGS);
+  for (;;) {
+    uint32_t kind = request(&count);
+    if (kind == REQ_RETURN && count == 1) {
+      result = (word)words[0];
+      break;
+    }
+    if (kind == REQ_PROTECT) {
+      u64 err[3] = {0, REQ_PROTECT, 0};
+      int failed = 0;
+      for (uint32_t i = 0; i + 3 <= count; i += 3) {
+        if (mprotect((void *)(word)words[i], (size_t)words[i + 1], (int)words[i + 2])) {
+          err[0] = (u64)errno;
+          err[2] = i / 3;
+          failed = 1;
+          break;
+        }
+      }
+      if (failed) reply(REP_ERROR, err, 3);
+      else reply(REP_OK, 0, 0);
+      continue;
+    }
+    die(); /* no other request is valid while a callback runs */
+  }
+  if (stop_pending) {
+    fault_info[0] = 0;
+    fault_info[3] = 0;
+    fault_info[4] = 0;
+    siglongjmp(call_env, 2);
+  }
+  in_guest = 1;
+  return result;
+}
+
+#define CB1(i) \
+  static word cb_##i(word a0, word a1, word a2, word a3, word a4, word a5, word a6, word a7) { \
+    return callback(i, a0, a1, a2, a3, a4, a5, a6, a7); \
+  }
+#define CB4(i) CB1(i##0) CB1(i##1) CB1(i##2) CB1(i##3)
+#define CB16(i) CB4(i##0) CB4(i##1) CB4(i##2) CB4(i##3)
+#define CB64(i) CB16(i##0) CB16(i##1) CB16(i##2) CB16(i##3)
+CB64(0) CB64(1) CB64(2) CB64(3)
+#define ADDR1(i) (u64)(word)cb_##i,
+#define ADDR4(i) ADDR1(i##0) ADDR1(i##1) ADDR1(i##2) ADDR1(i##3)
+#define ADDR16(i) ADDR4(i##0) ADDR4(i##1) ADDR4(i##2) ADDR4(i##3)
+#define ADDR64(i) ADDR16(i##0) ADDR16(i##1) ADDR16(i##2) ADDR16(i##3)
+/* Slot numbers are base-4 digit strings: cb_0123 is slot 0*64+1*16+2*4+3. */
+static const u64 callbacks[256] = {ADDR64(0) ADDR64(1) ADDR64(2) ADDR64(3)};
+
+static unsigned slot_of(u64 address) {
+  for (unsigned i = 0; i < 256; i++)
+    if (callbacks[i] == address) return i;
+  return 256;
+}
+
+/* --- calls ------------------------------------------------------------------ */
+typedef word (*fn16)(word, word, word, word, word, word, word, word, word, word,
+                     word, word, word, word, word, word);
+
+static void do_call(uint32_t count) {
+  word a[NARGS] = {0};
+  u64 result;
+  fn16 fn = (fn16)(word)words[0];
+  for (uint32_t i = 1; i < count && i <= NARGS; i++) a[i - 1] = (word)words[i];
+  stop_pending = 0;
+  in_call = 1;
+  int how = sigsetjmp(call_env, 1);
+  if (how == 0) {
+    in_guest = 1;
+    result = (u64)fn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9],
+                     a[10], a[11], a[12], a[13], a[14], a[15]);
+    in_guest = 0;
+    in_call = 0;
+    reply(REP_DONE, &result, 1);
+    return;
+  }
+  in_guest = 0;
+  in_call = 0;
+  if (how == 1) {
+    u64 out[5];
+    for (int i = 0; i < 5; i++) out[i] = fault_info[i];
+    reply(REP_FAULT, out, 5);
+  } else {
+    u64 out[2] = {fault_info[3], fault_info[4]};
+    reply(REP_STOPPED, out, 2);
+  }
+}
+
+static char altstack[1 << 16];
+
+int main(int argc, char **argv) {
+  if (argc >= 3) {
+    fd_in = atoi(argv[1]);
+    fd_out = atoi(argv[2]);
+  }
+  stack_t ss = {.ss_sp = altstack, .ss_size = sizeof altstack, .ss_flags = 0};
+  sigaltstack(&ss, 0);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  int faults[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP};
+  for (unsigned i = 0; i < sizeof faults / sizeof faults[0]; i++) sigaction(faults[i], &sa, 0);
+  sa.sa_sigaction = on_stop;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigaction(SIGUSR1, &sa, 0);
+  signal(SIGPIPE, SIG_IGN);
+  (void)slot_of;
+
+  for (;;) {
+    uint32_t count;
+    uint32_t kind = request(&count);
+    switch (kind) {
+      case REQ_MAP: {
+        if (count != 4) die();
+        int flags = MAP_SHARED | (words[3] ? MAP_FIXED_NOREPLACE : 0);
+        void *p = mmap((void *)(word)words[2], (size_t)words[1], PROT_NONE, flags,
+                       (int)words[0], 0);
+        if (p == MAP_FAILED) {
+          u64 err[3] = {(u64)errno, REQ_MAP, 0};
+          reply(REP_ERROR, err, 3);
+        } else {
+          u64 base = (u64)(word)p;
+          reply(REP_OK, &base, 1);
+        }
+        break;
+      }
+      case REQ_PROTECT: {
+        u64 err[3] = {0, REQ_PROTECT, 0};
+        int failed = 0;
+        for (uint32_t i = 0; i + 3 <= count; i += 3) {
+          if (mprotect((void *)(word)words[i], (size_t)words[i + 1], (int)words[i + 2])) {
+            err[0] = (u64)errno;
+            err[2] = i / 3;
+            failed = 1;
+            break;
+          }
+        }
+        if (failed) reply(REP_ERROR, err, 3);
+        else reply(REP_OK, 0, 0);
+        break;
+      }
+      case REQ_CALL:
+        if (count < 1) die();
+        do_call(count);
+        break;
+      case REQ_CALLBACKS:
+        reply(REP_OK, callbacks, 256);
+        break;
+      case REQ_EXIT:
+        _exit(0);
+      default:
+        die();
+    }
+  }
+}
