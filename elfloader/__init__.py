@@ -16,7 +16,7 @@ from . import arch
 from .arch import Arch
 from .backend import Backend, as_int32, open_backend
 from .errors import (ArchitectureMismatchError, BackendError, ElfError,
-                     ElfFormatError, EmulationError, GuardError,
+                     ElfFormatError, EmulationError, EngineError, GuardError,
                      RelocationError,
                      SymbolNotFoundError, UndefinedSymbolError,
                      UnsupportedElfError)
@@ -123,4 +123,4 @@ __all__ = ["Arch", "Backend", "ElfImage", "ElfModule", "open_backend", "load",
            "read_image", "as_int32", "ElfError", "ElfFormatError",
            "UnsupportedElfError", "RelocationError", "SymbolNotFoundError",
            "UndefinedSymbolError", "BackendError", "ArchitectureMismatchError",
-           "EmulationError", "GuardError"]
+           "EmulationError", "EngineError", "GuardError"]

@@ -87,6 +87,30 @@ def _add_target_flags(p: argparse.ArgumentParser) -> None:
                    metavar="SPEC", help="plugin resolving imports: path.sos, "
                    "embedded:path, a system library path, with optional "
                    "?key=value&... load parameters (repeatable)")
+    _add_cpu_flags(p)
+
+
+def _add_cpu_flags(p: argparse.ArgumentParser) -> None:
+    """``--engine``, ``--cpu`` and ``--vlen``: what the emulated CPU is."""
+    p.add_argument("--engine", choices=("auto", "qemu", "unicorn"),
+                   default=None, help="emulation engine: qemu (qemu-user; "
+                   "AVX2/FMA, SVE, RVV), unicorn (in process; no vector "
+                   "extensions beyond SSE/NEON), or auto (qemu where "
+                   "installed; default)")
+    p.add_argument("--cpu", metavar="PROFILE", default=None,
+                   help="CPU profile the emulated CPU models, e.g. x86-64-v3, "
+                   "sve, rv64gcv (hal-cpu profiles lists them); selects "
+                   "emulation. Default: the engine's most capable model")
+    p.add_argument("--vlen", type=_positive, metavar="BITS", default=None,
+                   help="vector length of a scalable profile (SVE VL, RVV "
+                   "VLEN), e.g. 128, 256, 512")
+
+
+def emulation_options(args) -> dict:
+    """``engine``/``cpu``/``vlen`` keyword arguments given on the command
+    line (none: the defaults)."""
+    return {k: getattr(args, k, None) for k in ("engine", "cpu", "vlen")
+            if getattr(args, k, None) is not None}
 
 
 def _version() -> str:
@@ -170,7 +194,32 @@ def build_parser() -> argparse.ArgumentParser:
                        "every architecture and check them against numpy")
     p.add_argument("--arch", action="append", type=_arch, metavar="ARCH",
                    help="only these architectures (repeatable)")
+
+    p = sub.add_parser("profiles", help="list the CPU profiles --cpu accepts, "
+                       "with the engines that run them")
+    p.add_argument("--arch", action="append", type=_arch, metavar="ARCH",
+                   help="only these architectures (repeatable)")
     return parser
+
+
+def cmd_profiles(args) -> int:
+    from elfloader.backend.emulated import engine as engines
+    names = args.arch or list(arches.RUNTIME_ARCHES)
+    print(f"{'arch':<8} {'profile':<24} {'engines':<14} {'vector lengths':<26} "
+          "ISA")
+    for name in names:
+        have_qemu = engines.qemu_program(name) is not None
+        for p in arches.profiles(name):
+            runs = ["qemu" + ("" if have_qemu else " (not installed)")]
+            if p.unicorn:
+                runs.append("unicorn")
+            default = " (default)" if arches.DEFAULT_PROFILES.get(name) == p.name else ""
+            vl = ", ".join(str(v) for v in sorted(p.vlens)) or "-"
+            print(f"{name:<8} {p.name:<24} {' '.join(runs):<14} {vl:<26} "
+                  f"{p.summary}{default}")
+            if p.note:
+                print(f"{'':<8} {'':<24} note: {p.note}")
+    return 0
 
 
 def _plugins(args, arch_hint):
@@ -178,7 +227,8 @@ def _plugins(args, arch_hint):
         return None
     from .plugins import PluginManager
     return PluginManager.from_specs(args.executable_plugin, arch=arch_hint,
-                                    backend=args.backend)
+                                    backend=args.backend,
+                                    **emulation_options(args))
 
 
 def cmd_inspect(args) -> int:
@@ -292,11 +342,19 @@ class _Progress:
             self.bar.close()
 
 
-def _runs_natively(backend: str, arch) -> bool:
-    """Whether ``--backend=backend`` runs a file for ``arch`` on this CPU."""
+def _runs_natively(backend: str, arch, emulation: dict | None = None) -> bool:
+    """Whether ``--backend=backend`` runs a file for ``arch`` on this CPU
+    (``emulation``: the ``--engine``/``--cpu``/``--vlen`` given, which
+    select emulation under ``auto``)."""
     host = elfloader.arch.host()
     return backend == "native" or (backend == "auto" and host is not None
-                                   and arch is host)
+                                   and arch is host and not emulation)
+
+
+def backend_description(backend) -> str:
+    """``native`` or ``emulated, qemu (qemu-aarch64 -cpu max,...)``."""
+    describe = getattr(backend, "describe", None)
+    return f"{backend.kind}, {describe()}" if describe else backend.kind
 
 
 def _dispatch(args, image, export, arrays, note=None):
@@ -305,8 +363,9 @@ def _dispatch(args, image, export, arrays, note=None):
     from .library import Executable
     note = note or (lambda _text: None)
     note("while loading the executable and its plugins")
-    with Executable(image, backend=args.backend,
-                    plugins=_plugins(args, image.arch)) as exe:
+    plugins = _plugins(args, image.arch)
+    with Executable(image, backend=args.backend, plugins=plugins,
+                    **({} if plugins else emulation_options(args))) as exe:
         label = exe.export(export).label
         note(f"in export {label}")
         progress = _Progress(not args.no_progress)
@@ -322,7 +381,7 @@ def _dispatch(args, image, export, arrays, note=None):
                 times.append(time.perf_counter() - t0)
         finally:
             progress.close()
-        where = (f"{exe.arch.name}, {exe.backend.kind}, "
+        where = (f"{exe.arch.name}, {backend_description(exe.backend)}, "
                  f"workers={exe.last_workers}")
         return times, where, label, exe.path
 
@@ -339,8 +398,10 @@ def _diagnose(args, image, export) -> None:
             from .plugins import PluginManager
             plugins = PluginManager.from_specs(args.executable_plugin,
                                                arch=image.arch,
-                                               backend="emulated")
-        with Executable(image, backend="emulated", plugins=plugins) as exe:
+                                               backend="emulated",
+                                               **emulation_options(args))
+        with Executable(image, backend="emulated", plugins=plugins,
+                        **({} if plugins else emulation_options(args))) as exe:
             exe.dispatch(export, args.workgroup_count, arrays, args.constant,
                          workers=args.workers, timeout=args.timeout)
     except elfloader.EmulationError as exc:
@@ -370,7 +431,7 @@ def cmd_run(args) -> int:
     # Read and verified once: the plugins need its architecture first.
     image = elfloader.read_image(args.file, arch=args.arch)
     export = args.function if args.function is not None else args.entry_point
-    native = _runs_natively(args.backend, image.arch)
+    native = _runs_natively(args.backend, image.arch, emulation_options(args))
     isolate = args.isolate if args.isolate is not None else native
     if isolate and hasattr(os, "fork"):
         # The child writes the results into memory the two processes share.
@@ -419,7 +480,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return {"inspect": cmd_inspect, "run": cmd_run, "demo": cmd_demo,
-                "run-module": cmd_run_module, "plan": cmd_plan}[args.command](args)
+                "run-module": cmd_run_module, "plan": cmd_plan,
+                "profiles": cmd_profiles}[args.command](args)
     except PortableKernelError as exc:
         print(f"hal-cpu: error: {exc}", file=sys.stderr)
         return 1

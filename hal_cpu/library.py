@@ -215,6 +215,15 @@ class Executable:
         initialize: run the file's initializers (False for inspection).
         bind_imports: resolve imports and build the environment (False for
             inspection: the library cannot be dispatched then).
+        engine: emulation engine of a new emulated backend: ``"auto"``
+            (qemu-user where installed, else unicorn), ``"qemu"``,
+            ``"unicorn"``.
+        cpu: CPU profile the emulated CPU models (``fatelf.arches.PROFILES``,
+            e.g. ``"x86-64-v3"``, ``"sve"``, ``"rv64gcv"``); None: the
+            engine's most capable model. Selects the emulated backend under
+            ``backend="auto"``.
+        vlen: vector length in bits for a scalable profile (SVE VL, RVV
+            VLEN).
 
     Attributes:
         name, version, features, sanitizer: from the library header.
@@ -230,7 +239,8 @@ class Executable:
 
     def __init__(self, source, *, backend="auto", arch=None, plugins=None,
                  timeout: float = LOAD_TIMEOUT, initialize: bool = True,
-                 bind_imports: bool = True):
+                 bind_imports: bool = True, engine: str | None = None,
+                 cpu: str | None = None, vlen: int | None = None):
         if plugins is not None:
             backend = plugins.backend
         self._allocs: list[int] = []
@@ -244,8 +254,11 @@ class Executable:
                 self.module = elfloader.load(source, arch=arch, backend=backend,
                                              initialize=initialize)
         else:
+            emulation = {k: v for k, v in (("engine", engine), ("cpu", cpu),
+                                           ("vlen", vlen)) if v is not None}
             self.module = elfloader.load(source, arch=arch, backend=backend,
-                                         initialize=initialize, timeout=timeout)
+                                         initialize=initialize, timeout=timeout,
+                                         **emulation)
             self.module.backend.timeout_us = 0
         self._owns_backend = not isinstance(backend, Backend)
         self.backend: Backend = self.module.backend

@@ -438,9 +438,13 @@ class PluginManager:
         arch: architecture of the executables to serve (name or Arch; None:
             host).
         backend: ``"auto"``/``"native"``/``"emulated"`` or a Backend.
+        options: for a new emulated backend: ``engine``, ``cpu`` (CPU
+            profile), ``vlen`` (bits), ``timeout`` (see
+            :func:`elfloader.open_backend`).
 
     Raises:
         elfloader.ArchitectureMismatchError: native for a foreign arch.
+        elfloader.EngineError: the engine cannot run the CPU profile.
     """
 
     def __init__(self, arch=None, backend="auto", **options):
@@ -451,10 +455,12 @@ class PluginManager:
         self.plugins: list[Plugin] = []
 
     @classmethod
-    def from_specs(cls, specs: Sequence[str], arch=None, backend="auto"):
-        """A manager with each ``--executable_plugin`` spec registered in order."""
+    def from_specs(cls, specs: Sequence[str], arch=None, backend="auto",
+                   **options):
+        """A manager with each ``--executable_plugin`` spec registered in
+        order (``options`` as for the constructor)."""
         parsed = [PluginSpec(s) for s in specs]
-        manager = cls(arch, backend)
+        manager = cls(arch, backend, **options)
         try:
             for spec in parsed:
                 manager.register_spec(spec)

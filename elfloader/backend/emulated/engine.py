@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 from fatelf import arches
 
 from ...arch import Arch
-from ...errors import BackendError
+from ...errors import BackendError, EngineError
 
 if TYPE_CHECKING:
     from .space import EmulatedBackend
@@ -67,12 +67,6 @@ FAULTS = {
     ("fetch", True): ("fetch_protected",
                       "instruction fetch from non-executable memory"),
 }
-
-
-class EngineError(BackendError):
-    """An engine cannot run what was asked: qemu-user is missing, the
-    engine does not model the CPU profile, a vector length is out of
-    range, or the guest agent died."""
 
 
 class Region(Protocol):
@@ -219,11 +213,14 @@ class Engine:
         defer_free: a released reservation's host memory must outlive the
             CPUs that may still run on it (freed once every CPU unmapped
             it); False when it can be freed at once.
+        stacks: each CPU runs calls on a stack the space reserves (with a
+            guard page below); False when the engine has stacks of its own.
     """
 
     name = ""
     eager_sync = True
     defer_free = True
+    stacks = True
 
     def __init__(self, arch: Arch, profile: arches.Profile | None,
                  vlen: int | None):

@@ -125,12 +125,17 @@ class EmulatedBackend(Backend):
         # Guest code assumes at least 4 KiB pages (aarch64 ADRP, for one).
         self.page_size = max(4096, self.cpu.page_size)
         try:
-            stack = self._reserve_stack()
+            stack = self._reserve_stack() if self._engine.stacks else None
             self._slots = self._engine.setup(self, _CALLBACK_SLOTS)
             self.cpu._start(stack)
         except BaseException:
             self.close()
             raise
+
+    def describe(self) -> str:
+        """The engine and the CPU model, e.g. ``qemu (qemu-riscv64 -cpu
+        rv64,v=true,vlen=256,...)`` or ``unicorn (most capable model)``."""
+        return self._engine.describe()
 
     @property
     def uc(self):
@@ -151,7 +156,7 @@ class EmulatedBackend(Backend):
             self._cpus.append(cpu)
             try:
                 cpu._map_all()
-                stack = self._reserve_stack()
+                stack = self._reserve_stack() if self._engine.stacks else None
                 cpu._start(stack)
             except BaseException:
                 self._cpus.remove(cpu)

@@ -34,6 +34,7 @@ enum {
   REQ_RETURN = 4,   /* value: the result of the callback being served */
   REQ_EXIT = 5,
   REQ_CALLBACKS = 6, /* -> OK(address of every callback slot) */
+  REQ_ABORT = 7,    /* end the call whose callback is being served: STOPPED */
 };
 enum {
   REP_OK = 1,
@@ -168,9 +169,25 @@ static void on_stop(int sig, siginfo_t *info, void *uctx) {
   siglongjmp(call_env, 2);
 }
 
+/* Apply (address, size, prot) triples; answer OK, or ERROR at the first
+ * that fails. */
+static void protect(uint32_t count) {
+  for (uint32_t i = 0; i + 3 <= count; i += 3) {
+    if (mprotect((void *)(word)words[i], (size_t)words[i + 1], (int)words[i + 2])) {
+      u64 err[3] = {(u64)errno, REQ_PROTECT, i / 3};
+      reply(REP_ERROR, err, 3);
+      return;
+    }
+  }
+  reply(REP_OK, 0, 0);
+}
+
 /* --- host callbacks -------------------------------------------------------- */
-static word callback(unsigned slot, word a0, word a1, word a2, word a3,
+static word callback(unsigned name, word a0, word a1, word a2, word a3,
                      word a4, word a5, word a6, word a7) {
+  /* The slot's name is its base-4 digits written as an octal literal. */
+  unsigned slot = (name & 7) | ((name >> 3) & 7) << 2 | ((name >> 6) & 7) << 4 |
+                  ((name >> 9) & 7) << 6;
   u64 msg[1 + NCBARGS] = {slot, a0, a1, a2, a3, a4, a5, a6, a7};
   uint32_t count;
   word result = 0;
@@ -183,19 +200,12 @@ static word callback(unsigned slot, word a0, word a1, word a2, word a3,
       break;
     }
     if (kind == REQ_PROTECT) {
-      u64 err[3] = {0, REQ_PROTECT, 0};
-      int failed = 0;
-      for (uint32_t i = 0; i + 3 <= count; i += 3) {
-        if (mprotect((void *)(word)words[i], (size_t)words[i + 1], (int)words[i + 2])) {
-          err[0] = (u64)errno;
-          err[2] = i / 3;
-          failed = 1;
-          break;
-        }
-      }
-      if (failed) reply(REP_ERROR, err, 3);
-      else reply(REP_OK, 0, 0);
+      protect(count);
       continue;
+    }
+    if (kind == REQ_ABORT) {
+      stop_pending = 1;
+      break;
     }
     die(); /* no other request is valid while a callback runs */
   }
@@ -217,18 +227,13 @@ static word callback(unsigned slot, word a0, word a1, word a2, word a3,
 #define CB16(i) CB4(i##0) CB4(i##1) CB4(i##2) CB4(i##3)
 #define CB64(i) CB16(i##0) CB16(i##1) CB16(i##2) CB16(i##3)
 CB64(0) CB64(1) CB64(2) CB64(3)
-#define ADDR1(i) (u64)(word)cb_##i,
+#define ADDR1(i) cb_##i,
 #define ADDR4(i) ADDR1(i##0) ADDR1(i##1) ADDR1(i##2) ADDR1(i##3)
 #define ADDR16(i) ADDR4(i##0) ADDR4(i##1) ADDR4(i##2) ADDR4(i##3)
 #define ADDR64(i) ADDR16(i##0) ADDR16(i##1) ADDR16(i##2) ADDR16(i##3)
-/* Slot numbers are base-4 digit strings: cb_0123 is slot 0*64+1*16+2*4+3. */
-static const u64 callbacks[256] = {ADDR64(0) ADDR64(1) ADDR64(2) ADDR64(3)};
-
-static unsigned slot_of(u64 address) {
-  for (unsigned i = 0; i < 256; i++)
-    if (callbacks[i] == address) return i;
-  return 256;
-}
+/* cb_0123 is slot 0*64 + 1*16 + 2*4 + 3. */
+typedef word (*callback_fn)(word, word, word, word, word, word, word, word);
+static const callback_fn callbacks[256] = {ADDR64(0) ADDR64(1) ADDR64(2) ADDR64(3)};
 
 /* --- calls ------------------------------------------------------------------ */
 typedef word (*fn16)(word, word, word, word, word, word, word, word, word, word,
@@ -283,7 +288,6 @@ int main(int argc, char **argv) {
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigaction(SIGUSR1, &sa, 0);
   signal(SIGPIPE, SIG_IGN);
-  (void)slot_of;
 
   for (;;) {
     uint32_t count;
@@ -303,28 +307,19 @@ int main(int argc, char **argv) {
         }
         break;
       }
-      case REQ_PROTECT: {
-        u64 err[3] = {0, REQ_PROTECT, 0};
-        int failed = 0;
-        for (uint32_t i = 0; i + 3 <= count; i += 3) {
-          if (mprotect((void *)(word)words[i], (size_t)words[i + 1], (int)words[i + 2])) {
-            err[0] = (u64)errno;
-            err[2] = i / 3;
-            failed = 1;
-            break;
-          }
-        }
-        if (failed) reply(REP_ERROR, err, 3);
-        else reply(REP_OK, 0, 0);
+      case REQ_PROTECT:
+        protect(count);
         break;
-      }
       case REQ_CALL:
         if (count < 1) die();
         do_call(count);
         break;
-      case REQ_CALLBACKS:
-        reply(REP_OK, callbacks, 256);
+      case REQ_CALLBACKS: {
+        static u64 addresses[256];
+        for (unsigned i = 0; i < 256; i++) addresses[i] = (u64)(word)callbacks[i];
+        reply(REP_OK, addresses, 256);
         break;
+      }
       case REQ_EXIT:
         _exit(0);
       default:
