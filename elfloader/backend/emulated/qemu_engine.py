@@ -399,9 +399,6 @@ class QemuCpu(Cpu):
         if words:
             self._protect(words)
 
-    def _start(self, stack: int | None) -> None:
-        """The agent runs calls on its own stack."""
-
     # --- calls ------------------------------------------------------------
     def call(self, address: int, *args: int) -> int:
         """Call ``address`` with integer arguments; see :meth:`Cpu.call`."""
@@ -424,7 +421,8 @@ class QemuCpu(Cpu):
                                field="call", value=address)
         timeout = self._space.timeout_us / 1e6
         deadline = time.monotonic() + timeout if timeout else None
-        agent.send(_CALL, [address & mask] + [a & mask for a in args])
+        agent.send(_CALL, [address & mask, self._stack_top]
+                   + [a & mask for a in args])
         if self._stop:
             agent.signal(signal.SIGUSR1)
         while True:
@@ -625,7 +623,6 @@ class QemuEngine(Engine):
     name = "qemu"
     eager_sync = False
     defer_free = False
-    stacks = False
 
     def __init__(self, arch: Arch, profile: arches.Profile | None,
                  vlen: int | None):

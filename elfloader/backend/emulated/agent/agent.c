@@ -30,7 +30,7 @@ typedef uintptr_t word;
 enum {
   REQ_MAP = 1,      /* memfd, size, address hint, fixed -> OK(base) */
   REQ_PROTECT = 2,  /* (address, size, prot) triples -> OK */
-  REQ_CALL = 3,     /* function, args... -> DONE(result) | CALLBACK | FAULT | STOPPED */
+  REQ_CALL = 3,     /* function, stack top, args... -> DONE(result) | CALLBACK | FAULT | STOPPED */
   REQ_RETURN = 4,   /* value: the result of the callback being served */
   REQ_EXIT = 5,
   REQ_CALLBACKS = 6, /* -> OK(address of every callback slot) */
@@ -239,20 +239,64 @@ static const callback_fn callbacks[256] = {ADDR64(0) ADDR64(1) ADDR64(2) ADDR64(
 typedef word (*fn16)(word, word, word, word, word, word, word, word, word, word,
                      word, word, word, word, word, word);
 
+static fn16 call_fn;
+static word call_args[NARGS];
+static word call_result;
+
+static void call_body(void) {
+  word *a = call_args;
+  call_result = call_fn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9],
+                        a[10], a[11], a[12], a[13], a[14], a[15]);
+}
+
+/* run_on_stack(body, top): call body() with the stack pointer at top (16-byte
+ * aligned), then return on this stack. A fault or stop leaves it by
+ * siglongjmp, which restores the stack pointer of the sigsetjmp. */
+void run_on_stack(void (*body)(void), word top);
+#if defined(__x86_64__)
+__asm__(".text\n.globl run_on_stack\n.type run_on_stack,@function\nrun_on_stack:\n"
+        "  push %rbp\n  mov %rsp, %rbp\n  mov %rsi, %rsp\n  call *%rdi\n"
+        "  mov %rbp, %rsp\n  pop %rbp\n  ret\n");
+#elif defined(__i386__)
+__asm__(".text\n.globl run_on_stack\n.type run_on_stack,@function\nrun_on_stack:\n"
+        "  push %ebp\n  mov %esp, %ebp\n  mov 8(%ebp), %eax\n  mov 12(%ebp), %esp\n"
+        "  call *%eax\n  mov %ebp, %esp\n  pop %ebp\n  ret\n");
+#elif defined(__aarch64__)
+__asm__(".text\n.globl run_on_stack\n.type run_on_stack,%function\nrun_on_stack:\n"
+        "  stp x29, x30, [sp, #-16]!\n  mov x29, sp\n  mov sp, x1\n  blr x0\n"
+        "  mov sp, x29\n  ldp x29, x30, [sp], #16\n  ret\n");
+#elif defined(__arm__)
+__asm__(".text\n.arm\n.globl run_on_stack\n.type run_on_stack,%function\nrun_on_stack:\n"
+        "  push {r4, lr}\n  mov r4, sp\n  mov sp, r1\n  blx r0\n  mov sp, r4\n"
+        "  pop {r4, pc}\n");
+#elif defined(__riscv) && __riscv_xlen == 64
+__asm__(".text\n.globl run_on_stack\n.type run_on_stack,@function\nrun_on_stack:\n"
+        "  addi sp, sp, -16\n  sd ra, 8(sp)\n  sd s0, 0(sp)\n  mv s0, sp\n"
+        "  mv sp, a1\n  jalr a0\n  mv sp, s0\n  ld ra, 8(sp)\n  ld s0, 0(sp)\n"
+        "  addi sp, sp, 16\n  ret\n");
+#elif defined(__riscv)
+__asm__(".text\n.globl run_on_stack\n.type run_on_stack,@function\nrun_on_stack:\n"
+        "  addi sp, sp, -16\n  sw ra, 12(sp)\n  sw s0, 8(sp)\n  mv s0, sp\n"
+        "  mv sp, a1\n  jalr a0\n  mv sp, s0\n  lw ra, 12(sp)\n  lw s0, 8(sp)\n"
+        "  addi sp, sp, 16\n  ret\n");
+#endif
+
+/* words: function, stack top (0: this program's stack), arguments... */
 static void do_call(uint32_t count) {
-  word a[NARGS] = {0};
   u64 result;
-  fn16 fn = (fn16)(word)words[0];
-  for (uint32_t i = 1; i < count && i <= NARGS; i++) a[i - 1] = (word)words[i];
+  word top = (word)words[1];
+  call_fn = (fn16)(word)words[0];
+  for (uint32_t i = 0; i < NARGS; i++) call_args[i] = i + 2 < count ? (word)words[i + 2] : 0;
   stop_pending = 0;
   in_call = 1;
   int how = sigsetjmp(call_env, 1);
   if (how == 0) {
     in_guest = 1;
-    result = (u64)fn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9],
-                     a[10], a[11], a[12], a[13], a[14], a[15]);
+    if (top) run_on_stack(call_body, top & ~(word)15);
+    else call_body();
     in_guest = 0;
     in_call = 0;
+    result = (u64)call_result;
     reply(REP_DONE, &result, 1);
     return;
   }
@@ -311,7 +355,7 @@ int main(int argc, char **argv) {
         protect(count);
         break;
       case REQ_CALL:
-        if (count < 1) die();
+        if (count < 2) die();
         do_call(count);
         break;
       case REQ_CALLBACKS: {
