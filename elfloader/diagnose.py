@@ -707,6 +707,8 @@ class FaultReport:
             the CPU reported the pc after the instruction it refused).
         module: the image holding the pc (its file name), when it is not
             ``file``, e.g. a plugin called from an executable; or None.
+        caller: what called ``function``, e.g. ``export mul of k.so`` for
+            an import a dispatch called; or None.
     """
 
     file: str
@@ -723,6 +725,7 @@ class FaultReport:
     data_description: str | None = None
     note: str | None = None
     module: str | None = None
+    caller: str | None = None
 
     def summary(self, word_size: int) -> str:
         """The report's first line (see :meth:`format`).
@@ -733,7 +736,8 @@ class FaultReport:
         fmt = _address_format(word_size)
         where = []
         if self.function:
-            where.append(f"{self.function_kind} {self.function}".strip())
+            called = f" (called from {self.caller})" if self.caller else ""
+            where.append(f"{self.function_kind} {self.function}".strip() + called)
         if self.workgroup is not None:
             ids = ", ".join(str(int(c)) for c in self.workgroup)
             where.append(f"workgroup ({ids})")
@@ -797,12 +801,13 @@ def fault_report(*, file: str, arch: str, kind: str, pc: int,
                  workgroup: tuple[int, int, int] | None = None,
                  data_address: int | None = None,
                  regions: Iterable[Region] = (), thumb: bool = False,
-                 instruction_fault: bool = False) -> FaultReport:
+                 instruction_fault: bool = False,
+                 caller: str | None = None) -> FaultReport:
     """Assemble a :class:`FaultReport` from the facts of a fault.
 
     Args:
-        file, arch, kind, function, function_kind, workgroup, data_address:
-            as in :class:`FaultReport`.
+        file, arch, kind, function, function_kind, workgroup, data_address,
+        caller: as in :class:`FaultReport`.
         pc: address of the faulting instruction (without the Thumb bit).
         symbolizers: the loaded images; the first that holds the pc names
             it and gives its source line.
@@ -864,7 +869,7 @@ def fault_report(*, file: str, arch: str, kind: str, pc: int,
                        function_kind=function_kind, workgroup=workgroup,
                        symbol=symbol, source=source, instruction=instruction,
                        data_address=data_address, data_description=description,
-                       note=note, module=module)
+                       note=note, module=module, caller=caller)
 
 
 __all__ = ["Symbolizer", "section_symbols", "disassemble", "Region",

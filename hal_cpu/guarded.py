@@ -35,15 +35,20 @@ from .memory import GuestMemory
 
 #: Default alignment of an array's start, bytes (IREE's heap buffers).
 ALIGNMENT = 64
-#: Byte pattern of the gaps between arrays and guard pages.
+#: Start of the byte pattern of the gaps between arrays and guard pages;
+#: each array's pattern also depends on its address, so that bytes copied
+#: from one array's gap into another's (a read overrun feeding a write
+#: overrun) still differ.
 CANARY_SEED = 0xA7
 #: Byte ``empty()`` arrays are filled with, so that reads of elements the
 #: code never wrote stand out.
 POISON = 0xCD
 
 
-def _canary(size: int) -> bytes:
-    return bytes((CANARY_SEED + 0x3B * i) & 0xFF for i in range(size))
+def _canary(size: int, at: int) -> bytes:
+    """The canary of ``size`` bytes starting at guest address ``at``."""
+    return bytes((CANARY_SEED + 0x3B * i + 0x95 * (at >> 12)) & 0xFF
+                 for i in range(at, at + size))
 
 
 class GuestArray:
@@ -173,9 +178,9 @@ class GuardedArrays:
         elif nbytes and fill:
             self.backend.write(address, bytes([fill]) * nbytes)
         if low:
-            self.backend.write(array.body[0], _canary(low))
+            self.backend.write(array.body[0], _canary(low, array.body[0]))
         if high:
-            self.backend.write(array.end, _canary(high))
+            self.backend.write(array.end, _canary(high, array.end))
         self.arrays.append(array)
         return array
 
@@ -201,7 +206,7 @@ class GuardedArrays:
                                (array.end, array.body[1])):
                 if start >= end:
                     continue
-                expected = _canary(end - start)
+                expected = _canary(end - start, start)
                 got = self.backend.read(start, end - start)
                 if got == expected:
                     continue
