@@ -156,7 +156,7 @@ def _check_bug_reports(results: dict, arch: str, native: bool) -> None:
     assert outcome == "failed"
     lines = text.splitlines()
     if native:
-        assert lines[0].startswith("NativeCrashError: ") and file[:-len(arch) - 2] in lines[0]
+        assert lines[0].startswith("NativeCrashError: ") and f"buggy.sos[{arch}]" in lines[0]
         assert lines[0].endswith(": the plugin crashed natively (SIGSEGV) in "
                                  "import null_write (null_write)")
     else:
