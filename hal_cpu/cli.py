@@ -333,9 +333,15 @@ def _dispatch(args, image, export, arrays, note=None):
         label = exe.export(export).label
         note(f"in export {label}")
         progress = _Progress(not args.no_progress)
-        run = lambda: exe.dispatch(export, args.workgroup_count, arrays,  # noqa: E731
-                                   args.constant, workers=args.workers,
-                                   timeout=args.timeout, progress=progress)
+        from .interrupt import run_interruptible
+
+        def run():
+            # Ctrl-C stops the emulated CPUs at once (not after the call).
+            return run_interruptible(
+                lambda: exe.dispatch(export, args.workgroup_count, arrays,
+                                     args.constant, workers=args.workers,
+                                     timeout=args.timeout, progress=progress),
+                lambda: exe.backend.stop_workers(256))
         try:
             run()
             times = []
