@@ -254,3 +254,13 @@ def test_fixtures_are_listed_with_docstrings(tmp_path):
         block = text.split(f"\n{name}", 1)[1].split("\n\n", 1)[0]
         assert "no docstring available" not in block, name
         assert len(block.splitlines()) >= 2, name
+
+
+def test_fixtures_work_under_xdist(tmp_path, buggy_sos):
+    pytest.importorskip("xdist")
+    status, results, output = inner_session(tmp_path, buggy_sos, "-n", "2",
+                                            "--hal-arch=riscv64,x86_32")
+    assert status == 1, output
+    assert len(results) == 16, output
+    for arch in ("riscv64", "x86_32"):
+        _check_bug_reports(results, arch, native=False)
