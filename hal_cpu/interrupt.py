@@ -33,20 +33,31 @@ def run_interruptible(fn: Callable[[], T], stop: Callable[[], None]) -> T:
     if threading.current_thread() is not threading.main_thread():
         return fn()
     outcome: list = []
+    done = threading.Event()
 
     def body():
         try:
             outcome.append((True, fn()))
         except BaseException as exc:  # noqa: BLE001 - re-raised by the caller
             outcome.append((False, exc))
+        finally:
+            done.set()
 
+    # Waiting on an event, not Thread.join(): a join interrupted by Ctrl-C
+    # may take the thread for finished while it still runs.
     thread = threading.Thread(target=body, name="guest-call", daemon=True)
     thread.start()
     try:
-        thread.join()
+        done.wait()
     except KeyboardInterrupt:
         stop()
-        thread.join()
+        while True:
+            try:
+                if done.wait(0.05):
+                    break
+                stop()   # a call that started after the first request
+            except KeyboardInterrupt:
+                pass     # still stopping: the call must end first
         raise
     ok, value = outcome[0]
     if ok:
