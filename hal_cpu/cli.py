@@ -199,6 +199,29 @@ def build_parser() -> argparse.ArgumentParser:
                        "with the engines that run them")
     p.add_argument("--arch", action="append", type=_arch, metavar="ARCH",
                    help="only these architectures (repeatable)")
+
+    p = sub.add_parser(
+        "build-plugin", help="compile a C executable plugin for several "
+        "architectures with zig (pip install ziglang) and pack a FatELF .sos",
+        description="Compile C sources into a self-contained plugin for each "
+        "architecture (freestanding, no libc; plugin_abi.h from "
+        "hal_cpu.get_include() is on the include path) and pack the objects "
+        "as one FatELF bundle.")
+    p.add_argument("sources", nargs="+", metavar="SOURCE.c")
+    p.add_argument("-o", "--output", required=True, metavar="PLUGIN.sos")
+    p.add_argument("--arch", default="all", metavar="ARCHES",
+                   help="all (default), or a comma-separated list of "
+                   "architectures (aliases accepted)")
+    p.add_argument("--cpu", default=None, metavar="PROFILE",
+                   help="CPU profile of the architecture table for every "
+                   "architecture (default: its baseline)")
+    p.add_argument("-g", dest="debug", action="store_true",
+                   help="keep symbols and DWARF line tables, for fault "
+                   "reports with static function names and source lines")
+    p.add_argument("-I", dest="include", action="append", default=[],
+                   metavar="DIR", help="more include directories")
+    p.add_argument("-D", dest="define", action="append", default=[],
+                   metavar="NAME[=VALUE]", help="preprocessor definitions")
     return parser
 
 
@@ -369,9 +392,15 @@ def _dispatch(args, image, export, arrays, note=None):
         label = exe.export(export).label
         note(f"in export {label}")
         progress = _Progress(not args.no_progress)
-        run = lambda: exe.dispatch(export, args.workgroup_count, arrays,  # noqa: E731
-                                   args.constant, workers=args.workers,
-                                   timeout=args.timeout, progress=progress)
+        from .interrupt import run_interruptible
+
+        def run():
+            # Ctrl-C stops the emulated CPUs at once (not after the call).
+            return run_interruptible(
+                lambda: exe.dispatch(export, args.workgroup_count, arrays,
+                                     args.constant, workers=args.workers,
+                                     timeout=args.timeout, progress=progress),
+                lambda: exe.backend.stop_workers(256))
         try:
             run()
             times = []
@@ -476,12 +505,27 @@ def cmd_demo(args) -> int:
     return run_demo(args.arch)
 
 
+def cmd_build_plugin(args) -> int:
+    from . import zigbuild
+    data = zigbuild.build_plugin(args.sources, args.arch, cpu=args.cpu,
+                                 debug=args.debug, include_dirs=args.include,
+                                 defines=[f"-D{d}" for d in args.define])
+    with open(args.output, "wb") as f:
+        f.write(data)
+    import fatelf
+    records = fatelf.split(data, args.output)
+    print(f"{args.output}: {len(data)} bytes, "
+          + ", ".join(r.arch for r, _ in records))
+    return 0
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return {"inspect": cmd_inspect, "run": cmd_run, "demo": cmd_demo,
                 "run-module": cmd_run_module, "plan": cmd_plan,
-                "profiles": cmd_profiles}[args.command](args)
+                "profiles": cmd_profiles,
+                "build-plugin": cmd_build_plugin}[args.command](args)
     except PortableKernelError as exc:
         print(f"hal-cpu: error: {exc}", file=sys.stderr)
         return 1

@@ -313,7 +313,15 @@ def cmd_run_module(args) -> int:
             backend=args.backend, arch=arch, plugins=plugins, workers=args.workers,
             timeout=args.timeout, progress=progress, total_workgroups=total))
         try:
-            results = run_plan(plan, inputs, runner)
+            from .interrupt import run_interruptible
+
+            def stop():
+                # Ctrl-C stops the emulated CPUs of every executable at once.
+                for exe in list(runner.executables.values()):
+                    exe.backend.stop_workers(256)
+
+            results = run_interruptible(lambda: run_plan(plan, inputs, runner),
+                                        stop)
         finally:
             progress.close()
     print(f"EXEC @{function}")

@@ -14,14 +14,16 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+import select
 import signal
+import time
 import struct
 import sys
 from typing import Callable
 
 import numpy as np
 
-from .errors import HalCpuError, NativeCrashError
+from .errors import CallTimeoutError, HalCpuError, NativeCrashError
 
 _HEADER = struct.Struct("<Q")
 
@@ -68,9 +70,15 @@ def _child(fd: int, fn: Callable) -> int:
     return status
 
 
-def _read_messages(fd: int) -> list:
+def _read_messages(fd: int, deadline: float | None = None) -> list | None:
+    """Every message the child sent until it closed the pipe; None when
+    ``deadline`` (``time.monotonic()``) passed first."""
     chunks = []
     while True:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
         data = os.read(fd, 1 << 16)
         if not data:
             break
@@ -96,7 +104,8 @@ def signal_name(number: int) -> str:
 
 
 def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
-                 name: str | None = None, what: str = "the kernel"):
+                 name: str | None = None, what: str = "the kernel",
+                 timeout: float | None = None):
     """Call ``fn(note)`` in a forked child and return its result.
 
     ``fn`` may call ``note(text)`` to say what it is about to do (e.g.
@@ -107,6 +116,8 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
         fn: the function to run in the child.
         name: the file concerned (``name`` of the errors raised).
         what: the subject of the crash message.
+        timeout: seconds after which the child is killed (None or 0: no
+            limit).
 
     Returns:
         what ``fn`` returned.
@@ -116,6 +127,8 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
             answer; ``signal`` and ``stage`` (the last note) say how and where.
         Exception: whatever ``fn`` raised (its :class:`HalCpuError` and
             other project errors arrive with their type, message and fields).
+        CallTimeoutError: ``timeout`` passed; the child was killed
+            (``function`` is the last note).
         KeyboardInterrupt: the child or the parent was interrupted (the
             child is killed and reaped).
     """
@@ -135,8 +148,14 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
             finally:
                 os._exit(status)
     os.close(write_fd)
+    deadline = time.monotonic() + timeout if timeout else None
     try:
-        messages = _read_messages(read_fd)
+        messages = _read_messages(read_fd, deadline)
+        if messages is None:    # the handler below kills and reaps it
+            raise CallTimeoutError(
+                f"{what} did not return within the time limit of {timeout:g} s "
+                "(the child process running it natively was killed)",
+                name=name, field="timeout", value=timeout, seconds=timeout)
         _, status = os.waitpid(pid, 0)
     except BaseException:
         os.kill(pid, signal.SIGKILL)

@@ -249,6 +249,8 @@ class Executable:
         self._default_workers = host_workers()
         self.imports: list[str] = []
         self.exports: list[Export] = []
+        self.import_functions: dict[str, int] = {}
+        self.plugins = None
         if isinstance(backend, Backend):
             with call_limit(backend, timeout):
                 self.module = elfloader.load(source, arch=arch, backend=backend,
@@ -372,6 +374,10 @@ class Executable:
                     name=self.path, field="imports", value=missing,
                     missing=missing, searched=[])
             funcs = contexts = [0] * len(names)
+        #: resolved import name -> function address (0: optional, missing)
+        self.import_functions = dict(zip(names, funcs))
+        #: the plugin manager the imports were resolved through, or None
+        self.plugins = plugins
         thunk = be.place_code(self.arch.import_thunk) if names else 0
         if thunk:
             self._allocs.append(thunk)

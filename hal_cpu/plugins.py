@@ -33,7 +33,7 @@ from elfloader import Backend, open_backend
 from . import abi
 from .errors import (PluginError, PluginSpecError, PluginStatusError,
                      UnresolvedImportError)
-from .memory import GuestView, ptr_array
+from .memory import GuestMemory, GuestView, ptr_array
 
 
 # --- specs -------------------------------------------------------------------
@@ -77,9 +77,10 @@ class PluginSpec:
 
 
 # --- the Python side of guest memory ----------------------------------------
-class ParamsView:
+class ParamsView(GuestMemory):
     """Readable/writable view of an import's params struct (and anything it
-    points to) in the backend's memory.
+    points to) in the backend's memory: :class:`GuestMemory` with offsets
+    relative to the struct.
 
     Attributes:
         address: guest address of the params struct.
@@ -87,32 +88,32 @@ class ParamsView:
     """
 
     def __init__(self, backend: Backend, address: int):
-        self.backend, self.address = backend, address
-        self.pointer_size = backend.pointer_size
+        super().__init__(backend)
+        self.address = address
 
-    def read(self, offset: int, size: int) -> bytes:
+    def read(self, offset: int, size: int, what: str = "params") -> bytes:
+        """``size`` bytes at ``offset`` in the params struct."""
         return self.backend.read(self.address + offset, size)
 
     def write(self, offset: int, data) -> None:
-        self.backend.write(self.address + offset, bytes(data))
+        """Write bytes (or a numpy array's bytes) at ``offset`` in the
+        params struct."""
+        super().write(self.address + offset, data)
 
-    def struct(self, cstruct: CStruct, offset: int = 0) -> dict:
-        """Fields of the params struct described by ``cstruct`` (laid out for
-        this backend's pointer width), as a dict."""
-        layout = cstruct.layout(*self.backend.arch.c_abi)
-        return layout.unpack(self.read(offset, layout.size))
+    def struct(self, cstruct, offset: int = 0, what: str = "params") -> dict:
+        """Fields of the params struct described by ``cstruct`` (a
+        :class:`CStruct` laid out for this backend's pointer width, or a
+        numpy structured dtype), as a dict."""
+        return super().struct(cstruct, offset, what)
 
-    def array(self, address: int, dtype, count: int):
-        """Copy of ``count`` elements of ``dtype`` at guest ``address``."""
-        import numpy as np
-        dtype = np.dtype(dtype)
-        return np.frombuffer(self.backend.read(address, dtype.itemsize * count),
-                             dtype).copy()
+    def array(self, address: int, dtype, count) -> "np.ndarray":
+        """Copy of ``count`` elements (or a shape) of ``dtype`` at guest
+        ``address``."""
+        return GuestMemory(self.backend).numpy(address, dtype, count)
 
     def store(self, address: int, array) -> None:
         """Write a numpy array's bytes at guest ``address``."""
-        import numpy as np
-        self.backend.write(address, np.ascontiguousarray(array).tobytes())
+        GuestMemory(self.backend).write(address, array)
 
 
 # --- host allocator ----------------------------------------------------------

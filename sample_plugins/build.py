@@ -81,6 +81,10 @@ SYSTEM_CFLAGS = (
     "-Wl,--hash-style=gnu",
 )
 
+#: plugin_abi.h, the package's copy (hal_cpu.get_include()), relative to
+#: this directory so that the outputs do not depend on where the tree is.
+INCLUDE = os.path.relpath(REPO_ROOT / "hal_cpu" / "include", HERE)
+
 
 # --------------------------------------------------------------------------
 # Building
@@ -90,7 +94,8 @@ def build_standalone_one(variant: str, arch: arches.ArchInfo, work_dir: Path) ->
     """Compile and link one standalone plugin; returns the checked ELF bytes."""
     return zigbuild.build_freestanding(
         STANDALONE_SOURCE, arch, cwd=HERE, work_dir=work_dir,
-        defines=VARIANTS[variant], stem=variant, exports=[PLUGIN_QUERY])
+        defines=VARIANTS[variant], stem=variant, exports=[PLUGIN_QUERY],
+        include_dirs=[INCLUDE])
 
 
 def build_standalone(out_dir: Path, jobs: int | None = None) -> dict[str, bytes]:
@@ -150,13 +155,13 @@ def build_system(out_dir: Path, compiler: str | None = None) -> Path:
     if compiler is None:
         compiler = "cc" if shutil.which("cc") else "zig"
     if compiler == "cc":
-        cmd = ["cc", *SYSTEM_CFLAGS, "-I.", SYSTEM_SOURCE, "-o", str(out)]
+        cmd = ["cc", *SYSTEM_CFLAGS, "-I.", f"-I{INCLUDE}", SYSTEM_SOURCE, "-o", str(out)]
     elif compiler == "zig":
         if not zig_available():
             raise ZigBuildError("neither `cc` nor the `ziglang` package is available",
                                 field="compiler")
         cmd = zigbuild.zig_command() + ["cc", *_host_zig_target(host), *SYSTEM_CFLAGS,
-                                        "-I.", SYSTEM_SOURCE, "-o", str(out)]
+                                        "-I.", f"-I{INCLUDE}", SYSTEM_SOURCE, "-o", str(out)]
     else:
         raise ValueError(compiler)
     zigbuild.run(cmd, cwd=HERE)
