@@ -326,7 +326,8 @@ PROFILES: tuple[Profile, ...] = (
             (_ARM, "--iree-llvmcpu-target-cpu=generic",
              "--iree-llvmcpu-target-float-abi=hard"),
             ("-target", "arm-freestanding-eabihf", "-mcpu=generic+v7a+vfp3"),
-            "cortex-a9", unicorn=True,
+            # (LLVM's generic Armv7-A code still uses the ARM-mode divide)
+            "cortex-a15", unicorn=True,
             note=_FMAF_NOTE + "; integer division leaves __aeabi_idiv undefined"),
     Profile("rv32imf", "riscv32", "RV32IMF",
             _RV32 + ("--iree-llvmcpu-target-cpu-features=+m,+f",
@@ -334,10 +335,11 @@ PROFILES: tuple[Profile, ...] = (
             ("-target", "riscv32-freestanding-none", "-mcpu=generic_rv32+m+f"),
             "rv32,d=false,v=false", unicorn=True),
     Profile("rv32imf+zve32f", "riscv32", "RV32IMF with Zve32f vectors (any VLEN)",
-            _RV32 + ("--iree-llvmcpu-target-cpu-features=+m,+f,+zve32f",
+            # (+zvl128b: with Zve32f alone LLVM cannot lower exp's vectors)
+            _RV32 + ("--iree-llvmcpu-target-cpu-features=+m,+f,+zve32f,+zvl128b",
                      "--iree-llvmcpu-target-abi=ilp32"),
             ("-target", "riscv32-freestanding-none",
-             "-mcpu=generic_rv32+m+f+zve32f"),
+             "-mcpu=generic_rv32+m+f+zve32f+zvl128b"),
             "rv32,d=false,Zve32f=true,vlen={vlen}", vlens=(128, 256, 512, 1024)),
 )
 

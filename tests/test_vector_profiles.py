@@ -56,6 +56,12 @@ def _check(outs, expected, program):
             np.testing.assert_array_equal(got, want, err_msg=program)
 
 
+#: Profiles for which iree-compile 3.13 leaves the fmaf libcall of exp
+#: unresolved (the profile's note says so): exp stops with a typed error.
+NO_FMA = {(p.arch, p.name) for p in arches.PROFILES if "fmaf" in p.note}
+USES_EXP = {"exp_reduce", "softmax"}
+
+
 @pytest.mark.parametrize("arch,cpu,vlen", CASES)
 def test_profile_runs_iree_kernels(profile_compiled, arch, cpu, vlen):
     """matmul (odd sizes), exp reduction, integer ops and softmax, compiled
@@ -68,11 +74,15 @@ def test_profile_runs_iree_kernels(profile_compiled, arch, cpu, vlen):
         be = machine.backend
         assert be.engine == "qemu" and be.profile.name == cpu
         if vlen:
-            assert be.vlen == vlen and f"{vlen}" in be.describe()
+            assert be.vlen == vlen and f"vector length {vlen} bits" in be.describe()
         with PlanRunner(backend="emulated", arch=arch, plugins=machine) as runner:
             for program, spec in PROFILE_PROGRAMS.items():
                 inputs = spec.make_inputs(rng)
                 plan = plan_program(profile_compiled(program, arch, cpu), inputs)
+                if (arch, cpu) in NO_FMA and program in USES_EXP:
+                    with pytest.raises(elfloader.EmulationError):
+                        run_plan(plan, inputs, runner)
+                    continue
                 outs = run_plan(plan, inputs, runner)
                 _check(outs, spec.numpy_reference(inputs), program)
 

@@ -654,7 +654,11 @@ class QemuEngine(Engine):
         del view
 
     def describe(self) -> str:
-        return f"qemu ({os.path.basename(self.program)} -cpu {self.cpu_option})"
+        what = self.profile.name if self.profile else "most capable model"
+        if self.vlen:
+            what += f", vector length {self.vlen} bits"
+        return (f"qemu ({what}: {os.path.basename(self.program)} -cpu "
+                f"{self.cpu_option})")
 
     def region(self, address: int, size: int) -> _Region:
         return _Region(self, address, size)

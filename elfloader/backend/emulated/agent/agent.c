@@ -141,10 +141,55 @@ static int64_t context_write(void *uctx) {
 #endif
 }
 
+/* --- AVX masked loads ---------------------------------------------------------
+ * qemu-user 7.2 loads every lane of VMASKMOVPS/PD and VPMASKMOVD/Q, masked
+ * or not, so a masked load whose inactive lanes cross into a guard page
+ * faults where a real CPU does not (IREE's AVX2 kernels load loop tails
+ * this way). Such a fault makes the page readable for the rest of the call
+ * (guard pages read as zeros: what masked lanes get) and retries the
+ * instruction; the pages are protected again when the call ends. */
+#if defined(__x86_64__) || defined(__i386__)
+#define SOFT_PAGES 64
+static word soft_pages[SOFT_PAGES];
+static unsigned soft_count;
+
+static int is_masked_load(const unsigned char *code) {
+  /* Three-byte VEX (C4), opcode map 0F38, opcodes 2C/2D/8C (loads). */
+#if defined(__i386__)
+  if ((code[1] & 0xC0) != 0xC0) return 0; /* LES, not VEX */
+#endif
+  return code[0] == 0xC4 && (code[1] & 0x1F) == 2 &&
+         (code[3] == 0x2C || code[3] == 0x2D || code[3] == 0x8C);
+}
+
+static int soften(word pc, word address) {
+  word page = address & ~(word)4095;
+  for (unsigned i = 0; i < soft_count; i++)
+    if (soft_pages[i] == page) return 0;
+  if (soft_count == SOFT_PAGES || !is_masked_load((const unsigned char *)pc)) return 0;
+  if (mprotect((void *)page, 4096, PROT_READ)) return 0;
+  soft_pages[soft_count++] = page;
+  return 1;
+}
+
+static void harden(void) {
+  for (unsigned i = 0; i < soft_count; i++) mprotect((void *)soft_pages[i], 4096, PROT_NONE);
+  soft_count = 0;
+}
+#else
+static int soften(word pc, word address) {
+  (void)pc;
+  (void)address;
+  return 0;
+}
+static void harden(void) {}
+#endif
+
 static void on_fault(int sig, siginfo_t *info, void *uctx) {
   u64 pc, sp;
   if (!in_call) _exit(4); /* a fault in the agent itself */
   context_pc_sp(uctx, &pc, &sp);
+  if (sig == SIGSEGV && in_guest && soften((word)pc, (word)info->si_addr)) return;
   fault_info[0] = (u64)sig;
   fault_info[1] = (u64)(int64_t)info->si_code;
   fault_info[2] = (u64)(word)info->si_addr;
@@ -296,12 +341,14 @@ static void do_call(uint32_t count) {
     else call_body();
     in_guest = 0;
     in_call = 0;
+    harden();
     result = (u64)call_result;
     reply(REP_DONE, &result, 1);
     return;
   }
   in_guest = 0;
   in_call = 0;
+  harden();
   if (how == 1) {
     u64 out[5];
     for (int i = 0; i < 5; i++) out[i] = fault_info[i];
