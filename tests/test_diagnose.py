@@ -9,12 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from elftools.elf.elffile import ELFFile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import elfloader
+from elfloader.backend.emulated import qemu_program
 from elfloader import diagnose
 from elfloader.diagnose import (FaultReport, Region, Symbolizer, describe_address,
                                 disassemble, fault_report, section_symbols,
@@ -593,13 +595,17 @@ def test_report_names_the_rvv_instruction_not_the_next(tmp_path):
                         "-c", "axpy.c", "-o", "axpy.o"], tmp_path)
     zigbuild.run(zig + ["ld.lld", "-nostdlib", "-shared", "-o", "axpy.so",
                         "axpy.o"], tmp_path)
-    module = elfloader.load(tmp_path / "axpy.so", backend="emulated")
+    module = elfloader.load(tmp_path / "axpy.so", backend="emulated",
+                            engine="unicorn")
     try:
         be = module.backend
         a, b = be.alloc(4096), be.alloc(4096)
         with pytest.raises(elfloader.EmulationError) as info:
             be.call(module.lookup("axpy"), a, b, 100)
         exc = info.value
+        # The error names the extension and the engine that runs it.
+        assert "RVV (vector extension), which the unicorn engine does not run" in str(exc)
+        assert "qemu" in str(exc)
         assert exc.fault in diagnose.INSTRUCTION_FAULTS
         report = fault_report(
             file="axpy.so", arch="riscv64", kind=exc.what, pc=exc.pc,
@@ -620,6 +626,19 @@ def test_report_names_the_rvv_instruction_not_the_next(tmp_path):
                                                                 module.base)],
                              read=be.read)
         assert plain.pc == exc.pc and plain.note is None
+        if qemu_program("riscv64"):
+            # The qemu engine runs it: a += 2 * b.
+            q = elfloader.load(tmp_path / "axpy.so", backend="emulated",
+                               engine="qemu")
+            with q.backend as qbe:
+                x = np.arange(100, dtype=np.float32)
+                y = np.full(100, 0.5, np.float32)
+                pa, pb = qbe.alloc(400), qbe.alloc(400)
+                qbe.write(pa, x.tobytes())
+                qbe.write(pb, y.tobytes())
+                assert qbe.call(q.lookup("axpy"), pa, pb, 100) == 0
+                got = np.frombuffer(qbe.read(pa, 400), np.float32)
+                np.testing.assert_array_equal(got, x + 1.0)
     finally:
         module.close()
         module.backend.close()

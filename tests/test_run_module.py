@@ -26,12 +26,11 @@ ARCHES = list(arches.RUNTIME_ARCHES)
 NAMES = ["matmul"] + list(ACCEPTANCE)
 
 # iree-compile 3.13 lowers math.exp through fma, left as an unresolved fmaf
-# libcall for generic i686 and armv7 (as for tanh, see test_executables.py):
-# the program must stop with a typed emulation error.
-BROKEN_RUN = {("softmax", "x86_32"), ("softmax", "arm32")}
-# A dynamic matmul needs integer division, which generic armv7 lacks:
-# iree-compile cannot link the __aeabi_idiv libcall.
-NO_COMPILE = {("matmul_dyn", "arm32")}
+# libcall for generic i686 (as for tanh, see test_executables.py): the
+# program must stop with a typed emulation error. arm32 compiles for
+# NEON+VFPv4+hwdiv by default, which has both fma and integer division.
+BROKEN_RUN = {("softmax", "x86_32")}
+NO_COMPILE: set = set()
 
 IREE_RUN_MODULE = Path(sys.executable).parent / "iree-run-module"
 

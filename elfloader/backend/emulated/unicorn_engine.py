@@ -480,6 +480,8 @@ class UnicornCpu(Cpu):
         else:
             fault = _UC_FAULTS.get(exc.errno, "error")
             what = _UC_ERRORS.get(exc.errno, str(exc))
+            if exc.errno in (UCC.UC_ERR_INSN_INVALID, UCC.UC_ERR_EXCEPTION):
+                what += _unsupported(self._space, pc)
         at = ("" if exact is None or fault.startswith("fetch")
               else f" at {exact:#x},")
         err = EmulationError(f"{what}{at} at pc={pc:#x} while calling "
@@ -550,6 +552,39 @@ class UnicornCpu(Cpu):
         if release is not None:
             release()   # uc_close, once; the engine object is dead after it
         uc._callbacks.clear()   # the hooks hold this CPU: break the cycle
+
+
+#: x86 instruction prefixes of ISA extensions unicorn 2.1 does not run.
+_X86_EXTENSIONS = ((b"\xc4", "AVX/AVX2/FMA (VEX-encoded)"),
+                   (b"\xc5", "AVX/AVX2 (VEX-encoded)"),
+                   (b"\x62", "AVX-512 (EVEX-encoded)"))
+
+
+def _unsupported(space, pc: int) -> str:
+    """``": <instruction> (<extension>); ..."`` for an instruction unicorn
+    refused that belongs to an ISA extension it lacks (unicorn may report
+    the pc of the instruction or of the one after it), else ``""``."""
+    from ...diagnose import disassemble, extension
+    from .engine import INSTALL_HINT, qemu_program
+    name = space.arch.name
+    for at in (pc, pc - 4, pc - 2):
+        try:
+            code = space.read(at & ~1 if name == "arm32" else at, 16)
+        except BackendError:
+            continue
+        ext = extension(name, code)
+        if ext is None and name.startswith("x86"):
+            start = code.lstrip(b"\x66\xf2\xf3\x67")
+            ext = next((e for p, e in _X86_EXTENSIONS if start.startswith(p)),
+                       None)
+        if ext is not None:
+            break
+    else:
+        return ""
+    how = ("run it with engine='qemu' (--engine=qemu)" if qemu_program(name)
+           else INSTALL_HINT)
+    return (f": {disassemble(name, code, at)} at {at:#x} is {ext}, which the "
+            f"unicorn engine does not run; the qemu engine does: {how}")
 
 
 class UnicornEngine(Engine):
