@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from fatelf import arches
 from fatelf.arches import ArchInfo
@@ -263,7 +263,8 @@ def build_freestanding(source: str | Sequence[str], arch: str | ArchInfo, *,
 
 
 def build_plugin(sources: Sequence[str | os.PathLike], targets: str | Sequence[str] = "all",
-                 *, cpu: str | None = None, debug: bool = False,
+                 *, cpu: str | Mapping[str, str] | None = None,
+                 debug: bool = False,
                  include_dirs: Iterable[str | os.PathLike] = (),
                  defines: Iterable[str] = (), jobs: int | None = None) -> bytes:
     """Build an executable plugin from C for several architectures and pack
@@ -277,7 +278,9 @@ def build_plugin(sources: Sequence[str | os.PathLike], targets: str | Sequence[s
         targets: ``"all"`` (the six runtime architectures), or names or
             aliases, as a list or a comma-separated string.
         cpu: CPU profile for every architecture (``None``: the
-            architecture table's baseline).
+            architecture table's baseline), or one per architecture: a
+            mapping or a string ``"x86_64:x86-64-v3,aarch64:sve"``
+            (architectures not named get the baseline).
         debug: keep symbols and DWARF (``-g``) for reports with static
             function names and source lines.
         include_dirs, defines: more ``-I`` directories and compiler flags.
@@ -306,15 +309,37 @@ def build_plugin(sources: Sequence[str | os.PathLike], targets: str | Sequence[s
     cwd = paths[0].parent
     rel = [os.path.relpath(p, cwd) for p in paths]
     dirs = [get_include(), *map(str, include_dirs)]
+    cpus = profile_map(cpu, names)
     with tempfile.TemporaryDirectory(prefix="hal_cpu_plugin_") as tmp:
         with concurrent.futures.ThreadPoolExecutor(
                 max_workers=jobs or os.cpu_count() or 2) as pool:
             futures = [pool.submit(build_freestanding, rel, name, cwd=cwd,
                                    work_dir=tmp, defines=defines,
                                    exports=[PLUGIN_QUERY], include_dirs=dirs,
-                                   debug=debug, cpu=cpu) for name in names]
+                                   debug=debug, cpu=cpus.get(name))
+                       for name in names]
             objects = [f.result() for f in futures]
     return fatelf.join(objects, names=[f"{paths[0].stem}_{n}.so" for n in names])
+
+
+def profile_map(cpu: str | Mapping[str, str] | None,
+                names: Sequence[str]) -> dict[str, str | None]:
+    """Architecture -> CPU profile for :func:`build_plugin`'s ``cpu``.
+
+    Raises:
+        ZigBuildError: an unknown architecture in a per-architecture form.
+    """
+    if cpu is None or (isinstance(cpu, str) and ":" not in cpu):
+        return {n: cpu for n in names}
+    pairs = (cpu.items() if isinstance(cpu, Mapping)
+             else (item.split(":", 1) for item in cpu.split(",") if item.strip()))
+    out: dict[str, str | None] = {n: None for n in names}
+    for arch, profile in pairs:
+        try:
+            out[arches.lookup(arch.strip(), runtime=True).name] = profile.strip()
+        except arches.FatElfSelectError as exc:
+            raise ZigBuildError(exc.message, field="cpu", value=cpu) from None
+    return out
 
 
 def _arch_names(spec: str | Sequence[str]) -> list[str]:
