@@ -46,6 +46,10 @@ from .errors import (DispatchError, DispatchTimeoutError,
 CHUNK_SECONDS = 0.05
 #: Worker threads start only when the rest of a grid would take longer.
 THREAD_SECONDS = 0.0005
+#: With the default worker count a grid is shared between threads only
+#: when it would take longer than this on one (waking helper threads costs
+#: 0.1-3 ms on a busy machine).
+SHARE_SECONDS = 0.002
 #: Workgroups in a worker's first chunk, per backend kind.
 FIRST_CHUNK = {"native": 256, "emulated": 1}
 

@@ -28,7 +28,8 @@ import elfloader
 from elfloader import Backend
 
 from . import abi, runtime
-from .dispatch import DispatchLayout, cpu_leases, run_grid
+from .dispatch import (FIRST_CHUNK, SHARE_SECONDS, DispatchLayout,
+                       cpu_leases, run_grid)
 from .arrays import (BINDING_ALIGNMENT, COPY_WARN_BYTES,
                      AlignmentCopyWarning)
 from .errors import (DispatchError, ExportNotFoundError, LibraryError,
@@ -36,6 +37,7 @@ from .errors import (DispatchError, ExportNotFoundError, LibraryError,
 from .memory import GuestView, ptr_array
 
 _get_ident = threading.get_ident
+_perf_counter = time.perf_counter
 
 
 @dataclass(frozen=True)
@@ -294,6 +296,9 @@ class Executable:
         self._layouts: dict[tuple, list[DispatchLayout]] = {}
         self._leases = None
         self._copy_warned: set[int] = set()
+        # export ordinal -> seconds per workgroup in its last dispatch with
+        # the default workers (decides whether the next one shares)
+        self._pace: dict[int, float] = {}
         self._allocs: list[int] = []
         self.last_workers = 0
         self._default_workers = host_workers()
@@ -321,6 +326,7 @@ class Executable:
             self.close()
             raise
         self._leases = cpu_leases(self.backend)
+        self._first_chunk = FIRST_CHUNK.get(self.backend.kind, 1)
         self._closed = False
         _LIVE.add(self)
 
@@ -490,7 +496,10 @@ class Executable:
                 [1, 2**32), z < 2**16).
             workers: host threads running workgroups at once (under
                 emulation each has its own CPU sharing the guest memory).
-                Default: the CPUs this process may use. Each worker has its own workgroup
+                Default: one when the grid is small (a single crossing of
+                at most 256 workgroups natively, or an export whose last
+                dispatches took under :data:`hal_cpu.dispatch.SHARE_SECONDS`
+                for the grid), else the CPUs this process may use. Each worker has its own workgroup
                 state, ``processor_id`` (0..workers-1) and local memory;
                 ``max_concurrency`` in the dispatch state says how many.
             timeout: seconds after which no further workgroup starts
@@ -537,8 +546,18 @@ class Executable:
             raise DispatchError(f"{total} workgroups exceed the 2**64 - 1 a "
                                 "dispatch can run", name=self.path,
                                 field="workgroup_count", value=wc)
+        timed = False
         if workers is None:
-            workers = 1 if total == 1 else min(self._default_workers, total, 255)
+            # Default: one worker unless the grid takes long enough (by the
+            # export's pace in earlier dispatches) to pay for sharing it.
+            workers = 1
+            if total > 1 and self._default_workers > 1:
+                pace = self._pace.get(exp.ordinal)
+                if (pace * total > SHARE_SECONDS if pace is not None
+                        else total > self._first_chunk):
+                    workers = min(self._default_workers, total, 255)
+                else:
+                    timed = True
         elif type(workers) is int and workers > 0:
             workers = min(workers, total, 255)
         else:
@@ -594,6 +613,8 @@ class Executable:
             else:
                 finishers = []
                 pointers, lengths = self._map_copied(bindings, finishers)
+            if timed:
+                started = _perf_counter()
             layout.write(wsize, wc, workers, consts, pointers, lengths, total)
             if timeout or progress is not None or getattr(
                     self.backend, "timeout_us", 0):
@@ -611,6 +632,10 @@ class Executable:
                 except elfloader.EmulationError as exc:
                     raise self._fault(exc, exp, pointers, lengths, layout) from None
             ran = True
+            if timed:
+                self._pace[exp.ordinal] = (_perf_counter() - started) / total
+            elif layout.per_workgroup is not None and workers > 1:
+                self._pace[exp.ordinal] = layout.per_workgroup
         finally:
             try:
                 if finishers is not None:
