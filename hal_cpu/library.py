@@ -564,14 +564,19 @@ class Executable:
             workers = _workers(workers, total, self.path, self._default_workers)
         self.last_workers = workers
         key = (exp.ordinal, n, len(consts), workers)
+        # No lock on this path (each step is atomic under the GIL): this
+        # dispatch counts as running before it checks for close(), which
+        # marks the executable closed before it looks for running ones.
         me = _get_ident()
-        with self._lock:
-            if self._closed:
-                raise LibraryError("the executable is closed", name=self.path,
-                                   field="dispatch", value=export)
-            pool = self._layouts.get(key)
-            layout = pool.pop() if pool else None
-            self._running.append(me)
+        self._running.append(me)
+        if self._closed:
+            self._end_dispatch(me, key, None)
+            raise LibraryError("the executable is closed", name=self.path,
+                               field="dispatch", value=export)
+        try:
+            layout = self._layouts[key].pop()
+        except (KeyError, IndexError):
+            layout = None
         first_cpu = None
         finishers = pointers = lengths = None
         ran = False
@@ -643,7 +648,11 @@ class Executable:
             finally:
                 if first_cpu is not None:
                     self._leases.give(first_cpu, workers)
-                self._end_dispatch(me, key, layout)
+                self._running.remove(me)
+                if layout is not None:
+                    self._layouts.setdefault(key, []).append(layout)
+                if self._closed:
+                    self._end_dispatch(me, key, None, False)
 
     def _note_copies(self, exp: Export, bindings) -> None:
         """Warn (once per export) when a binding over
@@ -664,19 +673,20 @@ class Executable:
                     "to have it used in place"), stacklevel=3)
                 return
 
-    def _end_dispatch(self, me: int, key, layout) -> None:
-        """Give ``layout`` back to its pool; the last dispatch to end after
-        :meth:`close` was called frees the executable."""
-        with self._lock:
+    def _end_dispatch(self, me: int, key, layout, counted: bool = True) -> None:
+        """Give ``layout`` back to its pool and stop counting the dispatch
+        (unless ``counted`` is False: done already); the last dispatch to
+        end after :meth:`close` was called frees the executable."""
+        if counted:
             self._running.remove(me)
-            if layout is not None:
-                self._layouts.setdefault(key, []).append(layout)
-            if not self._closed or self._running:
-                return
-            self._idle.notify_all()
-            release = not self._released
-            self._released = True
-        if release:
+        if layout is not None:
+            self._layouts.setdefault(key, []).append(layout)
+        if self._closed and not self._running:
+            with self._lock:
+                self._idle.notify_all()
+                if self._released or self._running:
+                    return
+                self._released = True
             self._release()
 
     def _finish(self, finishers, ran: bool, exp, pointers, lengths) -> None:
@@ -770,7 +780,8 @@ class Executable:
             if me in self._running:
                 return              # the last dispatch to end frees it
             while self._running:
-                self._idle.wait()
+                # (a dispatch ending without the lock may miss the wait)
+                self._idle.wait(0.01)
             if self._released:
                 return
             self._released = True
