@@ -33,7 +33,7 @@ class AlignmentCopyWarning(PerformanceWarning):
 
 def empty(shape, dtype=np.float32) -> np.ndarray:
     """An uninitialized C-contiguous array whose data starts on a 64-byte
-    boundary.
+    boundary (unless it has no elements: then there is no data).
 
     Args:
         shape: int or tuple of ints (elements per dimension).
