@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -34,7 +35,9 @@ import numpy as np
 from fatelf import arches
 
 from .buffers import BindingSpecError, format_buffer_view, parse_binding
+from .cli import KILL_GRACE, _load_limit, _runs_natively
 from .errors import HalCpuError
+from .vmfb import check_source
 
 __all__ = ["ModuleError", "add_parsers", "cmd_run_module", "cmd_plan",
            "parse_inputs", "format_plan"]
@@ -291,6 +294,7 @@ def cmd_run_module(args) -> int:
     from .cli import _Progress
     from .iree import PlanRunner, run_plan
     program = args.program
+    check_source(program)
     arch = args.arch or arches.host_arch()
     compiled = compile_for(program, arch, _cache_dir(args))
     function = _pick_function(compiled, args.function, program)
@@ -302,20 +306,44 @@ def cmd_run_module(args) -> int:
                           field="--output", value=len(args.output))
     _check_outputs(args.output, program)
     total = sum(int(np.prod(d.workgroup_count)) for d in plan.dispatches)
-    progress = _Progress(not args.no_progress)
-    with contextlib.ExitStack() as stack:
-        plugins = None
-        if args.executable_plugin:
-            from .plugins import PluginManager
-            plugins = stack.enter_context(PluginManager.from_specs(
-                args.executable_plugin, arch=arch, backend=args.backend))
-        runner = stack.enter_context(PlanRunner(
-            backend=args.backend, arch=arch, plugins=plugins, workers=args.workers,
-            timeout=args.timeout, progress=progress, total_workgroups=total))
+
+    def run(note, backend=args.backend):
+        progress = _Progress(not args.no_progress)
+        with contextlib.ExitStack() as stack:
+            plugins = None
+            if args.executable_plugin:
+                from .plugins import PluginManager
+                note("while loading the plugins")
+                plugins = stack.enter_context(PluginManager.from_specs(
+                    args.executable_plugin, arch=arch, backend=backend,
+                    timeout=_load_limit(args)))
+            runner = stack.enter_context(PlanRunner(
+                backend=backend, arch=arch, plugins=plugins, workers=args.workers,
+                timeout=args.timeout, progress=progress, total_workgroups=total))
+
+            def dispatch(step, bindings):
+                note(f"in export {step.export_name}")
+                runner(step, bindings)
+            try:
+                return run_plan(plan, inputs, dispatch)
+            finally:
+                progress.close()
+
+    if _runs_natively(args.backend, arches.lookup(arch)) and hasattr(os, "fork"):
+        # As hal-cpu run: native kernels run in a child process, so a crash
+        # is reported (then located by an emulated run) instead of ending
+        # hal-cpu; --timeout bounds the child.
+        from .errors import NativeCrashError
+        from .isolate import run_in_child
         try:
-            results = run_plan(plan, inputs, runner)
-        finally:
-            progress.close()
+            results = run_in_child(run, name=program, timeout=args.timeout
+                                   and args.timeout + KILL_GRACE)
+        except NativeCrashError as exc:
+            print(f"hal-cpu: error: {exc}", file=sys.stderr)
+            _diagnose_plan(run, arch, program)
+            return 1
+    else:
+        results = run(lambda _text: None)
     print(f"EXEC @{function}")
     limit = args.output_max_element_count
     if args.output:
@@ -328,6 +356,24 @@ def cmd_run_module(args) -> int:
     if args.compare:
         _compare(args, program, function, inputs, results)
     return 0
+
+
+def _diagnose_plan(run, arch: str, program: str) -> None:
+    """Run the plan again emulated and print where it faults."""
+    import elfloader
+    from fatelf.errors import PortableKernelError
+    print(f"hal-cpu: running the program again emulated ({arch}) to find "
+          "the fault:", file=sys.stderr)
+    try:
+        run(lambda _text: None, "emulated")
+    except elfloader.EmulationError as exc:
+        print(exc if exc.name else exc.with_name(program), file=sys.stderr)
+    except PortableKernelError as exc:
+        print(f"hal-cpu: the emulated run stopped without a CPU fault: {exc}",
+              file=sys.stderr)
+    else:
+        print("hal-cpu: the emulated run finished without a fault",
+              file=sys.stderr)
 
 
 def _compare(args, program: str, function: str, inputs: list,
@@ -462,6 +508,7 @@ def _type_name(dtype) -> str:
 def cmd_plan(args) -> int:
     """``hal-cpu plan``: see the module docstring."""
     program = args.program
+    check_source(program)
     targets = (list(arches.RUNTIME_ARCHES) if args.arch == "all"
                else [args.arch or arches.host_arch()])
     save = Path(args.save_dir) if args.save_dir else None

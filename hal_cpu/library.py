@@ -192,6 +192,31 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+#: Largest time limit accepted, in seconds (a day).
+MAX_TIMEOUT = 86400.0
+
+
+def check_timeout(value, field: str, path: str | None, error=None) -> float:
+    """``value`` as seconds: None or 0 (no limit) gives 0.0, else a finite
+    number in (0, :data:`MAX_TIMEOUT`].
+
+    Raises:
+        DispatchError (or ``error``): anything else (negative, inf, nan, a
+            string...)."""
+    if value is None:
+        return 0.0
+    try:
+        ok = (not isinstance(value, (bool, str, bytes))
+              and 0 <= float(value) <= MAX_TIMEOUT)
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise (error or DispatchError)(
+            f"{value!r} is not a time limit in seconds (0 or None: no limit; "
+            f"at most {MAX_TIMEOUT:g})", name=path, field=field, value=value)
+    return float(value)
+
+
 def _triple(values, field: str, path: str, limit_xy: int, low: int):
     """Three integers (x, y, z) with low <= x, y < limit_xy, low <= z < 2**16."""
     if type(values) is tuple and len(values) == 3:
@@ -263,7 +288,8 @@ class Executable:
             backend is used (executable and plugins share one machine).
         timeout: limit in seconds on each guest call while loading
             (initializers, the query, plugin functions; emulated backend;
-            0: none). Default :data:`LOAD_TIMEOUT`.
+            0: none; at most :data:`MAX_TIMEOUT`). Default
+            :data:`LOAD_TIMEOUT` (60 s).
         initialize: run the file's initializers (False for inspection).
         bind_imports: resolve imports and build the environment (False for
             inspection: the library cannot be dispatched then).
@@ -283,6 +309,7 @@ class Executable:
     def __init__(self, source, *, backend="auto", arch=None, plugins=None,
                  timeout: float = LOAD_TIMEOUT, initialize: bool = True,
                  bind_imports: bool = True):
+        timeout = check_timeout(timeout, "timeout", None, LibraryError)
         if plugins is not None:
             backend = plugins.backend
         # Dispatches may run on several threads at once: each takes a
@@ -503,7 +530,9 @@ class Executable:
                 state, ``processor_id`` (0..workers-1) and local memory;
                 ``max_concurrency`` in the dispatch state says how many.
             timeout: seconds after which no further workgroup starts
-                (checked between chunks of workgroups); None: no limit.
+                (checked between chunks of workgroups; under emulation also
+                the limit of each crossing into guest code); None or 0: no
+                limit; a finite number up to :data:`MAX_TIMEOUT`.
             progress: called as ``progress(done, total)`` (workgroups) after
                 each chunk.
 
@@ -744,6 +773,7 @@ class Executable:
                      pointers, lengths) -> None:
         """run_grid with a time limit (``timeout`` seconds, or none) on every
         guest call and between chunks, and progress reports."""
+        timeout = check_timeout(timeout, "timeout", self.path)
         deadline = time.monotonic() + timeout if timeout else None
         with call_limit(self.backend, timeout or 0):
             try:
