@@ -329,7 +329,9 @@ def cmd_run_module(args) -> int:
             finally:
                 progress.close()
 
-    if _runs_natively(args.backend, arches.lookup(arch)) and hasattr(os, "fork"):
+    import elfloader
+    if (_runs_natively(args.backend, elfloader.arch.by_name(arch))
+            and hasattr(os, "fork")):
         # As hal-cpu run: native kernels run in a child process, so a crash
         # is reported (then located by an emulated run) instead of ending
         # hal-cpu; --timeout bounds the child.
