@@ -209,3 +209,41 @@ def test_fork_while_threads_dispatch(compiled, arch, backend, workers):
     assert not wrong
     assert None not in codes, f"a forked child hung: {codes}"
     assert set(codes) <= {0, 1}, codes
+
+
+def test_threads_share_an_arm32_sample():
+    """The bundled arm32 matmul (32-bit, emulated), four threads."""
+    import json
+    from pathlib import Path
+
+    import hal_cpu
+    samples = Path(hal_cpu.__file__).parent / "samples"
+    kernel = json.loads((samples / "manifest.json").read_text())["kernels"]["matmul"]
+    entry = kernel["per_arch"]["arm32"]
+    rng = np.random.default_rng(3)
+    a = rng.random((13, 17), dtype=np.float32)
+    b = rng.random((17, 11), dtype=np.float32)
+    wrong, errors = [], []
+    per_thread = -(-DISPATCHES // THREADS)
+    with Executable(samples / entry["file"], backend="emulated") as exe:
+        want = np.zeros((13, 11), np.float32)
+        exe.dispatch(kernel["export"], entry["workgroup_count"], [a, b, want])
+
+        def work():
+            for _ in range(per_thread):
+                c = np.zeros((13, 11), np.float32)
+                try:
+                    exe.dispatch(kernel["export"], entry["workgroup_count"],
+                                 [a, b, c])
+                except Exception as exc:  # noqa: BLE001 - reported below
+                    errors.append(exc)
+                    return
+                if not np.array_equal(c, want):
+                    wrong.append(c)
+
+        threads = [threading.Thread(target=work) for _ in range(THREADS)]
+        for t in threads:
+            t.start()
+        _join(threads)
+    assert np.allclose(want, a @ b, atol=1e-4)
+    assert not errors and not wrong, (errors[:3], len(wrong))
