@@ -118,6 +118,16 @@ class NativeBackend(Backend):
         else:
             self._buffers.pop(address, None)
 
+    def alloc_guarded(self, size: int):
+        """``size`` zeroed bytes, 64-byte aligned (see
+        :meth:`Backend.alloc_guarded`; no guard here). A page or more is
+        mapped with ``mmap``: pages guest code never touches cost no
+        memory (workgroup-local memory is often declared larger than a
+        kernel uses)."""
+        if size >= self.page_size:
+            return self.reserve(size), None
+        return self.alloc(max(size, 1), 64), None
+
     def read(self, address: int, size: int) -> bytes:
         """See :meth:`Backend.read`.
 
