@@ -3,6 +3,8 @@ libraries (query, exports, imports, workgroup dispatch), executable plugins
 and the plugin manager."""
 
 from . import abi
+from .arrays import (AlignmentCopyWarning, PerformanceWarning, asarray, empty,
+                     full, zeros)
 from .errors import (BindingOverrunError, BindingUnderrunError,
                      CallTimeoutError, DispatchError, DispatchTimeoutError,
                      ExportNotFoundError, HalCpuError, LibraryError,
@@ -12,6 +14,7 @@ from .errors import (BindingOverrunError, BindingUnderrunError,
 from .library import Executable, Export
 
 
+
 def get_include() -> str:
     """Directory holding ``plugin_abi.h``, the C header of IREE's executable
     plugin ABI (version 0x1) for writing plugins: pass it as ``-I`` to the
@@ -19,7 +22,9 @@ def get_include() -> str:
     import os
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
 
-__all__ = ["Executable", "Export", "abi", "HalCpuError", "LibraryError",
+
+__all__ = ["Executable", "Export", "abi", "empty", "zeros", "full", "asarray",
+           "PerformanceWarning", "AlignmentCopyWarning", "HalCpuError", "LibraryError",
            "ExportNotFoundError", "DispatchError", "DispatchTimeoutError",
            "UnresolvedImportError", "NativeCrashError", "OverrunError",
            "BindingOverrunError", "BindingUnderrunError", "CallTimeoutError",

@@ -55,9 +55,17 @@ def _seconds(text: str) -> float:
         v = float(text)
     except ValueError:
         v = -1
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    if not 0 < v <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds in (0, {MAX_SECONDS:g}]")
     return v
+
+
+#: Seconds past --timeout after which an isolated child is killed (it
+#: normally stops itself at the limit with a typed error first).
+KILL_GRACE = 1.0
+#: Largest --timeout accepted (a day); "inf" and "nan" are usage errors.
+MAX_SECONDS = 86400.0
 
 
 def _arch(text: str) -> str:
@@ -131,11 +139,22 @@ def build_parser() -> argparse.ArgumentParser:
                         version=f"hal-cpu {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("inspect", help="show an executable library or plugin "
-                       "without running its code")
-    p.add_argument("file", help="executable or plugin: ELF (.so) or FatELF (.sos)")
+    p = sub.add_parser(
+        "inspect", help="show an executable library or plugin without "
+        "running its code on this CPU",
+        description="Show an executable library, a plugin or the executables "
+        "embedded in a compiled module (.vmfb). The query functions run "
+        "emulated, without the file's initializers: nothing of the file "
+        "runs on this CPU. The one exception is a system library plugin "
+        "(linked against the platform's libraries), which only the "
+        "platform's loader can run: it is loaded in a child process.")
+    p.add_argument("file", help="executable or plugin: ELF (.so), FatELF "
+                   "(.sos), or a compiled IREE module (.vmfb)")
     p.add_argument("--resolve", action="append", default=[], metavar="NAME",
                    help="for a plugin: import names to resolve (repeatable)")
+    p.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+                   help=f"limit on each emulated call (and on a system "
+                   f"library's child process), default {INSPECT_TIMEOUT:g} s")
     _add_target_flags(p)
 
     p = sub.add_parser(
@@ -147,7 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
         "address) follows.",
         epilog="Exit status: 0 success, 1 error (one line on stderr) or a "
         "kernel that crashed natively, 2 usage error, 130 interrupted.")
-    p.add_argument("file", help="executable library: ELF (.so) or FatELF (.sos)")
+    p.add_argument("file", help="executable library: ELF (.so), FatELF "
+                   "(.sos), or a compiled IREE module (.vmfb; see --executable)")
+    p.add_argument("--executable", metavar="NAME",
+                   help="for a .vmfb: the embedded executable to run (as "
+                   "hal-cpu inspect lists them; needed when it embeds several)")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--function", help="export name")
     which.add_argument("--entry_point", type=int, help="export ordinal")
@@ -169,7 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="host threads running workgroups (native backend; "
                         "default: the CPUs this process may use)")
     p.add_argument("--timeout", type=_seconds, default=None, metavar="S",
-                   help="stop a dispatch that runs longer than S seconds")
+                   help="bound the whole command to S seconds: loading (each "
+                   "guest call of the executable's and plugins' initializers, "
+                   "queries and loads), the dispatch and its repetitions; an "
+                   "isolated native run is killed past it. Default: no limit "
+                   "on the dispatch, 60 s on each guest call while loading "
+                   "(emulated)")
     p.add_argument("--benchmark_repetitions", type=_positive, default=None,
                    metavar="N", help="dispatch N times and print the time per "
                    "dispatch (min and median)")
@@ -245,55 +273,109 @@ def cmd_profiles(args) -> int:
     return 0
 
 
-def _plugins(args, arch_hint):
+def _load_limit(args) -> float:
+    """Seconds each guest call may run while loading: ``--timeout`` when
+    given, else the library's default (:data:`hal_cpu.library.LOAD_TIMEOUT`)."""
+    from .library import LOAD_TIMEOUT
+    return getattr(args, "timeout", None) or LOAD_TIMEOUT
+
+
+def _plugins(args, arch_hint, backend=None):
     if not args.executable_plugin:
         return None
     from .plugins import PluginManager
     return PluginManager.from_specs(args.executable_plugin, arch=arch_hint,
-                                    backend=args.backend,
+                                    backend=backend or args.backend,
+                                    timeout=_load_limit(args),
                                     **emulation_options(args))
 
 
 def cmd_inspect(args) -> int:
-    from .library import Executable
-    from . import abi
+    from . import abi, vmfb
     from .plugins import inspect_plugin
+    limit = args.timeout or INSPECT_TIMEOUT
+    if vmfb.is_module_file(args.file):
+        print(_describe_module(args, limit))
+        return 0
     try:
         image = elfloader.read_image(args.file, arch=args.arch)
     except elfloader.UnsupportedElfError as exc:
         if exc.field != "DT_NEEDED":
             raise
-        # Linked against system libraries: only a system plugin can be that.
-        print(inspect_plugin(args.file, resolve=args.resolve, system=True))
+        # Linked against system libraries: only a system plugin can be
+        # that. Its query runs natively (nothing else can run it), in a
+        # child process: a crash there is reported, not suffered.
+        print(_isolated(lambda note: inspect_plugin(
+            args.file, resolve=args.resolve, system=True), args.file, limit))
         return 0
-    arch = image.arch
     if abi.PLUGIN_QUERY in image.exports:
-        print(inspect_plugin(args.file, arch=arch, backend=args.backend,
-                             resolve=args.resolve))
+        print(inspect_plugin(args.file, arch=image.arch, backend="emulated",
+                             resolve=args.resolve, timeout=limit))
         return 0
-    # The query runs emulated, without the file's initializers and under a
-    # short time limit: inspecting never runs the file's code on this CPU.
-    with Executable(image, backend="emulated", initialize=False,
-                    bind_imports=False, timeout=INSPECT_TIMEOUT) as exe:
-        providers = _providers(args, arch, exe.imports)
-        print(describe(exe, providers))
+    print(_describe_executable(args, image, limit))
     return 0
 
 
-#: Seconds the library query may run under emulation for ``inspect``.
+def _describe_executable(args, image, limit: float) -> str:
+    """``describe`` of an executable: the query runs emulated, without the
+    file's initializers and under ``limit`` seconds per call, so inspecting
+    never runs the file's code on this CPU."""
+    from .library import Executable
+    with Executable(image, backend="emulated", initialize=False,
+                    bind_imports=False, timeout=limit) as exe:
+        providers = _providers(args, image.arch, exe.imports, limit)
+        return describe(exe, providers)
+
+
+def _describe_module(args, limit: float) -> str:
+    """The executables embedded in a ``.vmfb``, each described."""
+    from . import vmfb
+    found = vmfb.executables(args.file)
+    lines = [f"file:         {args.file}",
+             f"module:       compiled IREE module (.vmfb), {len(found)} "
+             f"embedded executable{'s' if len(found) != 1 else ''} (run one "
+             "with hal-cpu run --executable=NAME)"]
+    for entry in found:
+        data, label = vmfb.read_executable(args.file, entry.name)
+        lines.append(f"executable:   {entry.name} ({entry.size} bytes)")
+        image = elfloader.read_image(data, arch=args.arch, name=label)
+        lines += ["  " + line for line in
+                  _describe_executable(args, image, limit).splitlines()]
+    return "\n".join(lines)
+
+
+def _isolated(fn, name: str, limit: float):
+    """``fn(note)`` in a child process (where fork exists), bounded by
+    ``limit`` seconds; a crash becomes :class:`NativeCrashError`."""
+    if not hasattr(os, "fork"):
+        return fn(lambda _text: None)
+    from .isolate import run_in_child
+    return run_in_child(fn, name=name, what="the library's code",
+                        timeout=limit + KILL_GRACE)
+
+
+#: Seconds each guest call may run under emulation for ``inspect`` (and
+#: the whole of it for a system library), unless --timeout says otherwise.
 INSPECT_TIMEOUT = 5.0
 
 
-def _providers(args, arch, names) -> dict[str, str] | None:
+def _providers(args, arch, names, limit: float = 0) -> dict[str, str] | None:
     """Import name -> the plugin that resolves it ('' when none does), or
-    None when no plugins were given."""
+    None when no plugins were given. Embedded plugins run emulated; when a
+    system library is among them, everything runs in a child process."""
     if not args.executable_plugin:
         return None
-    from .plugins import PluginManager
-    with PluginManager.from_specs(args.executable_plugin, arch=arch,
-                                  backend=args.backend) as manager:
-        return {name: getattr(manager.provider(name), "name", "")
-                for name in names}
+    from .plugins import PluginManager, PluginSpec
+
+    def resolve(_note=None, backend="emulated"):
+        with PluginManager.from_specs(args.executable_plugin, arch=arch,
+                                      backend=backend, timeout=limit) as manager:
+            return {name: getattr(manager.provider(name), "name", "")
+                    for name in names}
+
+    if all(PluginSpec(s).kind == "embedded" for s in args.executable_plugin):
+        return resolve()
+    return _isolated(lambda note: resolve(note, "native"), args.file, limit)
 
 
 def describe(exe, providers: dict[str, str] | None = None) -> str:
@@ -383,11 +465,26 @@ def backend_description(backend) -> str:
 def _dispatch(args, image, export, arrays, note=None):
     """Load ``image`` with the plugins, run the dispatch (and the benchmark
     repetitions); returns (times, where, export label, path)."""
+    from .errors import DispatchTimeoutError
     from .library import Executable
     note = note or (lambda _text: None)
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+
+    def left() -> float | None:
+        # What remains of --timeout, which bounds the whole command.
+        if deadline is None:
+            return None
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise DispatchTimeoutError(
+                f"the time limit of {args.timeout:g} s passed", name=args.file,
+                field="timeout", value=args.timeout)
+        return remaining
+
     note("while loading the executable and its plugins")
     plugins = _plugins(args, image.arch)
     with Executable(image, backend=args.backend, plugins=plugins,
+                    timeout=_load_limit(args),
                     **({} if plugins else emulation_options(args))) as exe:
         label = exe.export(export).label
         note(f"in export {label}")
@@ -399,7 +496,7 @@ def _dispatch(args, image, export, arrays, note=None):
             return run_interruptible(
                 lambda: exe.dispatch(export, args.workgroup_count, arrays,
                                      args.constant, workers=args.workers,
-                                     timeout=args.timeout, progress=progress),
+                                     timeout=left(), progress=progress),
                 lambda: exe.backend.stop_workers(256))
         try:
             run()
@@ -428,8 +525,10 @@ def _diagnose(args, image, export) -> None:
             plugins = PluginManager.from_specs(args.executable_plugin,
                                                arch=image.arch,
                                                backend="emulated",
+                                               timeout=_load_limit(args),
                                                **emulation_options(args))
         with Executable(image, backend="emulated", plugins=plugins,
+                        timeout=_load_limit(args),
                         **({} if plugins else emulation_options(args))) as exe:
             exe.dispatch(export, args.workgroup_count, arrays, args.constant,
                          workers=args.workers, timeout=args.timeout)
@@ -458,7 +557,17 @@ def cmd_run(args) -> int:
             raise HalCpuError(f"cannot write {path}: {directory} is not a "
                               "writable directory", field="--output", value=path)
     # Read and verified once: the plugins need its architecture first.
-    image = elfloader.read_image(args.file, arch=args.arch)
+    from . import vmfb
+    if vmfb.is_module_file(args.file):
+        data, label = vmfb.read_executable(args.file, args.executable)
+        image = elfloader.read_image(data, arch=args.arch, name=label)
+    elif args.executable is not None:
+        raise HalCpuError("--executable picks an executable of a compiled "
+                          "module (.vmfb); this file is not one",
+                          name=args.file, field="--executable",
+                          value=args.executable)
+    else:
+        image = elfloader.read_image(args.file, arch=args.arch)
     export = args.function if args.function is not None else args.entry_point
     native = _runs_natively(args.backend, image.arch, emulation_options(args))
     isolate = args.isolate if args.isolate is not None else native
@@ -468,7 +577,7 @@ def cmd_run(args) -> int:
         try:
             times, where, label, path = run_in_child(
                 lambda note: _dispatch(args, image, export, arrays, note),
-                name=args.file)
+                name=args.file, timeout=args.timeout and args.timeout + KILL_GRACE)
         except NativeCrashError as exc:
             print(f"hal-cpu: error: {exc}", file=sys.stderr)
             if native and args.diagnose:

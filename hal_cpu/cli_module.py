@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -34,7 +35,10 @@ import numpy as np
 from fatelf import arches
 
 from .buffers import BindingSpecError, format_buffer_view, parse_binding
+from .cli import KILL_GRACE, _load_limit, _runs_natively, emulation_options
+from .interrupt import run_interruptible
 from .errors import HalCpuError
+from .vmfb import check_source
 
 __all__ = ["ModuleError", "add_parsers", "cmd_run_module", "cmd_plan",
            "parse_inputs", "format_plan"]
@@ -96,7 +100,7 @@ def _program_flags(p: argparse.ArgumentParser, all_arches: bool) -> None:
 
 def add_parsers(sub) -> None:
     """Register ``run-module`` and ``plan`` on the ``hal-cpu`` subparsers."""
-    from .cli import _positive, _seconds
+    from .cli import _add_cpu_flags, _positive, _seconds
     import elfloader
 
     p = sub.add_parser("run-module", help="compile an MLIR program, run it "
@@ -127,6 +131,7 @@ def add_parsers(sub) -> None:
                    help="stop when the dispatches have run S seconds in all")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar for long runs")
+    _add_cpu_flags(p)
 
     p = sub.add_parser("plan", help="compile an MLIR program and print the "
                        "dispatches and transfers one call performs, with a "
@@ -135,6 +140,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--save-dir", metavar="DIR", help="write the executables "
                    "there: <executable>_<arch>.so, or <executable>.sos (FatELF, "
                    "all six architectures) with --arch=all")
+    p.add_argument("--cpu", metavar="PROFILE", default=None,
+                   help="compile for this CPU profile of the architecture "
+                   "(hal-cpu profiles lists them)")
 
 
 # ---------------------------------------------------------------------------
@@ -144,7 +152,8 @@ def _cache_dir(args) -> str | None:
     return args.cache_dir or os.environ.get("PKR_COMPILE_CACHE") or None
 
 
-def compile_for(program: str, arch: str, cache_dir: str | None = None):
+def compile_for(program: str, arch: str, cache_dir: str | None = None,
+                cpu: str | None = None):
     """:func:`hal_cpu.iree.compile_program` for the command line.
 
     Raises:
@@ -159,7 +168,7 @@ def compile_for(program: str, arch: str, cache_dir: str | None = None):
     if not path.is_file():
         raise ModuleError("no such file", name=program, field="program", value=program)
     try:
-        return compile_program(path, arch, cache_dir)
+        return compile_program(path, arch, cache_dir, cpu=cpu)
     except CompileError as exc:
         text = str(exc)
         lines = [ln.strip() for ln in text.splitlines()]
@@ -291,8 +300,9 @@ def cmd_run_module(args) -> int:
     from .cli import _Progress
     from .iree import PlanRunner, run_plan
     program = args.program
+    check_source(program)
     arch = args.arch or arches.host_arch()
-    compiled = compile_for(program, arch, _cache_dir(args))
+    compiled = compile_for(program, arch, _cache_dir(args), getattr(args, "cpu", None))
     function = _pick_function(compiled, args.function, program)
     inputs = parse_inputs(compiled, function, args.input, program)
     plan = _plan(compiled, inputs, function, program)
@@ -302,28 +312,56 @@ def cmd_run_module(args) -> int:
                           field="--output", value=len(args.output))
     _check_outputs(args.output, program)
     total = sum(int(np.prod(d.workgroup_count)) for d in plan.dispatches)
-    progress = _Progress(not args.no_progress)
-    with contextlib.ExitStack() as stack:
-        plugins = None
-        if args.executable_plugin:
-            from .plugins import PluginManager
-            plugins = stack.enter_context(PluginManager.from_specs(
-                args.executable_plugin, arch=arch, backend=args.backend))
-        runner = stack.enter_context(PlanRunner(
-            backend=args.backend, arch=arch, plugins=plugins, workers=args.workers,
-            timeout=args.timeout, progress=progress, total_workgroups=total))
-        try:
-            from .interrupt import run_interruptible
+
+    def run(note, backend=args.backend):
+        progress = _Progress(not args.no_progress)
+        with contextlib.ExitStack() as stack:
+            plugins = None
+            emulation = emulation_options(args)
+            if args.executable_plugin or emulation:
+                # Executables and plugins share the plugins' machine (and
+                # with it the engine and CPU profile).
+                from .plugins import PluginManager
+                note("while loading the plugins")
+                plugins = stack.enter_context(PluginManager.from_specs(
+                    args.executable_plugin, arch=arch, backend=backend,
+                    timeout=_load_limit(args), **emulation))
+            runner = stack.enter_context(PlanRunner(
+                backend=backend, arch=arch, plugins=plugins, workers=args.workers,
+                timeout=args.timeout, progress=progress, total_workgroups=total))
+
+            def dispatch(step, bindings):
+                note(f"in export {step.export_name}")
+                runner(step, bindings)
 
             def stop():
                 # Ctrl-C stops the emulated CPUs of every executable at once.
                 for exe in list(runner.executables.values()):
                     exe.backend.stop_workers(256)
+            try:
+                return run_interruptible(
+                    lambda: run_plan(plan, inputs, dispatch), stop)
+            finally:
+                progress.close()
 
-            results = run_interruptible(lambda: run_plan(plan, inputs, runner),
-                                        stop)
-        finally:
-            progress.close()
+    import elfloader
+    if (_runs_natively(args.backend, elfloader.arch.by_name(arch),
+                       emulation_options(args))
+            and hasattr(os, "fork")):
+        # As hal-cpu run: native kernels run in a child process, so a crash
+        # is reported (then located by an emulated run) instead of ending
+        # hal-cpu; --timeout bounds the child.
+        from .errors import NativeCrashError
+        from .isolate import run_in_child
+        try:
+            results = run_in_child(run, name=program, timeout=args.timeout
+                                   and args.timeout + KILL_GRACE)
+        except NativeCrashError as exc:
+            print(f"hal-cpu: error: {exc}", file=sys.stderr)
+            _diagnose_plan(run, arch, program)
+            return 1
+    else:
+        results = run(lambda _text: None)
     print(f"EXEC @{function}")
     limit = args.output_max_element_count
     if args.output:
@@ -336,6 +374,24 @@ def cmd_run_module(args) -> int:
     if args.compare:
         _compare(args, program, function, inputs, results)
     return 0
+
+
+def _diagnose_plan(run, arch: str, program: str) -> None:
+    """Run the plan again emulated and print where it faults."""
+    import elfloader
+    from fatelf.errors import PortableKernelError
+    print(f"hal-cpu: running the program again emulated ({arch}) to find "
+          "the fault:", file=sys.stderr)
+    try:
+        run(lambda _text: None, "emulated")
+    except elfloader.EmulationError as exc:
+        print(exc if exc.name else exc.with_name(program), file=sys.stderr)
+    except PortableKernelError as exc:
+        print(f"hal-cpu: the emulated run stopped without a CPU fault: {exc}",
+              file=sys.stderr)
+    else:
+        print("hal-cpu: the emulated run finished without a fault",
+              file=sys.stderr)
 
 
 def _compare(args, program: str, function: str, inputs: list,
@@ -470,6 +526,7 @@ def _type_name(dtype) -> str:
 def cmd_plan(args) -> int:
     """``hal-cpu plan``: see the module docstring."""
     program = args.program
+    check_source(program)
     targets = (list(arches.RUNTIME_ARCHES) if args.arch == "all"
                else [args.arch or arches.host_arch()])
     save = Path(args.save_dir) if args.save_dir else None
@@ -481,7 +538,7 @@ def cmd_plan(args) -> int:
                               name=str(save), field="--save-dir", value=str(save)) from None
     plans = []
     for arch in targets:
-        compiled = compile_for(program, arch, _cache_dir(args))
+        compiled = compile_for(program, arch, _cache_dir(args), getattr(args, "cpu", None))
         function = _pick_function(compiled, args.function, program)
         inputs = parse_inputs(compiled, function, args.input, program)
         plans.append((compiled, inputs, _plan(compiled, inputs, function, program)))

@@ -26,6 +26,7 @@ from typing import Callable, Mapping, Sequence
 from urllib.parse import parse_qsl
 
 from fatelf.cstruct import CStruct, unpack_array
+from fatelf.files import open_regular
 
 import elfloader
 from elfloader import Backend, open_backend
@@ -334,9 +335,10 @@ class EmbeddedPlugin(NativeAbiPlugin):
 def _embedded_hint(path) -> str:
     """A hint when a file given as a system library is an embedded ELF."""
     try:
-        with open(path, "rb") as f:
+        fd, _ = open_regular(path, PluginError)
+        with os.fdopen(fd, "rb") as f:
             head = f.read(4)
-    except OSError:
+    except (OSError, PluginError):
         return ""
     import fatelf
     if fatelf.is_fatelf(head):
@@ -364,6 +366,10 @@ class SystemPlugin(NativeAbiPlugin):
                 f"runs {manager.backend.arch.name} code emulated (use an "
                 f"embedded .sos plugin instead)", name=os.fspath(path),
                 field="kind", value="system")
+        # The platform's loader would block on a FIFO and read a device
+        # forever: regular files only.
+        fd, _ = open_regular(path, PluginError, field="path")
+        os.close(fd)
         try:
             self.lib = ctypes.CDLL(os.path.abspath(os.fspath(path)))
             query = ctypes.cast(getattr(self.lib, abi.PLUGIN_QUERY),
@@ -457,14 +463,21 @@ class PluginManager:
 
     @classmethod
     def from_specs(cls, specs: Sequence[str], arch=None, backend="auto",
-                   **options):
+                   timeout: float | None = None, **options):
         """A manager with each ``--executable_plugin`` spec registered in
-        order (``options`` as for the constructor)."""
+        order (``options`` as for the constructor); each guest call while
+        loading (initializers, query, load) is limited to ``timeout``
+        seconds on an emulated backend (default
+        :data:`hal_cpu.library.LOAD_TIMEOUT`; 0: none)."""
+        from .library import LOAD_TIMEOUT, call_limit, check_timeout
+        timeout = check_timeout(LOAD_TIMEOUT if timeout is None else timeout,
+                                "timeout", None, PluginError)
         parsed = [PluginSpec(s) for s in specs]
         manager = cls(arch, backend, **options)
         try:
-            for spec in parsed:
-                manager.register_spec(spec)
+            with call_limit(manager.backend, timeout):
+                for spec in parsed:
+                    manager.register_spec(spec)
         except BaseException:
             manager.close()
             raise
@@ -561,14 +574,18 @@ class PluginManager:
 
 
 def inspect_plugin(path, *, arch=None, backend="auto", resolve=(),
-                   system: bool = False) -> str:
+                   system: bool = False, timeout: float = 0) -> str:
     """Text describing a plugin (embedded, or a host system library when
-    ``system``) and how it resolves the names in ``resolve``."""
+    ``system``) and how it resolves the names in ``resolve``; each guest
+    call is limited to ``timeout`` seconds on an emulated backend (0:
+    none)."""
+    from .library import call_limit
     if system:
         arch = elfloader.arch.host()
     else:
         arch = elfloader.read_image(path, arch=arch).arch
-    with PluginManager(arch, "native" if system else backend) as manager:
+    with PluginManager(arch, "native" if system else backend) as manager, \
+            call_limit(manager.backend, timeout):
         plugin = (manager.register_system(path) if system
                   else manager.register_embedded(path))
         lines = [
