@@ -39,6 +39,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING
 
 from fatelf import arches
@@ -104,6 +105,36 @@ _RISCV_STORE_OPCODES = (0x23, 0x27, 0x2F)
 
 _agent_files: dict[str, int] = {}
 _agent_lock = threading.Lock()
+#: Engines alive in this process (a forked child must not use them: its
+#: agents and guest memory are the parent's).
+_ENGINES: "weakref.WeakSet[QemuEngine]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: the engines' agents and guest memory are the
+    parent's. Their host mappings become private copies (nothing the child
+    writes reaches the parent), and every use is refused."""
+    global _agent_lock
+    _agent_lock = threading.Lock()
+    for engine in list(_ENGINES):
+        engine.forked = True
+        if engine.mm is not None:
+            size = engine.arena[1] - engine.arena[0]
+            _mmap(ctypes.c_void_p(engine.host_base), ctypes.c_size_t(size),
+                  mmap.PROT_READ | mmap.PROT_WRITE,
+                  mmap.MAP_PRIVATE | _MAP_FIXED, engine.memfd, 0)
+
+
+_MAP_FIXED = 0x10
+_libc = ctypes.CDLL(None, use_errno=True)
+_mmap = _libc.mmap
+_mmap.restype = ctypes.c_void_p
+_mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                  ctypes.c_int, ctypes.c_long)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def agent_fd(arch: Arch) -> int:
@@ -171,6 +202,7 @@ class _Agent:
         os.close(req_r)
         os.close(rep_w)
         self.pid = self.proc.pid
+        self.owner = os.getpid()
         self._buf = bytearray()
         self.closed = False
 
@@ -262,6 +294,13 @@ class _Agent:
         if self.closed:
             return
         self.closed = True
+        if os.getpid() != self.owner:     # a forked child: the parent's agent
+            for fd in (self.req_w, self.rep_r):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            return
         self.signal(signal.SIGKILL)
         try:
             self.proc.wait(5)
@@ -276,6 +315,9 @@ class _Agent:
 
     def close(self) -> None:
         if self.closed:
+            return
+        if os.getpid() != self.owner:
+            self.kill()
             return
         try:
             self.send(_EXIT)
@@ -409,6 +451,11 @@ class QemuCpu(Cpu):
             self._leave()
 
     def _run(self, address: int, args) -> int:
+        if self._engine.forked:
+            raise BackendError("this emulated address space belongs to the "
+                               "parent process (qemu engine): after fork(), "
+                               "load the file again in the child",
+                               field="call", value=address)
         try:
             agent = self._live_agent()
         except EngineError as exc:
@@ -639,6 +686,7 @@ class QemuEngine(Engine):
                 vlen=vlen or 128, vq=(vlen or 128) // 128,
                 vlenb=(vlen or 128) // 8)
         agent_fd(arch)
+        self.forked = False
         self.arena = ARENAS[arch.pointer_size]
         self.slots: list[int] | None = None
         size = self.arena[1] - self.arena[0]
@@ -652,6 +700,7 @@ class QemuEngine(Engine):
         view = ctypes.c_char.from_buffer(self.mm)
         self.host_base = ctypes.addressof(view)
         del view
+        _ENGINES.add(self)
 
     def describe(self) -> str:
         what = self.profile.name if self.profile else "most capable model"
@@ -665,7 +714,7 @@ class QemuEngine(Engine):
 
     def discard(self, address: int, size: int) -> None:
         """Free the pages of ``[address, address + size)`` (zeros again)."""
-        if self.mm is not None:
+        if self.mm is not None and not self.forked:
             self.mm.madvise(mmap.MADV_REMOVE, address - self.arena[0], size)
 
     def new_cpu(self, space: "EmulatedBackend") -> QemuCpu:

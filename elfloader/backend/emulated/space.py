@@ -261,6 +261,11 @@ class EmulatedBackend(Backend):
         if self._closed:
             raise BackendError("the emulated backend is closed", field=what,
                                value=address)
+        if getattr(self._engine, "forked", False):
+            raise BackendError("this emulated address space belongs to the "
+                               "parent process (qemu engine): after fork(), "
+                               "load the file again in the child", field=what,
+                               value=address)
 
     def reserve(self, size: int, align: int = 0) -> int:
         self._check_open("reserve", size)
