@@ -8,19 +8,22 @@ ctypes + mmap) or an *emulated* one (unicorn, any supported architecture).
 
 from __future__ import annotations
 
+import mmap
 import os
 
 import fatelf
+from fatelf.files import map_regular
 
 from . import arch
 from .arch import Arch
 from .backend import Backend, as_int32, open_backend
 from .errors import (ArchitectureMismatchError, BackendError, ElfError,
-                     ElfFormatError, EmulationError, GuardError,
+                     ElfFormatError, EmulationError, EngineError, GuardError,
                      RelocationError,
                      SymbolNotFoundError, UndefinedSymbolError,
                      UnsupportedElfError)
-from .image import ElfImage
+from .elf import file_extent
+from .image import MAX_IMAGE_SIZE, ElfImage
 from .module import ElfModule
 
 arch_mod = arch  # the module, for functions whose ``arch`` argument hides it
@@ -51,15 +54,22 @@ def read_image(source, *, arch: Arch | str | None = None,
         return _check_arch(source, want)
     if isinstance(source, (str, os.PathLike)):
         name = name or os.fspath(source)
+        # Mapped, not read: only the bytes the headers point at are copied.
+        mapped = map_regular(source, ElfFormatError, name=name)
         try:
-            with open(source, "rb") as f:
-                data = f.read()
-        except OSError as exc:
-            raise ElfFormatError(exc.strerror or str(exc), name=name,
-                                 field="file", value=os.fspath(source)) from None
-    else:
-        data = bytes(source)
-    name = name or "<memory>"
+            return _image_of(mapped, name, want)
+        finally:
+            if isinstance(mapped, mmap.mmap):
+                try:
+                    mapped.close()
+                except BufferError:   # a view still alive: the GC closes it
+                    pass
+    return _image_of(bytes(source), name or "<memory>", want)
+
+
+def _image_of(data, name: str, want: Arch | None) -> ElfImage:
+    """The verified image in ``data`` (bytes or a file's map), or in the
+    record of a FatELF bundle for ``want`` (default: the host)."""
     if fatelf.is_fatelf(data):
         pick = want or arch_mod.host()
         if pick is None:
@@ -67,7 +77,7 @@ def read_image(source, *, arch: Arch | str | None = None,
                 "no architecture named and the host has none", name=name,
                 field="arch")
         try:
-            data = fatelf.FatElf.parse(data, name=name).select(pick.name)
+            record = fatelf.FatElf.parse(data, name=name).find(pick.name)
         except fatelf.FatElfSelectError as exc:
             raise ArchitectureMismatchError(exc.message, name=name,
                                             field=exc.field or "arch",
@@ -76,7 +86,22 @@ def read_image(source, *, arch: Arch | str | None = None,
             raise ElfFormatError(exc.message, name=name, field=exc.field,
                                  value=exc.value) from None
         name = f"{name}[{pick.name}]"
-    return _check_arch(ElfImage(data, name), want)
+        start, end = record.offset, record.end
+    else:
+        start, end = 0, len(data)
+    with memoryview(data) as whole:
+        view = whole[start:end]
+        try:
+            extent = file_extent(view)
+            if extent > MAX_IMAGE_SIZE:
+                raise ElfFormatError(
+                    f"its headers place data {extent:#x} bytes into the file, "
+                    f"past the {MAX_IMAGE_SIZE:#x}-byte image limit",
+                    name=name, field="file", value=extent)
+            payload = bytes(view[:extent])
+        finally:
+            view.release()
+    return _check_arch(ElfImage(payload, name), want)
 
 
 def _check_arch(image: ElfImage, want: Arch | None) -> ElfImage:
@@ -123,4 +148,4 @@ __all__ = ["Arch", "Backend", "ElfImage", "ElfModule", "open_backend", "load",
            "read_image", "as_int32", "ElfError", "ElfFormatError",
            "UnsupportedElfError", "RelocationError", "SymbolNotFoundError",
            "UndefinedSymbolError", "BackendError", "ArchitectureMismatchError",
-           "EmulationError", "GuardError"]
+           "EmulationError", "EngineError", "GuardError"]

@@ -7,7 +7,9 @@ workgroup); this module turns them into text:
 * :class:`Symbolizer` names an address of a loaded image ``symbol+0x1c``
   from the dynamic symbols, the static ``.symtab`` and DWARF subprograms, and
   finds its ``file:line`` in the DWARF line tables;
-* :func:`disassemble` prints the instruction at an address (capstone);
+* :func:`disassemble` prints the instruction at an address (capstone, with
+  the decoding facts of :attr:`elfloader.arch.Arch.disassembly`), or says
+  that it cannot decode it and shows its bytes;
 * :class:`Region` and :func:`describe_address` say which buffer, stack or
   segment a data address belongs to, or how far past its end it lies;
 * :class:`FaultReport` holds all of it and formats a multi-line report,
@@ -31,6 +33,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 from fatelf import arches as _arches
 from fatelf.cstruct import CStruct
 
+from . import arch as _arch_registry
+from .arch import Disassembly
 from .elf import SHN_UNDEF, SHT_STRTAB, SHT_SYMTAB, flags_str
 from .image import MAX_TABLE_ENTRIES, ElfImage
 
@@ -57,23 +61,10 @@ NEAR_BYTES = 4096
 #: (the longest x86 instruction is 15 bytes).
 CODE_BYTES = 16
 
-#: Capstone architecture and mode constants (names in the ``capstone``
-#: package) for each architecture, by canonical name; the modes are OR-ed.
-CAPSTONE_MODES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "x86_64": ("CS_ARCH_X86", ("CS_MODE_64",)),
-    "x86_32": ("CS_ARCH_X86", ("CS_MODE_32",)),
-    "aarch64": ("CS_ARCH_ARM64", ("CS_MODE_ARM",)),
-    "arm32": ("CS_ARCH_ARM", ("CS_MODE_ARM",)),
-    "riscv64": ("CS_ARCH_RISCV", ("CS_MODE_RISCV64", "CS_MODE_RISCVC")),
-    "riscv32": ("CS_ARCH_RISCV", ("CS_MODE_RISCV32", "CS_MODE_RISCVC")),
-}
-#: Mode used instead of :data:`CAPSTONE_MODES` for an arm32 pc with bit 0
-#: set (the T32 instruction set).
-CAPSTONE_THUMB = ("CS_ARCH_ARM", ("CS_MODE_THUMB",))
-
-#: Architectures whose function symbols and code pointers carry the
-#: instruction set in bit 0 (1: Thumb), per the Arm ELF psABI.
-_THUMB_BIT_ARCHES = frozenset({"arm32"})
+#: Fault kinds (the ``fault`` attribute of an emulation error) for which
+#: the CPU stopped on an instruction it could not run rather than on a data
+#: access; their reported pc may lie after that instruction.
+INSTRUCTION_FAULTS = frozenset({"invalid_instruction", "exception"})
 
 
 # --- symbols and source lines ---------------------------------------------------
@@ -233,7 +224,7 @@ class Symbolizer:
         self.image = image
         self.base = base
         self._mask = image.arch.word_mask
-        thumb = image.arch.name in _THUMB_BIT_ARCHES
+        thumb = image.arch.disassembly.thumb_modes is not None
         seen: set[tuple[str, int]] = set()
         sized: list[_Sym] = []
         unsized: list[_Sym] = []
@@ -434,21 +425,68 @@ def _read_dwarf(image: ElfImage, funcs: list, lines: list) -> None:
 
 # --- disassembly ---------------------------------------------------------------
 
-def _capstone_spec(arch_name: str, address: int
-                   ) -> tuple[str, tuple[str, ...], int]:
-    """Capstone architecture, modes and instruction address for a pc."""
-    name = arch_name
-    if name not in CAPSTONE_MODES:
-        try:
-            name = _arches.lookup(arch_name, runtime=True).name
-        except Exception:  # noqa: BLE001 - reported as ValueError below
-            name = None
-    if name not in CAPSTONE_MODES:
+def _facts(arch_name: str) -> Disassembly:
+    try:
+        return _arch_registry.by_name(arch_name).disassembly
+    except Exception:  # noqa: BLE001 - reported as ValueError
         raise ValueError(f"no disassembler for architecture {arch_name!r}; "
-                         f"known: {', '.join(CAPSTONE_MODES)}")
-    if name in _THUMB_BIT_ARCHES and address & 1:
-        return (*CAPSTONE_THUMB, address & ~1)
-    return (*CAPSTONE_MODES[name], address)
+                         f"known: {', '.join(_arch_registry.names())}") from None
+
+
+def instruction_length(arch_name: str, code: bytes, address: int) -> int | None:
+    """Length in bytes of the instruction starting with ``code``, from the
+    encoding rules of :attr:`Disassembly.lengths` alone (no decoder).
+
+    Returns:
+        None when the instruction set is variable-length (x86: only a
+        decoder knows), the encoding is longer than any the disassembler
+        handles, or ``code`` holds fewer than 2 bytes.
+
+    Raises:
+        ValueError: ``arch_name`` names no supported architecture.
+    """
+    facts = _facts(arch_name)
+    thumb = facts.thumb_modes is not None and address & 1
+    rows = facts.thumb_lengths if thumb else facts.lengths
+    if len(code) < 2:
+        return None
+    unit = int.from_bytes(code[:2], "little")
+    length = next((n for mask, match, n in rows if unit & mask == match),
+                  facts.default_length)
+    return length or None
+
+
+def _decode(facts: Disassembly, code: bytes, address: int):
+    """``(text, size)`` of the first instruction capstone decodes from
+    ``code``, or None (no decode, or capstone missing)."""
+    try:
+        import capstone
+    except ImportError:
+        return None
+    names = facts.capstone_modes
+    if facts.thumb_modes is not None and address & 1:
+        names, address = facts.thumb_modes, address & ~1
+    mode = 0
+    for m in names:
+        mode |= getattr(capstone, m)
+    try:
+        md = capstone.Cs(getattr(capstone, facts.capstone_arch), mode)
+        for insn in md.disasm(bytes(code), address & 0xFFFFFFFFFFFFFFFF, 1):
+            return f"{insn.mnemonic} {insn.op_str}".strip(), insn.size
+    except capstone.CsError:
+        return None
+    return None
+
+
+def extension(arch_name: str, code: bytes) -> str | None:
+    """The ISA extension an instruction's encoding belongs to, from
+    :attr:`Disassembly.extensions` (e.g. ``RVV (vector extension)``), or
+    None when no row matches or ``code`` is shorter than 4 bytes."""
+    if len(code) < 4:
+        return None
+    word = int.from_bytes(code[:4], "little")
+    return next((name for mask, match, name in _facts(arch_name).extensions
+                 if word & mask == match), None)
 
 
 def disassemble(arch_name: str, code: bytes, address: int) -> str:
@@ -464,30 +502,95 @@ def disassemble(arch_name: str, code: bytes, address: int) -> str:
             instruction is at ``address & ~1``.
 
     Returns:
-        The instruction text; ``"(unreadable)"`` when ``code`` is empty or
-        capstone is unavailable, ``"(invalid instruction)"`` when the bytes
-        do not decode.
+        The instruction text. ``"(unreadable)"`` when ``code`` is empty or
+        shorter than the instruction. When the bytes do not decode (an
+        encoding the disassembler does not know, e.g. RVV with capstone 5,
+        or not an instruction), or decode to an instruction whose length
+        contradicts the encoding rules of the architecture, the text says
+        so and shows the instruction's bytes, never another instruction:
+        ``"(cannot decode: 57 77 16 0d; RVV (vector extension))"``.
 
     Raises:
         ValueError: ``arch_name`` names no supported architecture.
     """
-    arch_const, mode_names, address = _capstone_spec(arch_name, address)
+    facts = _facts(arch_name)
     if not code:
         return "(unreadable)"
-    try:
-        import capstone
-    except ImportError:
+    code = bytes(code)
+    length = instruction_length(arch_name, code, address)
+    if length is not None and len(code) < length:
         return "(unreadable)"
-    mode = 0
-    for m in mode_names:
-        mode |= getattr(capstone, m)
+    decoded = _decode(facts, code, address)
+    if decoded is not None and (length is None or decoded[1] == length):
+        return decoded[0]
+    shown = code[:length] if length else code[:min(len(code), 8)]
+    ext = extension(arch_name, code)
+    what = "cannot decode" if decoded is not None or _has_capstone() \
+        else "no disassembler"
+    return f"({what}: {shown.hex(' ')}" + (f"; {ext})" if ext else ")")
+
+
+def _has_capstone() -> bool:
     try:
-        md = capstone.Cs(getattr(capstone, arch_const), mode)
-        for insn in md.disasm(bytes(code), address & 0xFFFFFFFFFFFFFFFF, 1):
-            return f"{insn.mnemonic} {insn.op_str}".strip()
-    except capstone.CsError:
-        return "(invalid instruction)"
-    return "(invalid instruction)"
+        import capstone  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def faulting_instruction(arch_name: str, read: Callable[[int, int], bytes],
+                         pc: int, function_start: int | None
+                         ) -> tuple[int, str] | None:
+    """For a CPU that stopped on an instruction it could not run: the
+    undecodable instruction just before ``pc``, when the instruction at
+    ``pc`` decodes and the one before it does not (an emulator may report
+    the pc after the instruction it refused).
+
+    The instruction before ``pc`` is found from the encoding rules: ``pc``
+    minus the fixed length, or by walking instruction lengths from
+    ``function_start`` (the start of the function holding ``pc``, or None)
+    for compressed and variable-length sets; when that walk does not land
+    on ``pc`` nothing is claimed.
+
+    Returns:
+        ``(address, text)`` of that instruction, or None.
+    """
+    facts = _facts(arch_name)
+    thumb = facts.thumb_modes is not None and pc & 1
+    at = pc & ~1 if thumb else pc
+
+    def code_at(address: int) -> bytes:
+        try:
+            return bytes(read(address, CODE_BYTES))
+        except Exception:  # noqa: BLE001 - unreadable memory
+            return b""
+
+    here = code_at(at)
+    if not here or disassemble(arch_name, here, pc).startswith("("):
+        return None
+    rows = facts.thumb_lengths if thumb else facts.lengths
+    prev = None
+    if not rows and facts.default_length:
+        prev = at - facts.default_length
+    elif function_start is not None and function_start < at:
+        walk = function_start & ~1 if thumb else function_start
+        while walk < at:
+            code = code_at(walk)
+            size = instruction_length(arch_name, code, walk | thumb)
+            if size is None:
+                decoded = _decode(facts, code, walk | thumb)
+                size = decoded[1] if decoded else None
+            if not size:
+                return None
+            prev, walk = walk, walk + size
+        if walk != at:
+            return None
+    if prev is None:
+        return None
+    text = disassemble(arch_name, code_at(prev), prev | thumb)
+    if not text.startswith("(cannot decode"):
+        return None
+    return prev, text
 
 
 # --- data addresses ------------------------------------------------------------
@@ -600,6 +703,12 @@ class FaultReport:
         instruction: text of the instruction at the pc, or None.
         data_address: the address the failed access used, or None.
         data_description: where that address lies (:func:`describe_address`).
+        note: a remark on the pc or the instruction, or None (e.g. that
+            the CPU reported the pc after the instruction it refused).
+        module: the image holding the pc (its file name), when it is not
+            ``file``, e.g. a plugin called from an executable; or None.
+        caller: what called ``function``, e.g. ``export mul of k.so`` for
+            an import a dispatch called; or None.
     """
 
     file: str
@@ -614,6 +723,9 @@ class FaultReport:
     instruction: str | None = None
     data_address: int | None = None
     data_description: str | None = None
+    note: str | None = None
+    module: str | None = None
+    caller: str | None = None
 
     def summary(self, word_size: int) -> str:
         """The report's first line (see :meth:`format`).
@@ -624,7 +736,8 @@ class FaultReport:
         fmt = _address_format(word_size)
         where = []
         if self.function:
-            where.append(f"{self.function_kind} {self.function}".strip())
+            called = f" (called from {self.caller})" if self.caller else ""
+            where.append(f"{self.function_kind} {self.function}".strip() + called)
         if self.workgroup is not None:
             ids = ", ".join(str(int(c)) for c in self.workgroup)
             where.append(f"workgroup ({ids})")
@@ -652,8 +765,13 @@ class FaultReport:
         def row(label: str, text: str) -> None:
             lines.append(f"  {label + ':':<14}{text}")
 
-        row("pc", f"{fmt(self.pc)} {self.symbol or '(no symbol)'}")
+        where = self.symbol or "(no symbol)"
+        if self.module:
+            where += f" in {self.module}"
+        row("pc", f"{fmt(self.pc)} {where}")
         row("instruction", self.instruction or "(unreadable)")
+        if self.note:
+            row("note", self.note)
         if self.data_address is not None:
             desc = self.data_description
             row("data address", fmt(self.data_address) + (f" ({desc})" if desc else ""))
@@ -682,13 +800,14 @@ def fault_report(*, file: str, arch: str, kind: str, pc: int,
                  function: str | None = None, function_kind: str = "export",
                  workgroup: tuple[int, int, int] | None = None,
                  data_address: int | None = None,
-                 regions: Iterable[Region] = (), thumb: bool = False
-                 ) -> FaultReport:
+                 regions: Iterable[Region] = (), thumb: bool = False,
+                 instruction_fault: bool = False,
+                 caller: str | None = None) -> FaultReport:
     """Assemble a :class:`FaultReport` from the facts of a fault.
 
     Args:
-        file, arch, kind, function, function_kind, workgroup, data_address:
-            as in :class:`FaultReport`.
+        file, arch, kind, function, function_kind, workgroup, data_address,
+        caller: as in :class:`FaultReport`.
         pc: address of the faulting instruction (without the Thumb bit).
         symbolizers: the loaded images; the first that holds the pc names
             it and gives its source line.
@@ -697,14 +816,34 @@ def fault_report(*, file: str, arch: str, kind: str, pc: int,
         regions: known data regions for :func:`describe_address`; each
             symbolizer's segments are added after them.
         thumb: the CPU runs Thumb code (arm32).
+        instruction_fault: the CPU stopped on an instruction it could not
+            run (:data:`INSTRUCTION_FAULTS`), not on a data access. When the
+            instruction at ``pc`` decodes but the one before it does not
+            (:func:`faulting_instruction`), the report is about that one,
+            with a note giving the pc the CPU reported.
+
+    The report's ``module`` names the image holding the pc when it is not
+    ``file`` (its base name).
 
     Never raises for unreadable memory or malformed debug information.
     """
+    holder = next((sym for sym in symbolizers if sym.contains(pc)), None)
+    note = None
+    if instruction_fault and read is not None and holder is not None:
+        try:
+            hit = holder.lookup(pc)
+            start = pc - hit[1] if hit else None
+            found = faulting_instruction(arch, read, pc | 1 if thumb else pc,
+                                         start)
+        except ValueError:
+            found = None
+        if found is not None:
+            note = (f"the CPU reported pc {pc:#x}, after this instruction "
+                    "it could not run")
+            pc = found[0]
     symbol = source = None
-    for sym in symbolizers:
-        if sym.contains(pc):
-            symbol, source = sym.symbolize(pc), sym.source_line(pc)
-            break
+    if holder is not None:
+        symbol, source = holder.symbolize(pc), holder.source_line(pc)
     instruction = None
     if read is not None:
         try:
@@ -715,6 +854,11 @@ def fault_report(*, file: str, arch: str, kind: str, pc: int,
             instruction = disassemble(arch, code, pc | 1 if thumb else pc)
         except ValueError:
             instruction = None
+    module = None
+    if holder is not None:
+        owner = os.path.basename(holder.image.name or "")
+        if owner and owner != os.path.basename(file or ""):
+            module = owner
     description = None
     if data_address is not None:
         regions = list(regions)
@@ -724,10 +868,12 @@ def fault_report(*, file: str, arch: str, kind: str, pc: int,
     return FaultReport(file=file, arch=arch, kind=kind, pc=pc, function=function,
                        function_kind=function_kind, workgroup=workgroup,
                        symbol=symbol, source=source, instruction=instruction,
-                       data_address=data_address, data_description=description)
+                       data_address=data_address, data_description=description,
+                       note=note, module=module, caller=caller)
 
 
 __all__ = ["Symbolizer", "section_symbols", "disassemble", "Region",
            "segment_regions", "describe_address", "FaultReport",
-           "fault_report", "CAPSTONE_MODES", "CAPSTONE_THUMB", "NEAR_BYTES",
+           "fault_report", "instruction_length", "extension",
+           "faulting_instruction", "INSTRUCTION_FAULTS", "NEAR_BYTES",
            "CODE_BYTES"]

@@ -27,6 +27,7 @@ PT_LOAD, PT_DYNAMIC = 1, 2
 PT_GNU_RELRO = 0x6474E552
 PF_X, PF_W, PF_R = 1, 2, 4
 SHN_UNDEF = 0
+SHT_NOBITS = 8
 SHT_SYMTAB, SHT_STRTAB = 2, 3
 STB_GLOBAL, STB_WEAK = 1, 2
 STT_FUNC = 2
@@ -137,3 +138,34 @@ __all__ = ["ELF_MAGIC", "EI_CLASS", "EI_DATA", "ELF_CLASSES", "ELFCLASS32",
            "ELFCLASS64", "ELFDATA2LSB", "ELFDATA2MSB", "EV_CURRENT", "ET_DYN",
            "PT_LOAD", "PT_DYNAMIC", "PT_GNU_RELRO", "PF_X", "PF_W", "PF_R",
            "SHN_UNDEF", "STB_GLOBAL", "STB_WEAK", "DT", "CLASSES", "ElfClass"]
+
+
+def file_extent(data) -> int:
+    """How many leading bytes of ``data`` (bytes-like) an ELF's own headers
+    say it uses: the ELF header, the program and section header tables and
+    every segment's and (non-NOBITS) section's file bytes, clamped to
+    ``len(data)``. A table that does not fit in ``data`` is not followed
+    (the loader reports it). For data that is not a little-endian ELF:
+    the first 64 bytes (enough for the loader to say what is wrong)."""
+    n = len(data)
+    if (n < 16 or bytes(data[:4]) != b"\x7fELF" or data[4] not in CLASSES
+            or data[5] != 1):
+        return min(n, 64)
+    cls = CLASSES[data[4]]
+    end = cls.size("ehdr")
+    if n < end:
+        return n
+    eh = cls.layout("ehdr").unpack(data)
+    for table, count, kind in (("e_phoff", "e_phnum", "phdr"),
+                               ("e_shoff", "e_shnum", "shdr")):
+        at, number = eh[table], eh[count]
+        size = cls.size(kind)
+        if not number or at + number * size > n:
+            continue
+        end = max(end, at + number * size)
+        for entry in cls.layout(kind).unpack_array(data, at, number):
+            if kind == "phdr":
+                end = max(end, entry["p_offset"] + entry["p_filesz"])
+            elif entry["sh_type"] != SHT_NOBITS:
+                end = max(end, entry["sh_offset"] + entry["sh_size"])
+    return min(end, n)

@@ -55,12 +55,19 @@ class ArchitectureMismatchError(BackendError):
     no record for the architecture asked for."""
 
 
+class EngineError(BackendError):
+    """An emulation engine cannot run what was asked: qemu-user is missing,
+    the engine does not model the CPU profile, the vector length is out of
+    range, or the guest agent could not start."""
+
+
 class EmulationError(BackendError):
     """The emulated CPU stopped on a fault (invalid memory access, invalid
     instruction, time limit) while running guest code.
 
     Attributes (set by the emulated backend on CPU faults):
-        fault: the kind, e.g. ``write_unmapped``; what: the same in words,
+        fault: the kind, e.g. ``write_unmapped``, ``invalid_instruction``,
+        ``timeout``, ``stopped``, ``agent_died``; what: the same in words,
         with the page (or the exact address) when one was refused; pc: the
         faulting pc; fault_page: the page the refused access touched, or
         None; fault_address: the exact address of the first byte the

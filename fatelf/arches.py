@@ -109,8 +109,13 @@ TABLE: tuple[ArchInfo, ...] = (
     ArchInfo("arm32", 40, 32, ("arm", "armv7", "armv7l", "armv7a", "armhf", "arm_32",
                                "armv6l", "armv8l"),
              abi="AAPCS hard-float (EABI5)", elf_flags=0x05000400, runtime=True,
-             iree_flags=("--iree-llvmcpu-target-triple=armv7a-pc-linux-elf",) + _GENERIC
-             + ("--iree-llvmcpu-target-float-abi=hard",),
+             # NEON + VFPv4 + integer divide: generic armv7-a makes
+             # iree-compile 3.13 call an unresolved fmaf (exp, log, tanh, sin)
+             # and leave __aeabi_idiv/__aeabi_idivmod undefined.
+             iree_flags=("--iree-llvmcpu-target-triple=armv7a-pc-linux-elf",
+                         "--iree-llvmcpu-target-cpu=generic",
+                         "--iree-llvmcpu-target-cpu-features=+neon,+vfp4,+hwdiv-arm",
+                         "--iree-llvmcpu-target-float-abi=hard"),
              iree_variant="arm_32",
              zig_flags=("-target", "arm-freestanding-eabihf", "-mcpu=cortex_a15"),
              host_names=("armv7l", "armv7", "armv8l", "armv6l", "arm")),
@@ -199,6 +204,175 @@ def lookup(name: str, *, runtime: bool = False) -> ArchInfo:
 def by_target(machine: int, elf_class: int) -> ArchInfo | None:
     """The architecture of ELF ``e_machine`` and class (32 or 64), or None."""
     return _BY_TARGET.get((machine, elf_class))
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A CPU profile: one real CPU's instruction set, named, with how each
+    tool targets it.
+
+    Attributes:
+        name: e.g. ``x86-64-v3``, ``sve``, ``rv64gcv``.
+        arch: canonical architecture name.
+        summary: one line naming the ISA extensions.
+        iree_flags: ``iree-compile`` flags selecting the architecture and
+            this CPU (they replace :attr:`ArchInfo.iree_flags`).
+        zig_flags: ``python -m ziglang cc`` flags building freestanding
+            code for this CPU (they replace :attr:`ArchInfo.zig_flags`).
+        qemu_cpu: qemu-user's ``-cpu`` option; ``{vlen}`` (bits),
+            ``{vlenb}`` (bytes) and ``{vq}`` (128-bit units) stand for the
+            vector length of a scalable profile.
+        unicorn: whether the unicorn engine runs this CPU's code (its
+            QEMU 5.0 lacks AVX/AVX2/FMA, RVV 1.0 and SVE).
+        vlens: vector lengths in bits a scalable profile can run at (its
+            default first); empty for fixed-width ISAs.
+        note: what a user picking this profile must know, or "".
+    """
+
+    name: str
+    arch: str
+    summary: str
+    iree_flags: tuple[str, ...]
+    zig_flags: tuple[str, ...]
+    qemu_cpu: str
+    unicorn: bool = False
+    vlens: tuple[int, ...] = ()
+    note: str = ""
+
+    def qemu_cpu_option(self, vlen: int | None = None) -> str:
+        """The ``-cpu`` value for vector length ``vlen`` (bits; None: the
+        default)."""
+        vlen = vlen or (self.vlens[0] if self.vlens else 128)
+        return self.qemu_cpu.format(vlen=vlen, vlenb=vlen // 8, vq=vlen // 128)
+
+
+_X64 = "--iree-llvmcpu-target-triple=x86_64-pc-linux-elf"
+_A64 = "--iree-llvmcpu-target-triple=aarch64-pc-linux-elf"
+_RV64 = ("--iree-llvmcpu-target-triple=riscv64-pc-linux-elf",
+         "--iree-llvmcpu-target-cpu=generic-rv64")
+_RV32 = ("--iree-llvmcpu-target-triple=riscv32-pc-linux-elf",
+         "--iree-llvmcpu-target-cpu=generic-rv32")
+_X86 = "--iree-llvmcpu-target-triple=i686-pc-linux-elf"
+_ARM = "--iree-llvmcpu-target-triple=armv7a-pc-linux-elf"
+_SVE_VLENS = (512, 128, 256, 1024, 2048)
+_RVV_VLENS = (256, 128, 512, 1024)
+_FMAF_NOTE = ("iree-compile 3.13 leaves the fmaf libcall of exp, log, tanh "
+              "and sin unresolved for this CPU: such executables stop at "
+              "that call; pick a profile with FMA")
+
+#: Named CPU profiles of each architecture the runtime runs.
+PROFILES: tuple[Profile, ...] = (
+    Profile("x86-64", "x86_64", "x86-64 baseline (SSE2)",
+            (_X64, "--iree-llvmcpu-target-cpu=x86-64"),
+            ("-target", "x86_64-freestanding-none", "-mcpu=x86_64"),
+            "qemu64", unicorn=True),
+    Profile("x86-64-v2", "x86_64", "x86-64-v2 (SSE4.2, POPCNT)",
+            (_X64, "--iree-llvmcpu-target-cpu=x86-64-v2"),
+            ("-target", "x86_64-freestanding-none", "-mcpu=x86_64_v2"),
+            "Nehalem-v2", unicorn=True),
+    Profile("x86-64-v3", "x86_64", "x86-64-v3 (AVX2, FMA, BMI2)",
+            (_X64, "--iree-llvmcpu-target-cpu=x86-64-v3"),
+            ("-target", "x86_64-freestanding-none", "-mcpu=x86_64_v3"),
+            "Haswell-v4"),
+    Profile("armv8-a", "aarch64", "Armv8-A (NEON)",
+            (_A64, "--iree-llvmcpu-target-cpu=generic"),
+            ("-target", "aarch64-freestanding-none", "-mcpu=generic"),
+            "cortex-a57", unicorn=True),
+    Profile("armv8.2-a+dotprod", "aarch64", "Armv8.2-A with dot product",
+            (_A64, "--iree-llvmcpu-target-cpu=generic",
+             "--iree-llvmcpu-target-cpu-features=+v8.2a,+dotprod,+fullfp16"),
+            ("-target", "aarch64-freestanding-none",
+             "-mcpu=generic+v8_2a+dotprod+fullfp16"),
+            "cortex-a76"),
+    Profile("sve", "aarch64", "Armv8.2-A with SVE (any vector length)",
+            (_A64, "--iree-llvmcpu-target-cpu=generic",
+             "--iree-llvmcpu-target-cpu-features=+v8.2a,+sve"),
+            ("-target", "aarch64-freestanding-none", "-mcpu=generic+v8_2a+sve"),
+            "max,sve-max-vq={vq},sve-default-vector-length={vlenb}",
+            vlens=_SVE_VLENS),
+    Profile("sve2", "aarch64", "Armv9-A with SVE2 (any vector length)",
+            (_A64, "--iree-llvmcpu-target-cpu=generic",
+             "--iree-llvmcpu-target-cpu-features=+v9a,+sve2"),
+            ("-target", "aarch64-freestanding-none", "-mcpu=generic+v9a+sve2"),
+            "max,sve-max-vq={vq},sve-default-vector-length={vlenb}",
+            vlens=_SVE_VLENS),
+    Profile("rv64gc", "riscv64", "RV64GC",
+            _RV64 + ("--iree-llvmcpu-target-cpu-features=+m,+a,+f,+d,+c",
+                     "--iree-llvmcpu-target-abi=lp64d"),
+            ("-target", "riscv64-freestanding-none", "-mcpu=generic_rv64+m+a+f+d+c"),
+            "rv64,v=false", unicorn=True),
+    Profile("rv64gcv", "riscv64", "RV64GCV (RVV 1.0, any VLEN)",
+            _RV64 + ("--iree-llvmcpu-target-cpu-features=+m,+a,+f,+d,+c,+v",
+                     "--iree-llvmcpu-target-abi=lp64d"),
+            ("-target", "riscv64-freestanding-none",
+             "-mcpu=generic_rv64+m+a+f+d+c+v"),
+            "rv64,v=true,vlen={vlen},elen=64,vext_spec=v1.0", vlens=_RVV_VLENS),
+    Profile("i686", "x86_32", "i686 (x87, no SSE required)",
+            (_X86, "--iree-llvmcpu-target-cpu=generic"),
+            ("-target", "x86-freestanding-none"),
+            "pentium3", unicorn=True, note=_FMAF_NOTE),
+    Profile("haswell", "x86_32", "Haswell (AVX2, FMA) in 32-bit mode",
+            (_X86, "--iree-llvmcpu-target-cpu=haswell"),
+            ("-target", "x86-freestanding-none", "-mcpu=haswell"),
+            "Haswell-v4"),
+    Profile("armv7-a+neon+vfp4+hwdiv", "arm32",
+            "Armv7-A with NEON, VFPv4 and integer divide (Cortex-A15)",
+            (_ARM, "--iree-llvmcpu-target-cpu=generic",
+             "--iree-llvmcpu-target-cpu-features=+neon,+vfp4,+hwdiv-arm",
+             "--iree-llvmcpu-target-float-abi=hard"),
+            ("-target", "arm-freestanding-eabihf", "-mcpu=cortex_a15"),
+            "cortex-a15", unicorn=True),
+    Profile("armv7-a", "arm32", "generic Armv7-A with VFPv3 (no FMA, no divide)",
+            (_ARM, "--iree-llvmcpu-target-cpu=generic",
+             "--iree-llvmcpu-target-float-abi=hard"),
+            ("-target", "arm-freestanding-eabihf", "-mcpu=generic+v7a+vfp3"),
+            # (LLVM's generic Armv7-A code still uses the ARM-mode divide)
+            "cortex-a15", unicorn=True,
+            note=_FMAF_NOTE + "; integer division leaves __aeabi_idiv undefined"),
+    Profile("rv32imf", "riscv32", "RV32IMF",
+            _RV32 + ("--iree-llvmcpu-target-cpu-features=+m,+f",
+                     "--iree-llvmcpu-target-abi=ilp32"),
+            ("-target", "riscv32-freestanding-none", "-mcpu=generic_rv32+m+f"),
+            "rv32,d=false,v=false", unicorn=True),
+    Profile("rv32imf+zve32f", "riscv32", "RV32IMF with Zve32f vectors (any VLEN)",
+            # (+zvl128b: with Zve32f alone LLVM cannot lower exp's vectors)
+            _RV32 + ("--iree-llvmcpu-target-cpu-features=+m,+f,+zve32f,+zvl128b",
+                     "--iree-llvmcpu-target-abi=ilp32"),
+            ("-target", "riscv32-freestanding-none",
+             "-mcpu=generic_rv32+m+f+zve32f+zvl128b"),
+            "rv32,d=false,Zve32f=true,vlen={vlen}", vlens=(128, 256, 512, 1024)),
+)
+
+#: The profile each architecture's plain name compiles for (its
+#: ``ArchInfo.iree_flags`` and ``zig_flags``).
+DEFAULT_PROFILES: dict[str, str] = {
+    "x86_64": "x86-64", "aarch64": "armv8-a", "riscv64": "rv64gc",
+    "x86_32": "i686", "arm32": "armv7-a+neon+vfp4+hwdiv", "riscv32": "rv32imf"}
+
+_PROFILES: dict[tuple[str, str], Profile] = {(p.arch, p.name): p for p in PROFILES}
+
+
+def profiles(arch: str) -> tuple[Profile, ...]:
+    """The profiles of architecture ``arch`` (name or alias), in table
+    order."""
+    name = lookup(arch).name
+    return tuple(p for p in PROFILES if p.arch == name)
+
+
+def profile(arch: str, name: str) -> Profile:
+    """The profile ``name`` (any case) of architecture ``arch``.
+
+    Raises:
+        FatElfSelectError: unknown architecture or profile (field ``cpu``);
+            the message lists the architecture's profiles.
+    """
+    info = lookup(arch)
+    found = _PROFILES.get((info.name, str(name).strip().lower()))
+    if found is None:
+        known = ", ".join(p.name for p in profiles(info.name)) or "none"
+        raise FatElfSelectError(f"unknown CPU profile {name!r} for {info.name}; "
+                                f"known: {known}", field="cpu", value=name)
+    return found
 
 
 def host() -> ArchInfo | None:

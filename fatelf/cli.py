@@ -52,7 +52,8 @@ from . import build, targets
 from .arches import host, machine_name, osabi_name
 from .elf import elf_target
 from .errors import FatElfInputError, PortableKernelError
-from .format import (BYTE_ORDER_CODES, FatElf, WORD_SIZE_CODES, is_fatelf, read_table)
+from .format import (BYTE_ORDER_CODES, FatElf, WORD_SIZE_CODES, is_fatelf, read_file,
+                     read_table)
 
 PROG = "fatelf"
 DISTRIBUTION = "portable-kernel-runtime"
@@ -60,8 +61,8 @@ TERMINAL_REFUSAL = "refusing to write binary data to a terminal; use -o FILE or 
 
 
 def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+    # Regular files only, opened without blocking, at most 1 GiB.
+    return read_file(path)
 
 
 def _load(path: str) -> FatElf:

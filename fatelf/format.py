@@ -32,6 +32,7 @@ call them "junk" and carry them along); :attr:`FatElf.trailer` exposes them.
 
 from __future__ import annotations
 
+import mmap
 import os
 from dataclasses import dataclass
 from typing import NamedTuple, Union
@@ -40,6 +41,7 @@ from .arches import RUNTIME_OSABIS, arch_name, host_arch, osabi_name, parse_arch
 from .cstruct import CStruct
 from .elf import ELF_CLASSES, ELF_DATAS, elf_target
 from .errors import FatElfError, FatElfFormatError, FatElfInputError, FatElfSelectError
+from .files import read_regular
 
 MAGIC = 0x1F0E70FA
 VERSION = 1
@@ -344,7 +346,8 @@ class FatElf:
                 ``record 2.offset``, ``record 1.payload.e_ident[EI_CLASS]``...)
                 and ``value`` the value found there.
         """
-        data = bytes(data)
+        if not isinstance(data, (bytes, mmap.mmap)):
+            data = bytes(data)      # (a file's map is parsed where it is)
         raw = read_table(data, name)
         if raw.reserved:
             raise FatElfFormatError(f"{raw.reserved:#04x} is not zero", name=name,
@@ -372,8 +375,14 @@ class FatElf:
                     f"target {rec.describe()} duplicates record {seen[rec.target]}",
                     name=name, field=f"record {i}", value=rec.target)
             seen[rec.target] = i
-        for i, rec in enumerate(records):
-            _check_payload(name, i, rec, data[rec.offset:rec.end])
+        with memoryview(data) as whole:
+            for i, rec in enumerate(records):
+                # (a view: a record's bytes are not copied to check its header)
+                payload = whole[rec.offset:rec.end]
+                try:
+                    _check_payload(name, i, rec, payload)
+                finally:
+                    payload.release()
         return cls(data, records, name)
 
     # -- access ---------------------------------------------------------------
@@ -496,12 +505,24 @@ def read(path: str | os.PathLike) -> FatElf:
     """Read and validate the FatELF file at ``path`` (errors name ``path``).
 
     Raises:
-        OSError: the file cannot be read.
-        FatElfFormatError: as :meth:`FatElf.parse`.
+        FatElfFormatError: the file cannot be read or is not a regular
+            file (``field`` ``file``); as :meth:`FatElf.parse`.
     """
-    with open(path, "rb") as f:
-        data = f.read()
-    return FatElf.parse(data, name=os.fspath(path))
+    return FatElf.parse(read_file(path), name=os.fspath(path))
+
+
+#: Largest file the FatELF tools read whole, in bytes.
+MAX_FILE_BYTES = 1 << 30
+
+
+def read_file(path: str | os.PathLike) -> bytes:
+    """The bytes of a regular file (opened without blocking; FIFOs, devices
+    and directories refused), at most :data:`MAX_FILE_BYTES`.
+
+    Raises:
+        FatElfFormatError: as :func:`fatelf.files.read_regular`.
+    """
+    return read_regular(path, FatElfFormatError, MAX_FILE_BYTES)
 
 
 def select(data, arch: str | None = None, *, machine: int | None = None,

@@ -280,7 +280,133 @@ def run_bundle(case, data, rep, opts):
     close()
 
 
-RUNNERS = {"elf": run_executable, "plugin": run_plugin, "fatelf": run_bundle}
+def _bindings(spec):
+    import numpy as np
+    bindings = []
+    for i, (length, role) in enumerate(zip(spec["bindings"], spec["roles"])):
+        a = np.zeros(length, np.uint8)
+        if role == "input":
+            a[:] = (np.arange(length) * (7 + i)) & 0x3F   # small finite floats
+        bindings.append(a)
+    return bindings
+
+
+#: Threads dispatching at once in a ``threads`` case, and dispatches each.
+THREADS, THREAD_DISPATCHES = 3, 20
+
+
+def run_threads(case, data, rep, opts):
+    """One executable, :data:`THREADS` threads dispatching export 0 (two
+    workers each) while this thread closes it after ``close_after``
+    seconds. Every thread must end with success or a typed error."""
+    import threading
+    import time
+
+    import hal_cpu
+    from fatelf import PortableKernelError
+    kw = {"timeout": opts["emulated_call_timeout"]} if case["backend"] == "emulated" else {}
+    ex = hal_cpu.Executable(data, backend=case["backend"], **kw)
+    spec = opts["dispatch"]
+    typed, escaped = [], []
+
+    def work():
+        bindings = _bindings(spec)
+        for _ in range(THREAD_DISPATCHES):
+            try:
+                ex.dispatch(0, tuple(spec["workgroup_count"]), bindings,
+                            list(spec["constants"]), workers=2,
+                            timeout=opts["dispatch_timeout"])
+            except hal_cpu.LibraryError:
+                return                      # closed: the expected end
+            except PortableKernelError as exc:
+                typed.append(exc)
+                return
+            except BaseException as exc:  # noqa: BLE001 - an escape
+                escaped.append(exc)
+                return
+
+    rep.enter("dispatch")
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(THREADS)]
+    for t in threads:
+        t.start()
+    time.sleep(case.get("close_after", 0.01))
+    rep.enter("close")
+    try:
+        ex.close()
+    finally:
+        for t in threads:
+            t.join()
+    if escaped:
+        raise escaped[0]
+    if typed:
+        raise typed[0]
+
+
+def run_files(case, data, rep, opts):
+    """The executable given as a path of kind ``file_kind`` to every API
+    that takes a path; each must finish at once with success or a typed
+    error (a FIFO must not block, a device or a sparse file must not be
+    read whole)."""
+    import shutil
+    import tempfile
+
+    import elfloader
+    import fatelf
+    import hal_cpu
+    from fatelf import PortableKernelError
+    from hal_cpu import vmfb
+    from hal_cpu.buffers import parse_binding
+    from hal_cpu.plugins import PluginManager
+    kind = case.get("file_kind", "plain")
+    tmp = tempfile.mkdtemp(prefix="pkr-fuzz-")
+    path = os.path.join(tmp, "input.so")
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        os.mkdir(path)
+    elif kind == "device":
+        path = "/dev/zero"
+    else:
+        with open(path, "wb") as f:
+            f.write(data)
+            if kind == "sparse":
+                f.truncate(max(len(data), 8 << 30))
+    kw = {"timeout": opts["emulated_call_timeout"]} if case["backend"] == "emulated" else {}
+    first_typed = []
+
+    def step(name, fn):
+        rep.enter(name)
+        try:
+            fn()
+        except PortableKernelError as exc:
+            first_typed.append(exc)
+
+    def executable():
+        with hal_cpu.Executable(path, backend=case["backend"], **kw) as ex:
+            ex.dispatch(0, tuple(opts["dispatch"]["workgroup_count"]),
+                        _bindings(opts["dispatch"]), list(opts["dispatch"]["constants"]),
+                        workers=1, timeout=opts["dispatch_timeout"])
+
+    def plugin():
+        with PluginManager(case["arch"], case["backend"], **kw) as manager:
+            manager.register_embedded(path)
+
+    try:
+        step("verify", lambda: elfloader.read_image(path, arch=case["arch"]))
+        step("dispatch", executable)
+        step("resolve", plugin)
+        step("parse", lambda: fatelf.read(path))
+        step("parse", lambda: parse_binding(f"@{path}"))
+        step("parse", lambda: parse_binding(f"16xf32=@{path}"))
+        step("parse", lambda: vmfb.is_module_file(path))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if first_typed:
+        raise first_typed[0]
+
+
+RUNNERS = {"elf": run_executable, "plugin": run_plugin, "fatelf": run_bundle,
+           "threads": run_threads, "files": run_files}
 
 
 def _frames(tb, limit=12):

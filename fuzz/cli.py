@@ -34,9 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1, help="run seed (default 1)")
     p.add_argument("--backend", choices=("native", "emulated", "both"), default="both",
                    help="backends to fuzz (default both)")
-    p.add_argument("--target", choices=("elf", "fatelf", "plugin", "all"), default="all",
-                   help="inputs: IREE executables, FatELF bundles, plugins, or all "
-                        "(default all)")
+    p.add_argument("--target", choices=("elf", "fatelf", "plugin", "threads", "files",
+                                        "all"), default="all",
+                   help="inputs: IREE executables, FatELF bundles, plugins, "
+                        "executables dispatched from threads while closed "
+                        "(threads), executables given as FIFOs, directories, "
+                        "devices or huge sparse files (files), or all (default all)")
     p.add_argument("--jobs", type=int, default=2, help="children at once (default 2)")
     p.add_argument("--report", type=Path, help="write the JSON report here")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT,
@@ -82,7 +85,7 @@ def child_opts(args, backend: str) -> dict:
 def case_opts(base: dict, case: dict, manifest: dict) -> dict:
     from .corpus import dispatch_spec
     opts = dict(base)
-    if case["target"] == "elf":
+    if case["target"] in ("elf", "threads", "files"):
         opts["dispatch"] = dispatch_spec(manifest, case["kernel"], case["arch"])
     return opts
 

@@ -34,7 +34,13 @@ MANIFEST = SAMPLES / "manifest.json"
 PREBUILT = ROOT / "sample_plugins" / "prebuilt"
 RUNTIME_BUNDLE = ROOT / "hal_cpu" / "runtime" / "runtime.sos"
 
-TARGETS = ("elf", "fatelf", "plugin")
+TARGETS = ("elf", "fatelf", "plugin", "threads", "files")
+#: Targets whose cases are mutated executables (``threads``: dispatched
+#: from several threads while another closes it; ``files``: given as a
+#: path that is a FIFO, a directory, a device, a huge sparse file...).
+EXECUTABLE_TARGETS = ("elf", "threads", "files")
+#: What the path of a ``files`` case is.
+FILE_KINDS = ("fifo", "directory", "device", "sparse", "plain")
 BACKENDS = ("native", "emulated")
 
 
@@ -109,6 +115,7 @@ class Corpus:
             if with_sites:
                 model.sites = _sites(model, "plugin")
             self.seeds["plugin"].append(Seed(_rel(path), "plugin", data, arch, None, model))
+        self.seeds["threads"] = self.seeds["files"] = self.seeds["elf"]
         plugin_sites = {s.data: s.model.sites for s in self.seeds["plugin"]}
         bundles = sorted(PREBUILT.glob("*.sos")) + [RUNTIME_BUNDLE]
         for path in bundles:
@@ -134,7 +141,7 @@ class Corpus:
         return seeds
 
     def seed(self, path: str) -> Seed:
-        for seeds in self.seeds.values():
+        for seeds in self.seeds.values():  # (threads/files share elf's)
             for s in seeds:
                 if s.path == path:
                     return s
@@ -172,7 +179,12 @@ def make_case(corpus: Corpus, seed: int, backend: str, index: int,
         arch = s.arch
         muts = mutate.mutate_elf(rng, s.model)
     ops = [op for _, m_ops in muts for op in m_ops]
-    return {
+    extra = {}
+    if target == "files":
+        extra["file_kind"] = rng.choice(FILE_KINDS)
+    if target == "threads":
+        extra["close_after"] = round(rng.uniform(0.0, 0.05), 4)
+    return {**extra,
         "id": f"{target}-{backend}-{index:06d}",
         "index": index, "target": target, "backend": backend, "arch": arch,
         "seed": s.path, "kind": s.kind, "kernel": s.kernel,

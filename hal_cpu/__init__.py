@@ -3,15 +3,30 @@ libraries (query, exports, imports, workgroup dispatch), executable plugins
 and the plugin manager."""
 
 from . import abi
-from .errors import (BindingOverrunError, DispatchError, DispatchTimeoutError,
+from .arrays import (AlignmentCopyWarning, PerformanceWarning, asarray, empty,
+                     full, zeros)
+from .errors import (BindingOverrunError, BindingUnderrunError,
+                     CallTimeoutError, DispatchError, DispatchTimeoutError,
                      ExportNotFoundError, HalCpuError, LibraryError,
                      LocalMemoryOverrunError, NativeCrashError, OverrunError,
                      PluginError, PluginSpecError, PluginStatusError,
                      UnresolvedImportError)
 from .library import Executable, Export
 
-__all__ = ["Executable", "Export", "abi", "HalCpuError", "LibraryError",
+
+
+def get_include() -> str:
+    """Directory holding ``plugin_abi.h``, the C header of IREE's executable
+    plugin ABI (version 0x1) for writing plugins: pass it as ``-I`` to the
+    compiler (as ``numpy.get_include()`` is used)."""
+    import os
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+
+
+__all__ = ["Executable", "Export", "abi", "empty", "zeros", "full", "asarray",
+           "PerformanceWarning", "AlignmentCopyWarning", "HalCpuError", "LibraryError",
            "ExportNotFoundError", "DispatchError", "DispatchTimeoutError",
            "UnresolvedImportError", "NativeCrashError", "OverrunError",
-           "BindingOverrunError", "LocalMemoryOverrunError",
+           "BindingOverrunError", "BindingUnderrunError", "CallTimeoutError",
+           "LocalMemoryOverrunError", "get_include",
            "PluginError", "PluginStatusError", "PluginSpecError"]

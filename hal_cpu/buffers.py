@@ -9,9 +9,12 @@ space separated), ``4xf32=0`` (splat), ``2x8xi32`` (zero filled),
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
+
+from fatelf.files import open_regular
 
 from .errors import HalCpuError
 
@@ -60,21 +63,23 @@ def parse_binding(spec: str) -> np.ndarray:
 
     Raises:
         BindingSpecError: unknown element type, wrong value count, unreadable
-            file; the message quotes the spec.
+            file, not enough memory for the array; the message quotes the
+            spec.
     """
+    try:
+        return _parse_binding(spec)
+    except MemoryError:
+        raise BindingSpecError("not enough memory for the array", name=repr(spec),
+                               field="binding", value=spec) from None
+
+
+def _parse_binding(spec: str) -> np.ndarray:
     def fail(msg, value=spec):
         return BindingSpecError(msg, name=repr(spec), field="binding", value=value)
 
     if spec.startswith("@"):
         path = spec[1:]
-        try:
-            arr = np.load(path, allow_pickle=False)
-        except OSError as exc:
-            raise fail(f"cannot read {path}: {exc.strerror or exc}") from None
-        except (ValueError, EOFError) as exc:
-            why = ("it holds Python objects (pickled), which are not loaded"
-                   if "pickle" in str(exc) else "it is not a .npy file")
-            raise fail(f"cannot read {path}: {why}") from None
+        arr = _load_npy(path, fail)
         if not isinstance(arr, np.ndarray) or arr.dtype.hasobject:
             raise fail(f"cannot read {path}: not a single numeric array")
         try:
@@ -104,14 +109,19 @@ def parse_binding(spec: str) -> np.ndarray:
         return np.zeros(dims, dtype)
     body = body.strip()
     if body.startswith("@"):
-        try:
-            raw = open(body[1:], "rb").read()
-        except OSError as exc:
-            raise fail(f"cannot read {body[1:]}: {exc.strerror}") from None
-        if len(raw) < count * dtype.itemsize:
-            raise fail(f"{body[1:]} has {len(raw)} bytes, "
-                       f"{count * dtype.itemsize} needed")
-        return np.frombuffer(raw, dtype, count).reshape(dims).copy()
+        path, need = body[1:], count * dtype.itemsize
+        fd, size = open_regular(path, _file_error(fail, path), field="binding")
+        with os.fdopen(fd, "rb") as f:
+            if size < need:
+                raise fail(f"{path} has {size} bytes, {need} needed")
+            out = np.empty(dims, dtype)
+            try:
+                got = f.readinto(memoryview(out.reshape(-1)).cast("B")) if need else 0
+            except OSError as exc:
+                raise fail(f"cannot read {path}: {exc.strerror or exc}") from None
+            if got != need:
+                raise fail(f"{path} has {got} bytes, {need} needed")
+        return out
     tokens = [t for t in re.split(r"[\s,\[\]]+", body) if t]
     try:
         values = np.array([_parse_value(t, dtype) for t in tokens], dtype)
@@ -122,6 +132,57 @@ def parse_binding(spec: str) -> np.ndarray:
     if values.size != count:
         raise fail(f"{values.size} values given for {count} elements")
     return values.reshape(dims)
+
+
+def _file_error(fail, path: str):
+    """An error class for :func:`fatelf.files.open_regular` that raises
+    the spec's :class:`BindingSpecError` with the reason."""
+    def error(message, **_):
+        return fail(f"cannot read {path}: {message}")
+    return error
+
+
+def _load_npy(path: str, fail) -> np.ndarray:
+    """The array of a ``.npy`` file, its header checked against the file's
+    size before anything is allocated (numpy's own header parser).
+
+    Raises:
+        BindingSpecError: not a regular file, not a ``.npy`` file, pickled
+            objects, a header claiming more data than the file holds or more
+            than :data:`MAX_SPEC_BYTES`.
+    """
+    fd, size = open_regular(path, _file_error(fail, path), field="binding")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            read_header = (np.lib.format.read_array_header_1_0
+                           if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, _, dtype = read_header(f)
+        except (ValueError, EOFError, OSError, SyntaxError) as exc:
+            raise fail(f"cannot read {path}: it is not a .npy file "
+                       f"({str(exc).splitlines()[0] if str(exc) else 'bad header'})"
+                       ) from None
+        if dtype.hasobject:
+            raise fail(f"cannot read {path}: it holds Python objects "
+                       "(pickled), which are not loaded")
+        count = 1
+        for d in shape:
+            count *= d
+        need, have = count * dtype.itemsize, size - f.tell()
+        if need > MAX_SPEC_BYTES:
+            raise fail(f"cannot read {path}: its header claims {need} bytes, "
+                       f"more than the {MAX_SPEC_BYTES >> 30} GiB a binding may "
+                       "have", need)
+        if need > have:
+            raise fail(f"cannot read {path}: its header claims {need} bytes of "
+                       f"data ({'x'.join(map(str, shape)) or 'scalar'} "
+                       f"{dtype}) but the file holds {max(have, 0)}", need)
+        f.seek(0)
+        try:
+            return np.load(f, allow_pickle=False)
+        except (ValueError, EOFError, OSError) as exc:
+            raise fail(f"cannot read {path}: {exc}") from None
 
 
 def _parse_value(token: str, dtype: np.dtype):

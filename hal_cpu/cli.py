@@ -55,9 +55,17 @@ def _seconds(text: str) -> float:
         v = float(text)
     except ValueError:
         v = -1
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    if not 0 < v <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds in (0, {MAX_SECONDS:g}]")
     return v
+
+
+#: Seconds past --timeout after which an isolated child is killed (it
+#: normally stops itself at the limit with a typed error first).
+KILL_GRACE = 1.0
+#: Largest --timeout accepted (a day); "inf" and "nan" are usage errors.
+MAX_SECONDS = 86400.0
 
 
 def _arch(text: str) -> str:
@@ -87,6 +95,30 @@ def _add_target_flags(p: argparse.ArgumentParser) -> None:
                    metavar="SPEC", help="plugin resolving imports: path.sos, "
                    "embedded:path, a system library path, with optional "
                    "?key=value&... load parameters (repeatable)")
+    _add_cpu_flags(p)
+
+
+def _add_cpu_flags(p: argparse.ArgumentParser) -> None:
+    """``--engine``, ``--cpu`` and ``--vlen``: what the emulated CPU is."""
+    p.add_argument("--engine", choices=("auto", "qemu", "unicorn"),
+                   default=None, help="emulation engine: qemu (qemu-user; "
+                   "AVX2/FMA, SVE, RVV), unicorn (in process; no vector "
+                   "extensions beyond SSE/NEON), or auto (qemu where "
+                   "installed; default)")
+    p.add_argument("--cpu", metavar="PROFILE", default=None,
+                   help="CPU profile the emulated CPU models, e.g. x86-64-v3, "
+                   "sve, rv64gcv (hal-cpu profiles lists them); selects "
+                   "emulation. Default: the engine's most capable model")
+    p.add_argument("--vlen", type=_positive, metavar="BITS", default=None,
+                   help="vector length of a scalable profile (SVE VL, RVV "
+                   "VLEN), e.g. 128, 256, 512")
+
+
+def emulation_options(args) -> dict:
+    """``engine``/``cpu``/``vlen`` keyword arguments given on the command
+    line (none: the defaults)."""
+    return {k: getattr(args, k, None) for k in ("engine", "cpu", "vlen")
+            if getattr(args, k, None) is not None}
 
 
 def _version() -> str:
@@ -107,11 +139,22 @@ def build_parser() -> argparse.ArgumentParser:
                         version=f"hal-cpu {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("inspect", help="show an executable library or plugin "
-                       "without running its code")
-    p.add_argument("file", help="executable or plugin: ELF (.so) or FatELF (.sos)")
+    p = sub.add_parser(
+        "inspect", help="show an executable library or plugin without "
+        "running its code on this CPU",
+        description="Show an executable library, a plugin or the executables "
+        "embedded in a compiled module (.vmfb). The query functions run "
+        "emulated, without the file's initializers: nothing of the file "
+        "runs on this CPU. The one exception is a system library plugin "
+        "(linked against the platform's libraries), which only the "
+        "platform's loader can run: it is loaded in a child process.")
+    p.add_argument("file", help="executable or plugin: ELF (.so), FatELF "
+                   "(.sos), or a compiled IREE module (.vmfb)")
     p.add_argument("--resolve", action="append", default=[], metavar="NAME",
                    help="for a plugin: import names to resolve (repeatable)")
+    p.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+                   help=f"limit on each emulated call (and on a system "
+                   f"library's child process), default {INSPECT_TIMEOUT:g} s")
     _add_target_flags(p)
 
     p = sub.add_parser(
@@ -123,7 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
         "address) follows.",
         epilog="Exit status: 0 success, 1 error (one line on stderr) or a "
         "kernel that crashed natively, 2 usage error, 130 interrupted.")
-    p.add_argument("file", help="executable library: ELF (.so) or FatELF (.sos)")
+    p.add_argument("file", help="executable library: ELF (.so), FatELF "
+                   "(.sos), or a compiled IREE module (.vmfb; see --executable)")
+    p.add_argument("--executable", metavar="NAME",
+                   help="for a .vmfb: the embedded executable to run (as "
+                   "hal-cpu inspect lists them; needed when it embeds several)")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--function", help="export name")
     which.add_argument("--entry_point", type=int, help="export ordinal")
@@ -145,7 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="host threads running workgroups (native backend; "
                         "default: the CPUs this process may use)")
     p.add_argument("--timeout", type=_seconds, default=None, metavar="S",
-                   help="stop a dispatch that runs longer than S seconds")
+                   help="bound the whole command to S seconds: loading (each "
+                   "guest call of the executable's and plugins' initializers, "
+                   "queries and loads), the dispatch and its repetitions; an "
+                   "isolated native run is killed past it. Default: no limit "
+                   "on the dispatch, 60 s on each guest call while loading "
+                   "(emulated)")
     p.add_argument("--benchmark_repetitions", type=_positive, default=None,
                    metavar="N", help="dispatch N times and print the time per "
                    "dispatch (min and median)")
@@ -170,57 +222,160 @@ def build_parser() -> argparse.ArgumentParser:
                        "every architecture and check them against numpy")
     p.add_argument("--arch", action="append", type=_arch, metavar="ARCH",
                    help="only these architectures (repeatable)")
+
+    p = sub.add_parser("profiles", help="list the CPU profiles --cpu accepts, "
+                       "with the engines that run them")
+    p.add_argument("--arch", action="append", type=_arch, metavar="ARCH",
+                   help="only these architectures (repeatable)")
+
+    p = sub.add_parser(
+        "build-plugin", help="compile a C executable plugin for several "
+        "architectures with zig (pip install ziglang) and pack a FatELF .sos",
+        description="Compile C sources into a self-contained plugin for each "
+        "architecture (freestanding, no libc; plugin_abi.h from "
+        "hal_cpu.get_include() is on the include path) and pack the objects "
+        "as one FatELF bundle.")
+    p.add_argument("sources", nargs="+", metavar="SOURCE.c")
+    p.add_argument("-o", "--output", required=True, metavar="PLUGIN.sos")
+    p.add_argument("--arch", default="all", metavar="ARCHES",
+                   help="all (default), or a comma-separated list of "
+                   "architectures (aliases accepted)")
+    p.add_argument("--cpu", default=None, metavar="PROFILE",
+                   help="CPU profile of the architecture table for every "
+                   "architecture (default: its baseline)")
+    p.add_argument("-g", dest="debug", action="store_true",
+                   help="keep symbols and DWARF line tables, for fault "
+                   "reports with static function names and source lines")
+    p.add_argument("-I", dest="include", action="append", default=[],
+                   metavar="DIR", help="more include directories")
+    p.add_argument("-D", dest="define", action="append", default=[],
+                   metavar="NAME[=VALUE]", help="preprocessor definitions")
     return parser
 
 
-def _plugins(args, arch_hint):
+def cmd_profiles(args) -> int:
+    from elfloader.backend.emulated import engine as engines
+    names = args.arch or list(arches.RUNTIME_ARCHES)
+    print(f"{'arch':<8} {'profile':<24} {'engines':<14} {'vector lengths':<26} "
+          "ISA")
+    for name in names:
+        have_qemu = engines.qemu_program(name) is not None
+        for p in arches.profiles(name):
+            runs = ["qemu" + ("" if have_qemu else " (not installed)")]
+            if p.unicorn:
+                runs.append("unicorn")
+            default = " (default)" if arches.DEFAULT_PROFILES.get(name) == p.name else ""
+            vl = ", ".join(str(v) for v in sorted(p.vlens)) or "-"
+            print(f"{name:<8} {p.name:<24} {' '.join(runs):<14} {vl:<26} "
+                  f"{p.summary}{default}")
+            if p.note:
+                print(f"{'':<8} {'':<24} note: {p.note}")
+    return 0
+
+
+def _load_limit(args) -> float:
+    """Seconds each guest call may run while loading: ``--timeout`` when
+    given, else the library's default (:data:`hal_cpu.library.LOAD_TIMEOUT`)."""
+    from .library import LOAD_TIMEOUT
+    return getattr(args, "timeout", None) or LOAD_TIMEOUT
+
+
+def _plugins(args, arch_hint, backend=None):
     if not args.executable_plugin:
         return None
     from .plugins import PluginManager
     return PluginManager.from_specs(args.executable_plugin, arch=arch_hint,
-                                    backend=args.backend)
+                                    backend=backend or args.backend,
+                                    timeout=_load_limit(args),
+                                    **emulation_options(args))
 
 
 def cmd_inspect(args) -> int:
-    from .library import Executable
-    from . import abi
+    from . import abi, vmfb
     from .plugins import inspect_plugin
+    limit = args.timeout or INSPECT_TIMEOUT
+    if vmfb.is_module_file(args.file):
+        print(_describe_module(args, limit))
+        return 0
     try:
         image = elfloader.read_image(args.file, arch=args.arch)
     except elfloader.UnsupportedElfError as exc:
         if exc.field != "DT_NEEDED":
             raise
-        # Linked against system libraries: only a system plugin can be that.
-        print(inspect_plugin(args.file, resolve=args.resolve, system=True))
+        # Linked against system libraries: only a system plugin can be
+        # that. Its query runs natively (nothing else can run it), in a
+        # child process: a crash there is reported, not suffered.
+        print(_isolated(lambda note: inspect_plugin(
+            args.file, resolve=args.resolve, system=True), args.file, limit))
         return 0
-    arch = image.arch
     if abi.PLUGIN_QUERY in image.exports:
-        print(inspect_plugin(args.file, arch=arch, backend=args.backend,
-                             resolve=args.resolve))
+        print(inspect_plugin(args.file, arch=image.arch, backend="emulated",
+                             resolve=args.resolve, timeout=limit))
         return 0
-    # The query runs emulated, without the file's initializers and under a
-    # short time limit: inspecting never runs the file's code on this CPU.
-    with Executable(image, backend="emulated", initialize=False,
-                    bind_imports=False, timeout=INSPECT_TIMEOUT) as exe:
-        providers = _providers(args, arch, exe.imports)
-        print(describe(exe, providers))
+    print(_describe_executable(args, image, limit))
     return 0
 
 
-#: Seconds the library query may run under emulation for ``inspect``.
+def _describe_executable(args, image, limit: float) -> str:
+    """``describe`` of an executable: the query runs emulated, without the
+    file's initializers and under ``limit`` seconds per call, so inspecting
+    never runs the file's code on this CPU."""
+    from .library import Executable
+    with Executable(image, backend="emulated", initialize=False,
+                    bind_imports=False, timeout=limit) as exe:
+        providers = _providers(args, image.arch, exe.imports, limit)
+        return describe(exe, providers)
+
+
+def _describe_module(args, limit: float) -> str:
+    """The executables embedded in a ``.vmfb``, each described."""
+    from . import vmfb
+    found = vmfb.executables(args.file)
+    lines = [f"file:         {args.file}",
+             f"module:       compiled IREE module (.vmfb), {len(found)} "
+             f"embedded executable{'s' if len(found) != 1 else ''} (run one "
+             "with hal-cpu run --executable=NAME)"]
+    for entry in found:
+        data, label = vmfb.read_executable(args.file, entry.name)
+        lines.append(f"executable:   {entry.name} ({entry.size} bytes)")
+        image = elfloader.read_image(data, arch=args.arch, name=label)
+        lines += ["  " + line for line in
+                  _describe_executable(args, image, limit).splitlines()]
+    return "\n".join(lines)
+
+
+def _isolated(fn, name: str, limit: float):
+    """``fn(note)`` in a child process (where fork exists), bounded by
+    ``limit`` seconds; a crash becomes :class:`NativeCrashError`."""
+    if not hasattr(os, "fork"):
+        return fn(lambda _text: None)
+    from .isolate import run_in_child
+    return run_in_child(fn, name=name, what="the library's code",
+                        timeout=limit + KILL_GRACE)
+
+
+#: Seconds each guest call may run under emulation for ``inspect`` (and
+#: the whole of it for a system library), unless --timeout says otherwise.
 INSPECT_TIMEOUT = 5.0
 
 
-def _providers(args, arch, names) -> dict[str, str] | None:
+def _providers(args, arch, names, limit: float = 0) -> dict[str, str] | None:
     """Import name -> the plugin that resolves it ('' when none does), or
-    None when no plugins were given."""
+    None when no plugins were given. Embedded plugins run emulated; when a
+    system library is among them, everything runs in a child process."""
     if not args.executable_plugin:
         return None
-    from .plugins import PluginManager
-    with PluginManager.from_specs(args.executable_plugin, arch=arch,
-                                  backend=args.backend) as manager:
-        return {name: getattr(manager.provider(name), "name", "")
-                for name in names}
+    from .plugins import PluginManager, PluginSpec
+
+    def resolve(_note=None, backend="emulated"):
+        with PluginManager.from_specs(args.executable_plugin, arch=arch,
+                                      backend=backend, timeout=limit) as manager:
+            return {name: getattr(manager.provider(name), "name", "")
+                    for name in names}
+
+    if all(PluginSpec(s).kind == "embedded" for s in args.executable_plugin):
+        return resolve()
+    return _isolated(lambda note: resolve(note, "native"), args.file, limit)
 
 
 def describe(exe, providers: dict[str, str] | None = None) -> str:
@@ -292,27 +447,57 @@ class _Progress:
             self.bar.close()
 
 
-def _runs_natively(backend: str, arch) -> bool:
-    """Whether ``--backend=backend`` runs a file for ``arch`` on this CPU."""
+def _runs_natively(backend: str, arch, emulation: dict | None = None) -> bool:
+    """Whether ``--backend=backend`` runs a file for ``arch`` on this CPU
+    (``emulation``: the ``--engine``/``--cpu``/``--vlen`` given, which
+    select emulation under ``auto``)."""
     host = elfloader.arch.host()
     return backend == "native" or (backend == "auto" and host is not None
-                                   and arch is host)
+                                   and arch is host and not emulation)
+
+
+def backend_description(backend) -> str:
+    """``native`` or ``emulated, qemu (qemu-aarch64 -cpu max,...)``."""
+    describe = getattr(backend, "describe", None)
+    return f"{backend.kind}, {describe()}" if describe else backend.kind
 
 
 def _dispatch(args, image, export, arrays, note=None):
     """Load ``image`` with the plugins, run the dispatch (and the benchmark
     repetitions); returns (times, where, export label, path)."""
+    from .errors import DispatchTimeoutError
     from .library import Executable
     note = note or (lambda _text: None)
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+
+    def left() -> float | None:
+        # What remains of --timeout, which bounds the whole command.
+        if deadline is None:
+            return None
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise DispatchTimeoutError(
+                f"the time limit of {args.timeout:g} s passed", name=args.file,
+                field="timeout", value=args.timeout)
+        return remaining
+
     note("while loading the executable and its plugins")
-    with Executable(image, backend=args.backend,
-                    plugins=_plugins(args, image.arch)) as exe:
+    plugins = _plugins(args, image.arch)
+    with Executable(image, backend=args.backend, plugins=plugins,
+                    timeout=_load_limit(args),
+                    **({} if plugins else emulation_options(args))) as exe:
         label = exe.export(export).label
         note(f"in export {label}")
         progress = _Progress(not args.no_progress)
-        run = lambda: exe.dispatch(export, args.workgroup_count, arrays,  # noqa: E731
-                                   args.constant, workers=args.workers,
-                                   timeout=args.timeout, progress=progress)
+        from .interrupt import run_interruptible
+
+        def run():
+            # Ctrl-C stops the emulated CPUs at once (not after the call).
+            return run_interruptible(
+                lambda: exe.dispatch(export, args.workgroup_count, arrays,
+                                     args.constant, workers=args.workers,
+                                     timeout=left(), progress=progress),
+                lambda: exe.backend.stop_workers(256))
         try:
             run()
             times = []
@@ -322,7 +507,7 @@ def _dispatch(args, image, export, arrays, note=None):
                 times.append(time.perf_counter() - t0)
         finally:
             progress.close()
-        where = (f"{exe.arch.name}, {exe.backend.kind}, "
+        where = (f"{exe.arch.name}, {backend_description(exe.backend)}, "
                  f"workers={exe.last_workers}")
         return times, where, label, exe.path
 
@@ -339,8 +524,12 @@ def _diagnose(args, image, export) -> None:
             from .plugins import PluginManager
             plugins = PluginManager.from_specs(args.executable_plugin,
                                                arch=image.arch,
-                                               backend="emulated")
-        with Executable(image, backend="emulated", plugins=plugins) as exe:
+                                               backend="emulated",
+                                               timeout=_load_limit(args),
+                                               **emulation_options(args))
+        with Executable(image, backend="emulated", plugins=plugins,
+                        timeout=_load_limit(args),
+                        **({} if plugins else emulation_options(args))) as exe:
             exe.dispatch(export, args.workgroup_count, arrays, args.constant,
                          workers=args.workers, timeout=args.timeout)
     except elfloader.EmulationError as exc:
@@ -368,9 +557,19 @@ def cmd_run(args) -> int:
             raise HalCpuError(f"cannot write {path}: {directory} is not a "
                               "writable directory", field="--output", value=path)
     # Read and verified once: the plugins need its architecture first.
-    image = elfloader.read_image(args.file, arch=args.arch)
+    from . import vmfb
+    if vmfb.is_module_file(args.file):
+        data, label = vmfb.read_executable(args.file, args.executable)
+        image = elfloader.read_image(data, arch=args.arch, name=label)
+    elif args.executable is not None:
+        raise HalCpuError("--executable picks an executable of a compiled "
+                          "module (.vmfb); this file is not one",
+                          name=args.file, field="--executable",
+                          value=args.executable)
+    else:
+        image = elfloader.read_image(args.file, arch=args.arch)
     export = args.function if args.function is not None else args.entry_point
-    native = _runs_natively(args.backend, image.arch)
+    native = _runs_natively(args.backend, image.arch, emulation_options(args))
     isolate = args.isolate if args.isolate is not None else native
     if isolate and hasattr(os, "fork"):
         # The child writes the results into memory the two processes share.
@@ -378,7 +577,7 @@ def cmd_run(args) -> int:
         try:
             times, where, label, path = run_in_child(
                 lambda note: _dispatch(args, image, export, arrays, note),
-                name=args.file)
+                name=args.file, timeout=args.timeout and args.timeout + KILL_GRACE)
         except NativeCrashError as exc:
             print(f"hal-cpu: error: {exc}", file=sys.stderr)
             if native and args.diagnose:
@@ -420,12 +619,28 @@ def cmd_demo(args) -> int:
     return run_demo(args.arch)
 
 
+def cmd_build_plugin(args) -> int:
+    from . import zigbuild
+    data = zigbuild.build_plugin(args.sources, args.arch, cpu=args.cpu,
+                                 debug=args.debug, include_dirs=args.include,
+                                 defines=[f"-D{d}" for d in args.define])
+    with open(args.output, "wb") as f:
+        f.write(data)
+    import fatelf
+    records = fatelf.split(data, args.output)
+    print(f"{args.output}: {len(data)} bytes, "
+          + ", ".join(r.arch for r, _ in records))
+    return 0
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return {"inspect": cmd_inspect, "run": cmd_run, "demo": cmd_demo,
                 "run-module": cmd_run_module, "plan": cmd_plan,
-                "check-module": cmd_check_module}[args.command](args)
+                "check-module": cmd_check_module,
+                "profiles": cmd_profiles,
+                "build-plugin": cmd_build_plugin}[args.command](args)
     except PortableKernelError as exc:
         print(f"hal-cpu: error: {exc}", file=sys.stderr)
         return 1

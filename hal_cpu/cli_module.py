@@ -43,7 +43,10 @@ import numpy as np
 from fatelf import arches
 
 from .buffers import BindingSpecError, format_buffer_view, parse_binding
+from .cli import KILL_GRACE, _load_limit, _runs_natively, emulation_options
+from .interrupt import run_interruptible
 from .errors import HalCpuError
+from .vmfb import check_source
 
 __all__ = ["ModuleError", "add_parsers", "cmd_run_module", "cmd_plan",
            "cmd_check_module", "parse_inputs", "format_plan", "format_result"]
@@ -113,8 +116,9 @@ def _program_flags(p: argparse.ArgumentParser, all_arches: bool) -> None:
 
 
 def add_parsers(sub) -> None:
-    """Register ``run-module`` and ``plan`` on the ``hal-cpu`` subparsers."""
-    from .cli import _positive, _seconds
+    """Register ``run-module``, ``plan`` and ``check-module`` on the
+    ``hal-cpu`` subparsers."""
+    from .cli import _add_cpu_flags, _positive, _seconds
     import elfloader
 
     p = sub.add_parser("run-module", help="compile an MLIR program, run it "
@@ -145,6 +149,7 @@ def add_parsers(sub) -> None:
                    help="stop when the dispatches have run S seconds in all")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar for long runs")
+    _add_cpu_flags(p)
 
     p = sub.add_parser("plan", help="compile an MLIR program and print the "
                        "dispatches and transfers one call performs, with a "
@@ -153,6 +158,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--save-dir", metavar="DIR", help="write the executables "
                    "there: <executable>_<arch>.so, or <executable>.sos (FatELF, "
                    "all six architectures) with --arch=all")
+    p.add_argument("--cpu", metavar="PROFILE", default=None,
+                   help="compile for this CPU profile of the architecture "
+                   "(hal-cpu profiles lists them); --trace runs emulated on it")
     p.add_argument("--trace", action="store_true", help="run the program "
                    "(emulated unless --arch is this machine's) and print the steps "
                    "it actually ran; for programs whose steps depend on data")
@@ -183,6 +191,7 @@ def add_parsers(sub) -> None:
                    help="plugin resolving the executables' imports (repeatable)")
     p.add_argument("--workers", type=_positive, default=None,
                    help="host threads running workgroups")
+    _add_cpu_flags(p)
 
 
 # ---------------------------------------------------------------------------
@@ -193,7 +202,7 @@ def _cache_dir(args) -> str | None:
 
 
 def compile_for(program: str, arch: str, cache_dir: str | None = None,
-                extra_flags: Sequence[str] = ()):
+                extra_flags: Sequence[str] = (), cpu: str | None = None):
     """:func:`hal_cpu.iree.compile_program` for the command line.
 
     Raises:
@@ -208,7 +217,8 @@ def compile_for(program: str, arch: str, cache_dir: str | None = None,
     if not path.is_file():
         raise ModuleError("no such file", name=program, field="program", value=program)
     try:
-        return compile_program(path, arch, cache_dir, extra_flags=list(extra_flags))
+        return compile_program(path, arch, cache_dir, extra_flags=list(extra_flags),
+                               cpu=cpu)
     except CompileError as exc:
         text = str(exc)
         lines = [ln.strip() for ln in text.splitlines()]
@@ -369,17 +379,52 @@ def format_result(value, ty: str, max_elements: int = 1024) -> str:
     return ty.lstrip("!")
 
 
-def _runner_stack(stack, args, arch: str, progress=None):
+def _runner_stack(stack, args, arch: str, note=None, backend: str | None = None,
+                  progress=None):
+    """A ``run_dispatch`` callback for :func:`hal_cpu.iree.run_program`: a
+    :class:`hal_cpu.iree.PlanRunner` (and the plugins, or the emulated
+    machine of ``--engine``/``--cpu``/``--vlen``) entered on ``stack``.
+    ``note(text)`` hears where the run is (as :func:`hal_cpu.isolate.run_in_child`
+    takes it); ``backend`` overrides ``--backend``."""
     from .iree import PlanRunner
+    note = note or (lambda _text: None)
+    backend = backend or getattr(args, "backend", "auto")
     plugins = None
-    if args.executable_plugin:
+    emulation = emulation_options(args)
+    if args.executable_plugin or emulation:
+        # Executables and plugins share the plugins' machine (and with it the
+        # engine and CPU profile).
         from .plugins import PluginManager
+        note("while loading the plugins")
         plugins = stack.enter_context(PluginManager.from_specs(
-            args.executable_plugin, arch=arch, backend=getattr(args, "backend", "auto")))
-    return stack.enter_context(PlanRunner(
-        backend=getattr(args, "backend", "auto"), arch=arch, plugins=plugins,
+            args.executable_plugin, arch=arch, backend=backend,
+            timeout=_load_limit(args), **emulation))
+    runner = stack.enter_context(PlanRunner(
+        backend=backend, arch=arch, plugins=plugins,
         workers=getattr(args, "workers", None), timeout=getattr(args, "timeout", None),
         progress=progress))
+
+    def stop():
+        # Ctrl-C stops the emulated CPUs of every executable at once.
+        for exe in list(runner.executables.values()):
+            exe.backend.stop_workers(256)
+
+    def dispatch(step, bindings):
+        note(f"in export {step.export_name}")
+        # The interpreter stays on this thread, where Ctrl-C interrupts it
+        # between ops; a dispatch runs where Ctrl-C can stop its CPUs.
+        run_interruptible(lambda: runner(step, bindings), stop)
+    return dispatch
+
+
+def _sendable(run, announced: bool):
+    """``(run, announced)`` with the results a child process may not be able
+    to send back (interpreter objects such as a returned ``!hal.buffer``)
+    replaced by None; :func:`format_result` prints those by their type
+    alone."""
+    run.results = [v if isinstance(v, (np.ndarray, np.generic)) else None
+                   for v in run.results]
+    return run, announced
 
 
 def _check_failures(run, program: str) -> None:
@@ -395,8 +440,10 @@ def cmd_run_module(args) -> int:
     """``hal-cpu run-module``: see the module docstring."""
     from .cli import _Progress
     program = args.program
+    check_source(program)
     arch = args.arch or arches.host_arch()
-    compiled = compile_for(program, arch, _cache_dir(args), args.compile_flag)
+    compiled = compile_for(program, arch, _cache_dir(args), args.compile_flag,
+                           getattr(args, "cpu", None))
     function = _pick_function(compiled, args.function, program)
     inputs = parse_inputs(compiled, function, args.input, program)
     modules = _modules(args.module)
@@ -407,33 +454,79 @@ def cmd_run_module(args) -> int:
                           f"{n_results} results", name=program,
                           field="--output", value=len(args.output))
     _check_outputs(args.output, program)
-    progress = _Progress(not args.no_progress)
-    announced = []
 
-    def announce():
-        progress.close()
-        print(f"EXEC @{function}", flush=True)
-        announced.append(True)
-    modules.before_first_call = announce
-    with contextlib.ExitStack() as stack:
-        runner = _runner_stack(stack, args, arch, progress)
+    def run(note, backend=args.backend):
+        progress = _Progress(not args.no_progress)
+        announced = []
+
+        def announce():
+            # the header goes ahead of what host modules print
+            progress.close()
+            print(f"EXEC @{function}", flush=True)
+            announced.append(True)
+        modules.before_first_call = announce
         try:
-            run = _run(compiled, inputs, function, program, runner, modules)
+            with contextlib.ExitStack() as stack:
+                dispatch = _runner_stack(stack, args, arch, note, backend, progress)
+                done = _run(compiled, inputs, function, program, dispatch, modules)
         finally:
             progress.close()
+        return done, bool(announced)
+
+    import elfloader
+    if (_runs_natively(args.backend, elfloader.arch.by_name(arch),
+                       emulation_options(args))
+            and hasattr(os, "fork") and not args.module):
+        # As hal-cpu run: native kernels run in a child process, so a crash
+        # is reported (then located by an emulated run) instead of ending
+        # hal-cpu; --timeout bounds the child. A program with --module runs
+        # in process, without that isolation: a host module is arbitrary
+        # Python (its threads do not survive fork(), what it prints goes to
+        # this process's sys.stdout, its objects among the results need not
+        # pickle).
+        from .errors import NativeCrashError
+        from .isolate import run_in_child
+        try:
+            done, announced = run_in_child(
+                lambda note: _sendable(*run(note)), name=program,
+                timeout=args.timeout and args.timeout + KILL_GRACE)
+        except NativeCrashError as exc:
+            print(f"hal-cpu: error: {exc}", file=sys.stderr)
+            _diagnose_plan(run, arch, program)
+            return 1
+    else:
+        done, announced = run(lambda _text: None)
     if not announced:
         print(f"EXEC @{function}")
     limit = args.output_max_element_count
     if args.output:
-        for spec, array in zip(args.output, run.results):
+        for spec, array in zip(args.output, done.results):
             _write_output(spec, array, limit)
     else:
-        for i, (value, ty) in enumerate(zip(run.results, run.result_types)):
+        for i, (value, ty) in enumerate(zip(done.results, done.result_types)):
             print(f"result[{i}]: {format_result(value, ty, limit)}")
-    _check_failures(run, program)
+    _check_failures(done, program)
     if args.compare:
-        _compare(args, program, function, inputs, run.results)
+        _compare(args, program, function, inputs, done.results)
     return 0
+
+
+def _diagnose_plan(run, arch: str, program: str) -> None:
+    """Run the program again emulated and print where it faults."""
+    import elfloader
+    from fatelf.errors import PortableKernelError
+    print(f"hal-cpu: running the program again emulated ({arch}) to find "
+          "the fault:", file=sys.stderr)
+    try:
+        run(lambda _text: None, "emulated")
+    except elfloader.EmulationError as exc:
+        print(exc if exc.name else exc.with_name(program), file=sys.stderr)
+    except PortableKernelError as exc:
+        print(f"hal-cpu: the emulated run stopped without a CPU fault: {exc}",
+              file=sys.stderr)
+    else:
+        print("hal-cpu: the emulated run finished without a fault",
+              file=sys.stderr)
 
 
 def _compare(args, program: str, function: str, inputs: list,
@@ -568,6 +661,7 @@ def _type_name(dtype) -> str:
 def cmd_plan(args) -> int:
     """``hal-cpu plan``: see the module docstring."""
     program = args.program
+    check_source(program)
     targets = (list(arches.RUNTIME_ARCHES) if args.arch == "all"
                else [args.arch or arches.host_arch()])
     save = Path(args.save_dir) if args.save_dir else None
@@ -580,7 +674,8 @@ def cmd_plan(args) -> int:
     plans = []
     modules = _modules(args.module)
     for arch in targets:
-        compiled = compile_for(program, arch, _cache_dir(args), args.compile_flag)
+        compiled = compile_for(program, arch, _cache_dir(args), args.compile_flag,
+                               getattr(args, "cpu", None))
         function = _pick_function(compiled, args.function, program)
         inputs = parse_inputs(compiled, function, args.input, program)
         if args.trace:
@@ -608,8 +703,8 @@ def _trace(args, compiled, inputs, function: str, program: str, modules):
     ranges the run returned, where it returned buffer views)."""
     from .iree import ProgramPlan
     with contextlib.ExitStack() as stack:
-        runner = _runner_stack(stack, args, compiled.arch)
-        run = _run(compiled, inputs, function, program, runner, modules)
+        dispatch = _runner_stack(stack, args, compiled.arch)
+        run = _run(compiled, inputs, function, program, dispatch, modules)
     return ProgramPlan(function, run.trace, run.allocations, [])
 
 
@@ -619,22 +714,24 @@ def cmd_check_module(args) -> int:
     failed expectations, indented; exit status 1 when any function fails."""
     from .iree import EvaluationError, load_program
     program = args.program
+    check_source(program)
     arch = args.arch or arches.host_arch()
-    compiled = compile_for(program, arch, _cache_dir(args), args.compile_flag)
+    compiled = compile_for(program, arch, _cache_dir(args), args.compile_flag,
+                           getattr(args, "cpu", None))
     functions = [f.lstrip("@") for f in args.function] or list(compiled.functions)
     for f in functions:
         _pick_function(compiled, f, program)
     ir = load_program(compiled.hal_mlir)
     failed = 0
     with contextlib.ExitStack() as stack:
-        runner = _runner_stack(stack, args, arch)
+        dispatch = _runner_stack(stack, args, arch)
         for f in functions:
             if ir.functions[f].arg_types:
                 print(f"SKIP @{f} (takes arguments)")
                 continue
             modules = _modules(args.module)
             try:
-                run = _run(compiled, [], f, program, runner, modules)
+                run = _run(compiled, [], f, program, dispatch, modules)
                 messages = run.check_failures
             except EvaluationError as exc:
                 messages = [f"error: {exc}"]

@@ -74,9 +74,10 @@ def run_sample(kernel: dict, arch: str, backend: str, seed: int = 0):
         exe.dispatch(kernel["export"], entry["workgroup_count"], arrays,
                      entry["constants"])
         seconds = time.perf_counter() - start
+        engine = getattr(exe.backend, "engine", "-")
     expected = REFERENCES[kernel["reference"]](*inputs)
     error = float(np.max(np.abs(outputs[0] - expected)))
-    return error, seconds
+    return error, seconds, engine
 
 
 def run_plugin_sample(arch: str, backend: str = "auto", n: int = 3 * 64 + 5,
@@ -87,7 +88,8 @@ def run_plugin_sample(arch: str, backend: str = "auto", n: int = 3 * 64 + 5,
 
     Returns:
         (name of the plugin that resolved the import, max abs error against
-        numpy, seconds for all calls, backend kind that ran them).
+        numpy, seconds for all calls, backend kind that ran them, emulation
+        engine or ``"-"``).
 
     Raises:
         hal_cpu.UnresolvedImportError: the bundle does not provide it.
@@ -126,7 +128,18 @@ def run_plugin_sample(arch: str, backend: str = "auto", n: int = 3 * 64 + 5,
         finally:
             for address in allocs:
                 be.release(address)
-        return plugin.name, float(np.max(np.abs(out - a * b))), seconds, be.kind
+        return (plugin.name, float(np.max(np.abs(out - a * b))), seconds,
+                be.kind, getattr(be, "engine", "-"))
+
+
+def _engine_line() -> str:
+    """Which engine runs the emulated rows, and what qemu-user adds."""
+    from elfloader.backend.emulated import qemu_program
+    if all(qemu_program(a) for a in ("x86_64", "aarch64", "riscv64")):
+        return ("emulation engine: qemu-user (vector ISAs: AVX2/FMA, SVE, RVV; "
+                "hal-cpu profiles lists the CPU models)")
+    return ("emulation engine: unicorn (no AVX2/FMA, SVE or RVV: install "
+            "qemu-user, e.g. apt-get install qemu-user, to run vector code)")
 
 
 def run_demo(arches=None) -> int:
@@ -140,32 +153,35 @@ def run_demo(arches=None) -> int:
             backends = ["native", "emulated"]
         for backend in backends:
             for name, kernel in manifest["kernels"].items():
-                error, seconds = run_sample(kernel, arch, backend)
-                rows.append((arch, backend, name, error, seconds))
-    header = ("architecture", "backend", "kernel", "max abs error", "time")
-    lines = [f"{header[0]:<13} {header[1]:<9} {header[2]:<9} {header[3]:>13} "
-             f"{header[4]:>10}"]
+                error, seconds, engine = run_sample(kernel, arch, backend)
+                rows.append((arch, backend, engine, name, error, seconds))
+    header = ("architecture", "backend", "engine", "kernel", "max abs error",
+              "time")
+    lines = [f"{header[0]:<13} {header[1]:<9} {header[2]:<8} {header[3]:<9} "
+             f"{header[4]:>13} {header[5]:>10}"]
     failed = 0
-    for arch, backend, name, error, seconds in rows:
+    for arch, backend, engine, name, error, seconds in rows:
         ok = error <= TOLERANCE
         failed += not ok
-        lines.append(f"{arch:<13} {backend:<9} {name:<9} {error:>13.2e} "
-                     f"{seconds * 1e3:>8.2f}ms{'' if ok else '  MISMATCH'}")
+        lines.append(f"{arch:<13} {backend:<9} {engine:<8} {name:<9} "
+                     f"{error:>13.2e} {seconds * 1e3:>8.2f}ms"
+                     f"{'' if ok else '  MISMATCH'}")
+    print(_engine_line())
     print("\n".join(lines))
     print(f"{len(rows) - failed} of {len(rows)} sample dispatches match numpy "
           f"(tolerance {TOLERANCE:g})")
     print()
     print(f"import {PLUGIN_IMPORT} resolved by the sample plugin "
           f"({PLUGIN_BUNDLE.name}), a * b in {PLUGIN_TILE}-element tiles:")
-    print(f"{header[0]:<13} {header[1]:<9} {'plugin':<17} {header[3]:>13} "
-          f"{header[4]:>10}")
+    print(f"{header[0]:<13} {header[1]:<9} {header[2]:<8} {'plugin':<17} "
+          f"{header[4]:>13} {header[5]:>10}")
     plugin_failed = 0
     chosen = arches or manifest["arches"]
     for arch in chosen:
-        name, error, seconds, kind = run_plugin_sample(arch)
+        name, error, seconds, kind, engine = run_plugin_sample(arch)
         ok = error <= TOLERANCE
         plugin_failed += not ok
-        print(f"{arch:<13} {kind:<9} {name:<17} {error:>13.2e} "
+        print(f"{arch:<13} {kind:<9} {engine:<8} {name:<17} {error:>13.2e} "
               f"{seconds * 1e3:>8.2f}ms{'' if ok else '  MISMATCH'}")
     print(f"{len(chosen) - plugin_failed} of {len(chosen)} plugin imports "
           f"match numpy (tolerance {TOLERANCE:g})")

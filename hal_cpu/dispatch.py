@@ -8,7 +8,10 @@ workgroup loop (:mod:`hal_cpu.runtime`). :class:`DispatchLayout` lays all
 of them out in one block (local memory apart, each worker's ending at a
 guard page where the backend has them), built once per export, binding
 count, constant count and worker count; a dispatch only rewrites what
-changed (one write).
+changed (one write). An executable keeps a pool of layouts per export
+and takes one per dispatch, so dispatches on several threads at once each
+write their own block; under emulation each also takes its own CPUs
+(:class:`CpuLeases`).
 
 :func:`run_grid` crosses into the backend once per chunk of workgroups:
 chunks grow until one takes about :data:`CHUNK_SECONDS`, so Ctrl-C, a time
@@ -21,6 +24,7 @@ an emulated fault also stops the other workers' CPUs.
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import struct
@@ -42,6 +46,10 @@ from .errors import (DispatchError, DispatchTimeoutError,
 CHUNK_SECONDS = 0.05
 #: Worker threads start only when the rest of a grid would take longer.
 THREAD_SECONDS = 0.0005
+#: With the default worker count a grid is shared between threads only
+#: when it would take longer than this on one (waking helper threads costs
+#: 0.1-3 ms on a busy machine).
+SHARE_SECONDS = 0.002
 #: Workgroups in a worker's first chunk, per backend kind.
 FIRST_CHUNK = {"native": 256, "emulated": 1}
 
@@ -59,6 +67,104 @@ def loop_function(backend: Backend) -> int:
             module = elfloader.load(runtime.BUNDLE, backend=backend)
             address = _LOOPS[backend] = module.lookup(runtime.LOOP_SYMBOL)
         return address
+
+
+class CpuLeases:
+    """Which of an emulated backend's CPUs (``backend.cpus``) dispatches
+    are using: a dispatch on ``workers`` workers leases a run of that many
+    CPUs no other dispatch runs on, the lowest free one first (so a lone
+    dispatch always runs on CPUs 0..workers-1 and reuses their translated
+    code). Natively every host thread is a CPU and nothing is leased.
+
+    After ``fork()`` the child gets a fresh lock; leases held by other
+    threads of the parent stay taken (those threads do not exist in the
+    child, and the CPUs they ran on may still look busy there)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._busy: list[bool] = []
+
+    def take(self, workers: int) -> int:
+        """The first of ``workers`` consecutive free CPUs, now taken."""
+        with self._lock:
+            busy, run = self._busy, 0
+            for i, taken in enumerate(busy):
+                run = 0 if taken else run + 1
+                if run == workers:
+                    first = i - workers + 1
+                    break
+            else:
+                first = len(busy) - run
+                busy.extend([False] * (first + workers - len(busy)))
+            busy[first:first + workers] = [True] * workers
+            return first
+
+    def give(self, first: int, workers: int) -> None:
+        with self._lock:
+            self._busy[first:first + workers] = [False] * workers
+
+    def after_fork(self) -> None:
+        self._lock = threading.Lock()
+
+
+_LEASES: "weakref.WeakKeyDictionary[Backend, CpuLeases]" = (
+    weakref.WeakKeyDictionary())
+
+
+def cpu_leases(backend: Backend) -> CpuLeases | None:
+    """The :class:`CpuLeases` of ``backend``; None for the native backend
+    (nothing to lease)."""
+    if backend.kind == "native":
+        return None
+    with _LOOPS_LOCK:
+        leases = _LEASES.get(backend)
+        if leases is None:
+            leases = _LEASES[backend] = CpuLeases()
+        return leases
+
+
+def _backend_locks() -> list:
+    """The locks of the emulated backends dispatches ran on (their
+    memory-map lock; taken around ``fork()``)."""
+    locks = []
+    for backend in list(_LEASES.keys()):
+        lock = getattr(backend, "_lock", None)
+        if lock is not None and not getattr(backend, "_closed", False):
+            locks.append(lock)
+    return locks
+
+
+_FORK_HELD: list = []
+
+
+def _before_fork() -> None:
+    # An emulated backend's lock held by another thread at the moment of
+    # fork() would stay held in the child forever: hold every one across
+    # the fork, so that the child starts with them free.
+    for lock in _backend_locks():
+        lock.acquire()
+        _FORK_HELD.append(lock)
+
+
+def _after_fork_in_parent() -> None:
+    while _FORK_HELD:
+        _FORK_HELD.pop().release()
+
+
+def _after_fork_in_child() -> None:
+    # A lock held by a thread that does not exist in the child would never
+    # be released.
+    global _LOOPS_LOCK
+    _LOOPS_LOCK = threading.Lock()
+    for leases in list(_LEASES.values()):
+        leases.after_fork()
+    _after_fork_in_parent()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork,
+                        after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
 
 
 def _up(value: int, align: int) -> int:
@@ -154,21 +260,50 @@ class DispatchLayout:
         self._target = (self._view if self._view is not None
                         else bytearray(self._head.size))
         #: the workgroup loop as one no-argument callable per worker, bound
-        #: to the export and environment in ``bound`` (see :meth:`calls`)
+        #: to the export, environment and first CPU in ``bound`` (see
+        #: :meth:`calls`)
         self.loops: list[Callable[[], int]] | None = None
-        self.bound: tuple[int, int] | None = None
+        self.bound: tuple[int, int, int] | None = None
+        self._bound_calls: dict[tuple[int, int, int], list] = {}
+        #: the first of the backend's CPUs this layout's workers run on
+        #: (emulated; leased per dispatch from :func:`cpu_leases`)
+        self.first_cpu = 0
 
-    def calls(self, function: int, environment: int) -> list[Callable[[], int]]:
+    def calls(self, function: int, environment: int,
+              first_cpu: int = 0) -> list[Callable[[], int]]:
         """The workgroup loop of each worker, bound to its arguments (the
         dispatch function, the environment, the dispatch state, the worker's
-        workgroup state and range); built once."""
-        if self.loops is None or self.bound != (function, environment):
-            loop = loop_function(self.backend)
-            self.loops = self.backend.bound_calls(loop, [
-                (function, environment, self.state, wg, rng)
-                for wg, rng in zip(self.workgroup_states, self.ranges)])
-            self.bound = (function, environment)
+        workgroup state and range) and, under emulation, to the CPUs
+        ``first_cpu .. first_cpu + workers - 1``; built once per set."""
+        key = (function, environment, first_cpu)
+        if self.bound != key:
+            loops = self._bound_calls.get(key)
+            if loops is None:
+                loop = loop_function(self.backend)
+                args = [(function, environment, self.state, wg, rng)
+                        for wg, rng in zip(self.workgroup_states, self.ranges)]
+                if first_cpu == 0:
+                    loops = self.backend.bound_calls(loop, args)
+                else:
+                    fns = self.backend.worker_functions(
+                        loop, len(args[0]), first_cpu + self.workers)
+                    loops = [functools.partial(f, *a) for f, a
+                             in zip(fns[first_cpu:], args)]
+                self._bound_calls[key] = loops
+            self.loops, self.bound, self.first_cpu = loops, key, first_cpu
         return self.loops
+
+    def stop_cpus(self) -> None:
+        """Stop the emulated CPUs this layout's workers run on (see
+        :meth:`elfloader.Backend.stop_workers`)."""
+        backend, first = self.backend, self.first_cpu
+        if first == 0:
+            backend.stop_workers(self.workers)
+            return
+        cpus = getattr(backend, "cpus", None)
+        if cpus is not None:
+            for cpu in cpus(first + self.workers)[first:]:
+                cpu.stop()
 
     def write(self, workgroup_size, workgroup_count, max_concurrency,
               constants: Sequence[int], pointers: Sequence[int],
@@ -235,6 +370,7 @@ class DispatchLayout:
                     length=exc.size) from None
 
     def close(self) -> None:
+        self.loops, self.bound, self._bound_calls = None, None, {}
         if self._view is not None:
             self._target = None
             self._view.release()
@@ -360,7 +496,7 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
             the other workers (between workgroups; emulated CPUs at once).
     """
     workers = layout.workers
-    loops = layout.calls(fn, environment)
+    loops = layout.calls(fn, environment, layout.first_cpu)
     first = FIRST_CHUNK.get(backend.kind, 1)
     if workers > 1:
         # Small enough that the other workers find work left to share.
@@ -425,7 +561,7 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
                     and workers > 1):
                 # A fault ends the dispatch: the other CPUs need not finish
                 # the workgroups they run.
-                backend.stop_workers(workers)
+                layout.stop_cpus()
 
     if layout.per_workgroup is not None:
         # A repeated dispatch: the last one's pace says whether to share.

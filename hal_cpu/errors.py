@@ -110,10 +110,12 @@ class NativeCrashError(HalCpuError):
 
 
 class OverrunError(HalCpuError, EmulationError):
-    """Kernel code of an emulated dispatch read or wrote past the end of
-    memory the dispatch gave it: a write into the canary bytes after the
-    end (seen when the dispatch ends), or a read or write reaching the
-    guard page after them (the CPU stops at the instruction).
+    """Guest code read or wrote outside memory it was given: for an
+    emulated dispatch, past the end of a binding or local memory (a write
+    into the canary bytes after the end, seen when the dispatch ends, or a
+    read or write reaching the guard page after them, where the CPU stops
+    at the instruction); for an import called by the pytest fixtures,
+    outside a guest array on either side (:mod:`hal_cpu.guarded`).
 
     Also an :class:`elfloader.EmulationError`: ``fault`` (``"overrun"``
     for a canary write, else the kind of the refused access), ``pc`` (None
@@ -122,18 +124,21 @@ class OverrunError(HalCpuError, EmulationError):
     :class:`elfloader.diagnose.FaultReport`).
 
     Attributes:
-        export: the export's label; what: e.g. ``binding 2``;
-        offset: offset in bytes from the start of the memory of the first
-        byte accessed past its end (``length`` or more); length: the
-        memory's size in bytes; workgroup: ``(x, y, z)`` of the faulting
-        workgroup, or None when not known (canary writes); worker: the
-        worker whose CPU faulted, or None when not known.
+        export: the export's label (None for an import called directly);
+        import_name: the import called directly, or None; what: e.g.
+        ``binding 2`` or the array's name; offset: offset in bytes from the
+        start of the memory of the first byte accessed outside it
+        (``length`` or more past the end, negative before the start);
+        length: the memory's size in bytes; workgroup: ``(x, y, z)`` of the
+        faulting workgroup, or None when not known (canary writes); worker:
+        the worker whose CPU faulted, or None when not known.
     """
 
     def __init__(self, message, *, export=None, what=None, offset=None,
-                 length=None, workgroup=None, **kw):
+                 length=None, workgroup=None, import_name=None, **kw):
         super().__init__(message, **kw)
         self.export, self.what = export, what
+        self.import_name = import_name
         self.offset, self.length = offset, length
         self.workgroup = workgroup
         self.worker = None
@@ -151,6 +156,38 @@ class BindingOverrunError(OverrunError):
     def __init__(self, message, *, binding: int, **kw):
         super().__init__(message, **kw)
         self.binding = binding
+
+
+class BindingUnderrunError(OverrunError):
+    """Guest code accessed memory before the start of an array it was
+    given (a guard page or canary bytes below it).
+
+    Attributes:
+        binding: the array's index (order of placement).
+    """
+
+    def __init__(self, message, *, binding: int, **kw):
+        super().__init__(message, **kw)
+        self.binding = binding
+
+
+class CallTimeoutError(HalCpuError, EmulationError):
+    """A guest call ran past its time limit and was stopped (emulated) or
+    its child process killed (native).
+
+    Attributes:
+        seconds: the limit; function: the import or export that was
+        called; report: the :class:`elfloader.diagnose.FaultReport` of
+        where the CPU was (emulated), or None; pc: where it was, or None.
+    """
+
+    def __init__(self, message, *, seconds: float, function: str | None = None,
+                 **kw):
+        super().__init__(message, **kw)
+        self.seconds, self.function = seconds, function
+        self.report = self.pc = None
+        self.fault = "timeout"
+        self.fault_page = self.fault_address = self.access_size = None
 
 
 class LocalMemoryOverrunError(OverrunError):

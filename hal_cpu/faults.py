@@ -12,18 +12,61 @@ An access that reached the guard page after a binding or local memory is
 an :class:`~hal_cpu.errors.OverrunError`, as is a write into the canary
 bytes before the guard page, which the backend finds when the dispatch
 ends (:func:`binding_overrun`).
+
+A fault inside a plugin's code is reported against the module that owns
+the pc: a dispatch's report names the plugin file, its symbol (from
+``.symtab`` and DWARF too) and the import the executable called
+(:func:`dispatch_fault`); an import called directly, as the pytest
+fixtures do, gets the same report with the guarded test arrays as the
+regions a data address is described from (:func:`import_fault`). A call
+stopped at its time limit becomes a :class:`~hal_cpu.errors.
+CallTimeoutError` whose report shows where the CPU was.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Sequence
 
 from elfloader import EmulationError, GuardError
-from elfloader.diagnose import (Region, Symbolizer, describe_address,
-                                fault_report)
+from elfloader.diagnose import (INSTRUCTION_FAULTS, Region, Symbolizer,
+                                describe_address, fault_report)
 
 from . import abi
-from .errors import BindingOverrunError, LocalMemoryOverrunError
+from .errors import (BindingOverrunError, BindingUnderrunError,
+                     CallTimeoutError, LocalMemoryOverrunError)
+
+_STOPPED_AT = re.compile(r"stopped at pc=(0x[0-9a-fA-F]+)")
+
+
+def stopped_pc(exc: EmulationError) -> int | None:
+    """The pc of a call the emulator stopped: ``exc.pc``, or for a call
+    that ran past the backend's time limit (whose error carries the pc only
+    in its message) the pc the message gives; None when unknown."""
+    pc = getattr(exc, "pc", None)
+    if pc is not None:
+        return pc
+    m = _STOPPED_AT.search(str(getattr(exc, "message", exc)))
+    return int(m.group(1), 16) if m else None
+
+
+def timed_out(exc: EmulationError) -> bool:
+    """Whether ``exc`` is a call stopped at the backend's time limit (no
+    fault kind; the CPU stopped somewhere that is not a fault)."""
+    return (getattr(exc, "fault", None) is None
+            and _STOPPED_AT.search(str(getattr(exc, "message", exc))) is not None)
+
+
+def _thumb(arch, pc: int) -> bool:
+    """Whether ``pc`` is Thumb code (bit 0 set on an architecture whose
+    code addresses carry the instruction set there)."""
+    return arch.disassembly.thumb_modes is not None and bool(pc & 1)
+
+
+def _symbolizers(modules, entry_points=None) -> list[Symbolizer]:
+    return [Symbolizer(m.image, m.base, entry_points if i == 0 else None)
+            for i, m in enumerate(modules)]
 
 
 def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
@@ -39,7 +82,7 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
     :class:`BindingOverrunError` or :class:`LocalMemoryOverrunError`
     (``field`` ``bindings[N]`` or ``local_memory``, ``value`` the offset
     past the start)."""
-    pc = getattr(exc, "pc", None)
+    pc = stopped_pc(exc)
     if pc is None:
         return exc
     be = exe.backend
@@ -78,17 +121,37 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
             regions.append(Region("guard page", guard, be.page_size,
                                   offsets=False, guard=True))
             guarded = next((r for r in overrunnable if r.start == start), None)
-    symbolizers = [Symbolizer(exe.module.image, exe.module.base,
-                              {e.label: e.address for e in exe.exports})]
-    kind = getattr(exc, "what", None) or exc.message
-    # Bit 0 of an arm32 pc marks Thumb code; elsewhere it is the address.
-    thumb = exe.arch.name == "arm32" and bool(pc & 1)
+    modules = [exe.module] + [p.module for p in getattr(
+        getattr(exe, "plugins", None), "plugins", ()) if hasattr(p, "module")]
+    symbolizers = _symbolizers(modules, {e.label: e.address
+                                         for e in exe.exports})
+    stopped = timed_out(exc)
+    seconds = getattr(be, "timeout_us", 0) / 1e6
+    kind = (_time_limit_kind(seconds) if stopped
+            else getattr(exc, "what", None) or exc.message)
+    thumb = _thumb(exe.arch, pc)
+    pc = pc & ~1 if thumb else pc
+    file, function, kind_of, caller = exe.path, export.label, "export", None
+    holder = next((i for i, s in enumerate(symbolizers) if s.contains(pc)), 0)
+    if holder:
+        # Plugin code: report it against the plugin, as the import called.
+        symbolizers.insert(0, symbolizers.pop(holder))
+        file = modules[holder].name
+        function, kind_of = _import_called(exe, symbolizers[0], pc), "import"
+        caller = f"export {export.label} of {os.path.basename(exe.path)}"
     report = fault_report(
-        file=exe.path, arch=exe.arch.name, kind=kind,
-        pc=pc & ~1 if thumb else pc, symbolizers=symbolizers, read=be.read,
-        function=export.label, workgroup=workgroup, data_address=address,
-        regions=regions, thumb=thumb)
+        file=file, arch=exe.arch.name, kind=kind, pc=pc,
+        symbolizers=symbolizers, read=be.read, function=function,
+        function_kind=kind_of, workgroup=workgroup, data_address=address,
+        regions=regions, thumb=thumb, caller=caller,
+        instruction_fault=getattr(exc, "fault", None) in INSTRUCTION_FAULTS)
     message = report.format(be.pointer_size)
+    if stopped:
+        err = CallTimeoutError(message, seconds=seconds, function=export.label,
+                               name=exe.path, field="timeout", value=seconds)
+        Exception.__init__(err, message)
+        err.pc, err.report, err.worker = pc, report, worker
+        return err
     if guarded is None:
         err = EmulationError(message, name=None, field=None, value=pc)
         err.name, err.field = exe.path, "dispatch"
@@ -134,6 +197,106 @@ def binding_overrun(exc: GuardError, exe, export, pointers: Sequence[int],
         offset=exc.offset, length=length)
     err.fault, err.fault_address = "overrun", exc.fault_address
     return err
+
+
+def _time_limit_kind(seconds: float) -> str:
+    return (f"still running at the time limit of {seconds:g} s (stopped; an "
+            "endless loop?)")
+
+
+def _import_called(exe, symbolizer: Symbolizer, pc: int) -> str:
+    """The name of the executable's import whose function holds ``pc``
+    (the function symbol's start is the resolved import's address), else
+    the symbol's name."""
+    hit = symbolizer.lookup(pc)
+    if hit is None:
+        return "(unknown import)"
+    start = pc - hit[1]
+    for name, fn in getattr(exe, "import_functions", {}).items():
+        if fn & ~1 == start:
+            return name
+    return hit[0]
+
+
+def import_fault(exc: EmulationError, backend, modules, import_name: str,
+                 arrays, names: dict | None = None,
+                 seconds: float | None = None) -> EmulationError:
+    """The error for ``exc``, raised by a direct call of import
+    ``import_name`` (as the pytest fixtures make): its message is the fault
+    report against the module that owns the pc (``modules``: the loaded
+    plugins, :class:`elfloader.ElfModule`), with data addresses described
+    from the guarded test arrays ``arrays`` (:class:`hal_cpu.guarded.
+    GuardedArrays`; ``names`` maps an array to the name to use;
+    ``seconds`` is the call's time limit, default the backend's).
+
+    Returns:
+        :class:`BindingOverrunError` / :class:`BindingUnderrunError` when
+        the data address lies in a guard page or gap of an array (``what``
+        its name, ``offset`` from its start, ``import_name``);
+        :class:`CallTimeoutError` for a call stopped at the backend's time
+        limit; else an :class:`EmulationError` with the report as message.
+        Each has ``report`` (the :class:`elfloader.diagnose.FaultReport`).
+        ``exc`` itself when it carries no pc (e.g. stopped by request).
+    """
+    pc = stopped_pc(exc)
+    if pc is None:
+        return exc
+    arch = backend.arch
+    stopped = timed_out(exc)
+    if seconds is None:
+        seconds = getattr(backend, "timeout_us", 0) / 1e6
+    thumb = _thumb(arch, pc)
+    pc = pc & ~1 if thumb else pc
+    symbolizers = _symbolizers(modules)
+    holder = next((s for s in symbolizers if s.contains(pc)), None)
+    if holder is not None:
+        symbolizers.remove(holder)
+        symbolizers.insert(0, holder)
+    file = (holder.image.name if holder is not None
+            else modules[0].name if modules else "(plugin)")
+    regions = arrays.regions(names)
+    stacks = getattr(backend, "stacks", None)
+    for w, (start, size) in enumerate(stacks() if stacks else ()):
+        if w == 0:
+            regions.append(Region("the stack", start, size, offsets=False))
+    address = None if stopped else _data_address(exc)
+    kind = (_time_limit_kind(seconds) if stopped
+            else getattr(exc, "what", None) or exc.message)
+    report = fault_report(
+        file=file, arch=arch.name, kind=kind, pc=pc, symbolizers=symbolizers,
+        read=backend.read, function=import_name, function_kind="import",
+        data_address=address, regions=regions, thumb=thumb,
+        instruction_fault=getattr(exc, "fault", None) in INSTRUCTION_FAULTS)
+    message = report.format(backend.pointer_size)
+    near = arrays.near(address) if address is not None else None
+    if stopped:
+        err = CallTimeoutError(message, seconds=seconds, function=import_name,
+                               name=file, field="timeout", value=seconds)
+    elif near is not None:
+        err = bounds_error(message, near[0], near[1], import_name, file,
+                           names)
+    else:
+        err = EmulationError(message, name=None, field=None, value=pc)
+        err.name, err.field = file, import_name
+    Exception.__init__(err, message)
+    for attr in ("fault", "fault_page", "fault_address", "access_size"):
+        if not stopped:
+            setattr(err, attr, getattr(exc, attr, None))
+    err.pc, err.report = pc, report
+    return err
+
+
+def bounds_error(message: str, array, offset: int, import_name: str,
+                 file: str, names: dict | None = None):
+    """:class:`BindingOverrunError` (``offset`` at or past the array's end)
+    or :class:`BindingUnderrunError` (negative ``offset``) for an access of
+    import ``import_name`` outside guarded test array ``array``; ``field``
+    is ``arrays[NAME]``, ``value`` the offset."""
+    name = (names or {}).get(array, array.name)
+    cls = BindingUnderrunError if offset < 0 else BindingOverrunError
+    return cls(message, name=file, field=f"arrays[{name}]", value=offset,
+               binding=array.index, what=name, offset=offset,
+               length=array.nbytes, import_name=import_name)
 
 
 def _data_address(exc: EmulationError) -> int | None:

@@ -14,14 +14,16 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+import select
 import signal
 import struct
 import sys
+import time
 from typing import Callable
 
 import numpy as np
 
-from .errors import HalCpuError, NativeCrashError
+from .errors import CallTimeoutError, HalCpuError, NativeCrashError
 
 _HEADER = struct.Struct("<Q")
 
@@ -29,7 +31,12 @@ _HEADER = struct.Struct("<Q")
 def shared_array(array: np.ndarray) -> np.ndarray:
     """A copy of ``array`` in anonymous shared memory (page aligned), which a
     child forked afterwards writes and the parent reads back."""
-    memory = mmap.mmap(-1, max(array.nbytes, 1))
+    try:
+        memory = mmap.mmap(-1, max(array.nbytes, 1))
+    except (OSError, OverflowError) as exc:
+        raise HalCpuError(f"cannot map {array.nbytes} bytes of shared memory "
+                          f"for a binding: {getattr(exc, 'strerror', None) or exc}",
+                          field="binding", value=array.nbytes) from None
     out = np.frombuffer(memory, dtype=array.dtype,
                         count=array.size).reshape(array.shape)
     out[...] = array
@@ -68,9 +75,18 @@ def _child(fd: int, fn: Callable) -> int:
     return status
 
 
-def _read_messages(fd: int) -> list:
-    chunks = []
+def _read_messages(fd: int, deadline: float | None = None
+                   ) -> tuple[list, bool]:
+    """The messages the child sent until it closed the pipe, and whether
+    ``deadline`` (``time.monotonic()``) passed first (then: those sent so
+    far)."""
+    chunks, late = [], False
     while True:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                late = True
+                break
         data = os.read(fd, 1 << 16)
         if not data:
             break
@@ -84,7 +100,7 @@ def _read_messages(fd: int) -> list:
             break                      # cut short by the crash
         messages.append(pickle.loads(buf[pos:pos + n]))
         pos += n
-    return messages
+    return messages, late
 
 
 def signal_name(number: int) -> str:
@@ -96,7 +112,8 @@ def signal_name(number: int) -> str:
 
 
 def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
-                 name: str | None = None, what: str = "the kernel"):
+                 name: str | None = None, what: str = "the kernel",
+                 timeout: float | None = None):
     """Call ``fn(note)`` in a forked child and return its result.
 
     ``fn`` may call ``note(text)`` to say what it is about to do (e.g.
@@ -107,6 +124,9 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
         fn: the function to run in the child.
         name: the file concerned (``name`` of the errors raised).
         what: the subject of the crash message.
+        timeout: seconds the child may run in all (None: no limit); past
+            them it is killed (everything it runs is bounded, native code
+            included).
 
     Returns:
         what ``fn`` returned.
@@ -116,6 +136,7 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
             answer; ``signal`` and ``stage`` (the last note) say how and where.
         Exception: whatever ``fn`` raised (its :class:`HalCpuError` and
             other project errors arrive with their type, message and fields).
+        CallTimeoutError: ``timeout`` passed; the child was killed.
         KeyboardInterrupt: the child or the parent was interrupted (the
             child is killed and reaped).
     """
@@ -135,8 +156,11 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
             finally:
                 os._exit(status)
     os.close(write_fd)
+    deadline = time.monotonic() + timeout if timeout else None
     try:
-        messages = _read_messages(read_fd)
+        messages, late = _read_messages(read_fd, deadline)
+        if late:
+            os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
     except BaseException:
         os.kill(pid, signal.SIGKILL)
@@ -144,6 +168,13 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
         raise
     finally:
         os.close(read_fd)
+    if late:
+        notes = [m for k, m in messages if k == "note"]
+        raise CallTimeoutError(
+            f"{what} did not return within the time limit of {timeout:g} s "
+            "(the child process running it natively was killed)"
+            + (f" {notes[-1]}" if notes else ""), name=name, field="timeout",
+            value=timeout, seconds=timeout)
     notes = [m for k, m in messages if k == "note"]
     stage = notes[-1] if notes else ""
     for kind, value in messages:

@@ -15,7 +15,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import threading
 import time
+import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -25,10 +28,16 @@ import elfloader
 from elfloader import Backend
 
 from . import abi, runtime
-from .dispatch import DispatchLayout, run_grid
+from .dispatch import (FIRST_CHUNK, SHARE_SECONDS, DispatchLayout,
+                       cpu_leases, run_grid)
+from .arrays import (BINDING_ALIGNMENT, COPY_WARN_BYTES,
+                     AlignmentCopyWarning)
 from .errors import (DispatchError, ExportNotFoundError, LibraryError,
                      UnresolvedImportError)
 from .memory import GuestView, ptr_array
+
+_get_ident = threading.get_ident
+_perf_counter = time.perf_counter
 
 
 @dataclass(frozen=True)
@@ -128,16 +137,84 @@ LOAD_TIMEOUT = 60.0
 MAX_EXECUTABLE_CONSTANTS = 1 << 16
 
 
+_LIMITS: "weakref.WeakKeyDictionary[Backend, tuple[int, list[int]]]" = (
+    weakref.WeakKeyDictionary())
+_LIMITS_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def call_limit(backend: Backend, seconds: float):
     """Limit each guest call on ``backend`` to ``seconds`` (0: none) inside
-    the block (emulated backends; native code cannot be stopped)."""
-    old = getattr(backend, "timeout_us", 0)
-    backend.timeout_us = int(seconds * 1e6) if seconds else 0
+    the block (emulated backends; native code cannot be stopped).
+
+    The limit is the backend's (``timeout_us``), shared by every thread:
+    while blocks on several threads overlap, the shortest non-zero limit
+    among them applies to all, and the backend's own value comes back when
+    the last block ends."""
+    us = int(seconds * 1e6) if seconds else 0
+    with _LIMITS_LOCK:
+        entry = _LIMITS.get(backend)
+        if entry is None:
+            entry = _LIMITS[backend] = (getattr(backend, "timeout_us", 0), [])
+        base, active = entry
+        active.append(us)
+        backend.timeout_us = _shortest(active)
     try:
         yield
     finally:
-        backend.timeout_us = old
+        with _LIMITS_LOCK:
+            active.remove(us)
+            if active:
+                backend.timeout_us = _shortest(active)
+            else:
+                backend.timeout_us = base
+                _LIMITS.pop(backend, None)
+
+
+def _shortest(limits: list[int]) -> int:
+    if len(limits) == 1:
+        return limits[0]
+    return min((u for u in limits if u), default=0)
+
+
+#: Every open :class:`Executable`, for the fork handler.
+_LIVE: "weakref.WeakSet[Executable]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    global _LIMITS_LOCK
+    _LIMITS_LOCK = threading.Lock()
+    for exe in list(_LIVE):
+        exe._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+#: Largest time limit accepted, in seconds (a day).
+MAX_TIMEOUT = 86400.0
+
+
+def check_timeout(value, field: str, path: str | None, error=None) -> float:
+    """``value`` as seconds: None or 0 (no limit) gives 0.0, else a finite
+    number in (0, :data:`MAX_TIMEOUT`].
+
+    Raises:
+        DispatchError (or ``error``): anything else (negative, inf, nan, a
+            string...)."""
+    if value is None:
+        return 0.0
+    try:
+        ok = (not isinstance(value, (bool, str, bytes))
+              and 0 <= float(value) <= MAX_TIMEOUT)
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise (error or DispatchError)(
+            f"{value!r} is not a time limit in seconds (0 or None: no limit; "
+            f"at most {MAX_TIMEOUT:g})", name=path, field=field, value=value)
+    return float(value)
 
 
 def _triple(values, field: str, path: str, limit_xy: int, low: int):
@@ -211,10 +288,20 @@ class Executable:
             backend is used (executable and plugins share one machine).
         timeout: limit in seconds on each guest call while loading
             (initializers, the query, plugin functions; emulated backend;
-            0: none). Default :data:`LOAD_TIMEOUT`.
+            0: none; at most :data:`MAX_TIMEOUT`). Default
+            :data:`LOAD_TIMEOUT` (60 s).
         initialize: run the file's initializers (False for inspection).
         bind_imports: resolve imports and build the environment (False for
             inspection: the library cannot be dispatched then).
+        engine: emulation engine of a new emulated backend: ``"auto"``
+            (qemu-user where installed, else unicorn), ``"qemu"``,
+            ``"unicorn"``.
+        cpu: CPU profile the emulated CPU models (``fatelf.arches.PROFILES``,
+            e.g. ``"x86-64-v3"``, ``"sve"``, ``"rv64gcv"``); None: the
+            engine's most capable model. Selects the emulated backend under
+            ``backend="auto"``.
+        vlen: vector length in bits for a scalable profile (SVE VL, RVV
+            VLEN).
 
     Attributes:
         name, version, features, sanitizer: from the library header.
@@ -230,22 +317,42 @@ class Executable:
 
     def __init__(self, source, *, backend="auto", arch=None, plugins=None,
                  timeout: float = LOAD_TIMEOUT, initialize: bool = True,
-                 bind_imports: bool = True):
+                 bind_imports: bool = True, engine: str | None = None,
+                 cpu: str | None = None, vlen: int | None = None):
+        timeout = check_timeout(timeout, "timeout", None, LibraryError)
         if plugins is not None:
             backend = plugins.backend
+        # Dispatches may run on several threads at once: each takes a
+        # layout from the pool of its key (export, counts, workers) under
+        # the lock; close() waits until none runs.
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._running: list[int] = []     # thread ids of running dispatches
+        self._closed = True               # until loaded
+        self._released = False
+        self._layouts: dict[tuple, list[DispatchLayout]] = {}
+        self._leases = None
+        self._copy_warned: set[int] = set()
+        # export ordinal -> seconds per workgroup in its last dispatch with
+        # the default workers (decides whether the next one shares)
+        self._pace: dict[int, float] = {}
         self._allocs: list[int] = []
-        self._layouts: dict | None = None
         self.last_workers = 0
         self._default_workers = host_workers()
         self.imports: list[str] = []
         self.exports: list[Export] = []
+        self.import_functions: dict[str, int] = {}
+        self.plugins = None
         if isinstance(backend, Backend):
             with call_limit(backend, timeout):
                 self.module = elfloader.load(source, arch=arch, backend=backend,
                                              initialize=initialize)
         else:
+            emulation = {k: v for k, v in (("engine", engine), ("cpu", cpu),
+                                           ("vlen", vlen)) if v is not None}
             self.module = elfloader.load(source, arch=arch, backend=backend,
-                                         initialize=initialize, timeout=timeout)
+                                         initialize=initialize, timeout=timeout,
+                                         **emulation)
             self.module.backend.timeout_us = 0
         self._owns_backend = not isinstance(backend, Backend)
         self.backend: Backend = self.module.backend
@@ -257,9 +364,13 @@ class Executable:
             with call_limit(self.backend, timeout):
                 self._query(plugins if bind_imports else None, bind_imports)
         except BaseException:
+            self._closed = False
             self.close()
             raise
-        self._layouts = {}
+        self._leases = cpu_leases(self.backend)
+        self._first_chunk = FIRST_CHUNK.get(self.backend.kind, 1)
+        self._closed = False
+        _LIVE.add(self)
 
     # --- loading ----------------------------------------------------------
     def _alloc(self, data: bytes) -> int:
@@ -359,6 +470,10 @@ class Executable:
                     name=self.path, field="imports", value=missing,
                     missing=missing, searched=[])
             funcs = contexts = [0] * len(names)
+        #: resolved import name -> function address (0: optional, missing)
+        self.import_functions = dict(zip(names, funcs))
+        #: the plugin manager the imports were resolved through, or None
+        self.plugins = plugins
         thunk = be.place_code(self.arch.import_thunk) if names else 0
         if thunk:
             self._allocs.append(thunk)
@@ -377,7 +492,7 @@ class Executable:
             ExportNotFoundError: no such export; lists the available names.
             LibraryError: the executable was closed (its addresses are gone).
         """
-        if self._layouts is None:
+        if self._closed:
             raise LibraryError("the executable is closed", name=self.path,
                                field="export", value=key)
         if isinstance(key, (int, np.integer)):
@@ -427,11 +542,16 @@ class Executable:
                 [1, 2**32), z < 2**16).
             workers: host threads running workgroups at once (under
                 emulation each has its own CPU sharing the guest memory).
-                Default: the CPUs this process may use. Each worker has its own workgroup
+                Default: one when the grid is small (a single crossing of
+                at most 256 workgroups natively, or an export whose last
+                dispatches took under :data:`hal_cpu.dispatch.SHARE_SECONDS`
+                for the grid), else the CPUs this process may use. Each worker has its own workgroup
                 state, ``processor_id`` (0..workers-1) and local memory;
                 ``max_concurrency`` in the dispatch state says how many.
             timeout: seconds after which no further workgroup starts
-                (checked between chunks of workgroups); None: no limit.
+                (checked between chunks of workgroups; under emulation also
+                the limit of each crossing into guest code); None or 0: no
+                limit; a finite number up to :data:`MAX_TIMEOUT`.
             progress: called as ``progress(done, total)`` (workgroups) after
                 each chunk.
 
@@ -450,8 +570,7 @@ class Executable:
             elfloader.EmulationError: the emulated CPU faulted (the message
                 is a fault report naming the worker's workgroup).
         """
-        layouts = self._layouts
-        if layouts is None:
+        if self._closed:
             raise LibraryError("the executable is closed", name=self.path,
                                field="dispatch", value=export)
         exp = self._export_cache.get(export) if type(export) in (int, str) else None
@@ -475,22 +594,49 @@ class Executable:
             raise DispatchError(f"{total} workgroups exceed the 2**64 - 1 a "
                                 "dispatch can run", name=self.path,
                                 field="workgroup_count", value=wc)
+        timed = False
         if workers is None:
-            workers = 1 if total == 1 else min(self._default_workers, total, 255)
+            # Default: one worker unless the grid takes long enough (by the
+            # export's pace in earlier dispatches) to pay for sharing it.
+            workers = 1
+            if total > 1 and self._default_workers > 1:
+                pace = self._pace.get(exp.ordinal)
+                if (pace * total > SHARE_SECONDS if pace is not None
+                        else total > self._first_chunk):
+                    workers = min(self._default_workers, total, 255)
+                else:
+                    timed = True
         elif type(workers) is int and workers > 0:
             workers = min(workers, total, 255)
         else:
             workers = _workers(workers, total, self.path, self._default_workers)
         self.last_workers = workers
         key = (exp.ordinal, n, len(consts), workers)
-        layout = layouts.get(key)
-        if layout is None:
-            layout = layouts[key] = DispatchLayout(
-                self.backend, n, len(consts), workers, exp.local_memory_size)
-            layout.calls(exp.address, self._env)
+        # No lock on this path (each step is atomic under the GIL): this
+        # dispatch counts as running before it checks for close(), which
+        # marks the executable closed before it looks for running ones.
+        me = _get_ident()
+        self._running.append(me)
+        if self._closed:
+            self._end_dispatch(me, key, None)
+            raise LibraryError("the executable is closed", name=self.path,
+                               field="dispatch", value=export)
+        try:
+            layout = self._layouts[key].pop()
+        except (KeyError, IndexError):
+            layout = None
+        first_cpu = None
         finishers = pointers = lengths = None
         ran = False
         try:
+            if layout is None:
+                layout = DispatchLayout(self.backend, n, len(consts), workers,
+                                        exp.local_memory_size)
+                layout.calls(exp.address, self._env)
+            if self._leases is not None:
+                # Emulated: this dispatch's workers get CPUs of their own.
+                first_cpu = self._leases.take(workers)
+                layout.calls(exp.address, self._env, first_cpu)
             if self._in_place:
                 # Natively, aligned writable arrays are used where they are.
                 pointers, lengths = [], []
@@ -505,17 +651,23 @@ class Executable:
                         if finishers is None:
                             finishers = []
                         finishers.append(finish)
-                if finishers is not None and n > 1:
-                    # Some were copied: copies of overlapping bindings must
-                    # be one copy. Nothing ran yet, so the copies go back
-                    # unchanged and the bindings are mapped again.
-                    for finish in finishers:
-                        finish()
-                    finishers = []
-                    pointers, lengths = self._map_copied(bindings, finishers)
+                if finishers is not None:
+                    self._note_copies(exp, bindings)
+                    if n > 1:
+                        # Some were copied: copies of overlapping bindings
+                        # must be one copy. Nothing ran yet, so the copies
+                        # go back unchanged and the bindings are mapped
+                        # again.
+                        for finish in finishers:
+                            finish()
+                        finishers = []
+                        pointers, lengths = self._map_copied(bindings,
+                                                             finishers)
             else:
                 finishers = []
                 pointers, lengths = self._map_copied(bindings, finishers)
+            if timed:
+                started = _perf_counter()
             layout.write(wsize, wc, workers, consts, pointers, lengths, total)
             if timeout or progress is not None or getattr(
                     self.backend, "timeout_us", 0):
@@ -533,9 +685,57 @@ class Executable:
                 except elfloader.EmulationError as exc:
                     raise self._fault(exc, exp, pointers, lengths, layout) from None
             ran = True
+            if timed:
+                self._pace[exp.ordinal] = (_perf_counter() - started) / total
+            elif layout.per_workgroup is not None and workers > 1:
+                self._pace[exp.ordinal] = layout.per_workgroup
         finally:
-            if finishers is not None:
-                self._finish(finishers, ran, exp, pointers, lengths)
+            try:
+                if finishers is not None:
+                    self._finish(finishers, ran, exp, pointers, lengths)
+            finally:
+                if first_cpu is not None:
+                    self._leases.give(first_cpu, workers)
+                self._running.remove(me)
+                if layout is not None:
+                    self._layouts.setdefault(key, []).append(layout)
+                if self._closed:
+                    self._end_dispatch(me, key, None, False)
+
+    def _note_copies(self, exp: Export, bindings) -> None:
+        """Warn (once per export) when a binding over
+        :data:`hal_cpu.arrays.COPY_WARN_BYTES` is copied because it is not
+        64-byte aligned."""
+        if exp.ordinal in self._copy_warned:
+            return
+        for i, a in enumerate(bindings):
+            a = _as_binding(a, i)
+            address = a.__array_interface__["data"][0]
+            if a.nbytes > COPY_WARN_BYTES and address % BINDING_ALIGNMENT:
+                self._copy_warned.add(exp.ordinal)
+                warnings.warn(AlignmentCopyWarning(
+                    f"{self.path}: binding {i} of export {exp.label} "
+                    f"({a.nbytes} bytes at an address {address % 64} bytes "
+                    "past a 64-byte boundary) is copied in and out on every "
+                    "dispatch; make it with hal_cpu.empty/zeros/full/asarray "
+                    "to have it used in place"), stacklevel=3)
+                return
+
+    def _end_dispatch(self, me: int, key, layout, counted: bool = True) -> None:
+        """Give ``layout`` back to its pool and stop counting the dispatch
+        (unless ``counted`` is False: done already); the last dispatch to
+        end after :meth:`close` was called frees the executable."""
+        if counted:
+            self._running.remove(me)
+        if layout is not None:
+            self._layouts.setdefault(key, []).append(layout)
+        if self._closed and not self._running:
+            with self._lock:
+                self._idle.notify_all()
+                if self._released or self._running:
+                    return
+                self._released = True
+            self._release()
 
     def _finish(self, finishers, ran: bool, exp, pointers, lengths) -> None:
         """Run every binding's finisher (copy-back, canary check); after a
@@ -592,6 +792,7 @@ class Executable:
                      pointers, lengths) -> None:
         """run_grid with a time limit (``timeout`` seconds, or none) on every
         guest call and between chunks, and progress reports."""
+        timeout = check_timeout(timeout, "timeout", self.path)
         deadline = time.monotonic() + timeout if timeout else None
         with call_limit(self.backend, timeout or 0):
             try:
@@ -608,15 +809,43 @@ class Executable:
     # --- lifetime ---------------------------------------------------------
     def close(self) -> None:
         """Unload the library (and its backend when this object created it);
-        closing again does nothing. Afterwards :meth:`dispatch`,
-        :meth:`export` and entering a ``with`` block raise
-        :class:`LibraryError`; the metadata read at load time (``name``,
-        ``exports``, ``imports``...) stays readable."""
-        if not hasattr(self, "backend"):
+        closing again does nothing. Dispatches running on other threads
+        finish first (close waits for them; a dispatch that starts
+        afterwards raises :class:`LibraryError`); called from inside a
+        dispatch of this executable (a progress callback), it returns at
+        once and the library is freed when the last dispatch ends.
+        Afterwards :meth:`dispatch`, :meth:`export` and entering a
+        ``with`` block raise :class:`LibraryError`, and so does every use of
+        the backend this object created (``read``, ``write``, ``call``...:
+        :class:`elfloader.BackendError`); the metadata read at load time
+        (``name``, ``exports``, ``imports``...) stays readable."""
+        if not hasattr(self, "_lock"):
             return
-        for layout in (self._layouts or {}).values():
-            layout.close()
-        self._layouts = None
+        me = _get_ident()
+        with self._lock:
+            if self._released:
+                return
+            self._closed = True
+            if me in self._running:
+                return              # the last dispatch to end frees it
+            while self._running:
+                # (a dispatch ending without the lock may miss the wait)
+                self._idle.wait(0.01)
+            if self._released:
+                return
+            self._released = True
+        self._release()
+
+    def _release(self) -> None:
+        """Free the layouts, allocations, module and (owned) backend; no
+        dispatch runs."""
+        _LIVE.discard(self)
+        for pool in self._layouts.values():
+            for layout in pool:
+                layout.close()
+        self._layouts = {}
+        if not hasattr(self, "module"):
+            return
         for addr in self._allocs:
             self.backend.release(addr)
         self._allocs = []
@@ -624,13 +853,22 @@ class Executable:
         if self._owns_backend:
             self.backend.close()
 
+    def _after_fork(self) -> None:
+        """In a forked child: new locks (one held by a thread of the parent
+        would never be released); dispatches of other threads never end
+        there, so only this thread's stay counted."""
+        me = _get_ident()
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._running = [t for t in self._running if t == me]
+
     def __enter__(self):
         """Returns the executable; :meth:`close` runs on leaving the block.
 
         Raises:
             LibraryError: the executable was closed.
         """
-        if self._layouts is None:
+        if self._closed:
             raise LibraryError("the executable is closed", name=self.path,
                                field="enter", value=None)
         return self
@@ -639,6 +877,6 @@ class Executable:
         self.close()
 
     def __repr__(self):
-        closed = " closed" if self._layouts is None else ""
+        closed = " closed" if self._closed else ""
         return (f"<Executable {self.name} {self.arch.name} ({self.backend.kind})"
                 f"{closed} exports={[e.label for e in self.exports]}>")

@@ -26,6 +26,7 @@ from typing import Callable, Mapping, Sequence
 from urllib.parse import parse_qsl
 
 from fatelf.cstruct import CStruct, unpack_array
+from fatelf.files import open_regular
 
 import elfloader
 from elfloader import Backend, open_backend
@@ -33,7 +34,7 @@ from elfloader import Backend, open_backend
 from . import abi
 from .errors import (PluginError, PluginSpecError, PluginStatusError,
                      UnresolvedImportError)
-from .memory import GuestView, ptr_array
+from .memory import GuestMemory, GuestView, ptr_array
 
 
 # --- specs -------------------------------------------------------------------
@@ -77,9 +78,10 @@ class PluginSpec:
 
 
 # --- the Python side of guest memory ----------------------------------------
-class ParamsView:
+class ParamsView(GuestMemory):
     """Readable/writable view of an import's params struct (and anything it
-    points to) in the backend's memory.
+    points to) in the backend's memory: :class:`GuestMemory` with offsets
+    relative to the struct.
 
     Attributes:
         address: guest address of the params struct.
@@ -87,32 +89,32 @@ class ParamsView:
     """
 
     def __init__(self, backend: Backend, address: int):
-        self.backend, self.address = backend, address
-        self.pointer_size = backend.pointer_size
+        super().__init__(backend)
+        self.address = address
 
-    def read(self, offset: int, size: int) -> bytes:
+    def read(self, offset: int, size: int, what: str = "params") -> bytes:
+        """``size`` bytes at ``offset`` in the params struct."""
         return self.backend.read(self.address + offset, size)
 
     def write(self, offset: int, data) -> None:
-        self.backend.write(self.address + offset, bytes(data))
+        """Write bytes (or a numpy array's bytes) at ``offset`` in the
+        params struct."""
+        super().write(self.address + offset, data)
 
-    def struct(self, cstruct: CStruct, offset: int = 0) -> dict:
-        """Fields of the params struct described by ``cstruct`` (laid out for
-        this backend's pointer width), as a dict."""
-        layout = cstruct.layout(*self.backend.arch.c_abi)
-        return layout.unpack(self.read(offset, layout.size))
+    def struct(self, cstruct, offset: int = 0, what: str = "params") -> dict:
+        """Fields of the params struct described by ``cstruct`` (a
+        :class:`CStruct` laid out for this backend's pointer width, or a
+        numpy structured dtype), as a dict."""
+        return super().struct(cstruct, offset, what)
 
-    def array(self, address: int, dtype, count: int):
-        """Copy of ``count`` elements of ``dtype`` at guest ``address``."""
-        import numpy as np
-        dtype = np.dtype(dtype)
-        return np.frombuffer(self.backend.read(address, dtype.itemsize * count),
-                             dtype).copy()
+    def array(self, address: int, dtype, count) -> "np.ndarray":
+        """Copy of ``count`` elements (or a shape) of ``dtype`` at guest
+        ``address``."""
+        return GuestMemory(self.backend).numpy(address, dtype, count)
 
     def store(self, address: int, array) -> None:
         """Write a numpy array's bytes at guest ``address``."""
-        import numpy as np
-        self.backend.write(address, np.ascontiguousarray(array).tobytes())
+        GuestMemory(self.backend).write(address, array)
 
 
 # --- host allocator ----------------------------------------------------------
@@ -333,9 +335,10 @@ class EmbeddedPlugin(NativeAbiPlugin):
 def _embedded_hint(path) -> str:
     """A hint when a file given as a system library is an embedded ELF."""
     try:
-        with open(path, "rb") as f:
+        fd, _ = open_regular(path, PluginError)
+        with os.fdopen(fd, "rb") as f:
             head = f.read(4)
-    except OSError:
+    except (OSError, PluginError):
         return ""
     import fatelf
     if fatelf.is_fatelf(head):
@@ -363,6 +366,10 @@ class SystemPlugin(NativeAbiPlugin):
                 f"runs {manager.backend.arch.name} code emulated (use an "
                 f"embedded .sos plugin instead)", name=os.fspath(path),
                 field="kind", value="system")
+        # The platform's loader would block on a FIFO and read a device
+        # forever: regular files only.
+        fd, _ = open_regular(path, PluginError, field="path")
+        os.close(fd)
         try:
             self.lib = ctypes.CDLL(os.path.abspath(os.fspath(path)))
             query = ctypes.cast(getattr(self.lib, abi.PLUGIN_QUERY),
@@ -438,9 +445,13 @@ class PluginManager:
         arch: architecture of the executables to serve (name or Arch; None:
             host).
         backend: ``"auto"``/``"native"``/``"emulated"`` or a Backend.
+        options: for a new emulated backend: ``engine``, ``cpu`` (CPU
+            profile), ``vlen`` (bits), ``timeout`` (see
+            :func:`elfloader.open_backend`).
 
     Raises:
         elfloader.ArchitectureMismatchError: native for a foreign arch.
+        elfloader.EngineError: the engine cannot run the CPU profile.
     """
 
     def __init__(self, arch=None, backend="auto", **options):
@@ -451,13 +462,22 @@ class PluginManager:
         self.plugins: list[Plugin] = []
 
     @classmethod
-    def from_specs(cls, specs: Sequence[str], arch=None, backend="auto"):
-        """A manager with each ``--executable_plugin`` spec registered in order."""
+    def from_specs(cls, specs: Sequence[str], arch=None, backend="auto",
+                   timeout: float | None = None, **options):
+        """A manager with each ``--executable_plugin`` spec registered in
+        order (``options`` as for the constructor); each guest call while
+        loading (initializers, query, load) is limited to ``timeout``
+        seconds on an emulated backend (default
+        :data:`hal_cpu.library.LOAD_TIMEOUT`; 0: none)."""
+        from .library import LOAD_TIMEOUT, call_limit, check_timeout
+        timeout = check_timeout(LOAD_TIMEOUT if timeout is None else timeout,
+                                "timeout", None, PluginError)
         parsed = [PluginSpec(s) for s in specs]
-        manager = cls(arch, backend)
+        manager = cls(arch, backend, **options)
         try:
-            for spec in parsed:
-                manager.register_spec(spec)
+            with call_limit(manager.backend, timeout):
+                for spec in parsed:
+                    manager.register_spec(spec)
         except BaseException:
             manager.close()
             raise
@@ -554,14 +574,18 @@ class PluginManager:
 
 
 def inspect_plugin(path, *, arch=None, backend="auto", resolve=(),
-                   system: bool = False) -> str:
+                   system: bool = False, timeout: float = 0) -> str:
     """Text describing a plugin (embedded, or a host system library when
-    ``system``) and how it resolves the names in ``resolve``."""
+    ``system``) and how it resolves the names in ``resolve``; each guest
+    call is limited to ``timeout`` seconds on an emulated backend (0:
+    none)."""
+    from .library import call_limit
     if system:
         arch = elfloader.arch.host()
     else:
         arch = elfloader.read_image(path, arch=arch).arch
-    with PluginManager(arch, "native" if system else backend) as manager:
+    with PluginManager(arch, "native" if system else backend) as manager, \
+            call_limit(manager.backend, timeout):
         plugin = (manager.register_system(path) if system
                   else manager.register_embedded(path))
         lines = [

@@ -8,14 +8,25 @@ libc, no ``DT_NEEDED``, no undefined symbols and only RELATIVE relocations:
 what :mod:`elfloader` loads on every backend.
 
 Target flags come from the architecture table (:mod:`fatelf.arches`,
-``ArchInfo.zig_flags``). The build is reproducible: one ziglang version
-gives the same bytes on every run and in any output directory, because
-sources are compiled from their own directory by relative name, without
-debug info or build ids.
+``ArchInfo.zig_flags``), or from a CPU profile of it. The build is
+reproducible: one ziglang version gives the same bytes on every run and in
+any output directory, because sources are compiled from their own directory
+by relative name, without debug info or build ids.
+
+A plugin for every architecture, packed as a FatELF ``.sos`` (what
+``hal-cpu build-plugin`` does)::
 
     from hal_cpu import zigbuild
+    data = zigbuild.build_plugin(["my_plugin.c"], arches="all", debug=True)
+    open("my_plugin.sos", "wb").write(data)
+
+One object for one architecture::
+
     data = zigbuild.build_freestanding("loop.c", "riscv32", cwd=src_dir,
                                        work_dir=tmp, exports=["my_fn"])
+
+Plugins include ``plugin_abi.h`` from :func:`hal_cpu.get_include`, which
+both functions put on the include path.
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from fatelf import arches
 from fatelf.arches import ArchInfo
@@ -56,7 +67,8 @@ CFLAGS: tuple[str, ...] = (
     "-Werror",
 )
 
-#: ``ld.lld`` flags: a static, self-contained, stripped shared object.
+#: ``ld.lld`` flags: a static, self-contained, stripped shared object
+#: (:data:`DEBUG_LINK_FLAGS` for ``debug=True`` builds).
 LINK_FLAGS: tuple[str, ...] = (
     "--build-id=none",
     "-nostdlib",
@@ -70,6 +82,20 @@ LINK_FLAGS: tuple[str, ...] = (
     "--strip-debug",
     "--hash-style=sysv",
 )
+
+#: Compiler flags replaced in ``debug=True`` builds: DWARF line tables and
+#: subprograms for fault reports (``file:line``).
+DEBUG_CFLAGS = {"-g0": "-g"}
+
+#: ``ld.lld`` flags of ``debug=True`` builds: :data:`LINK_FLAGS` keeping
+#: local symbols in ``.symtab`` and the DWARF sections (no
+#: ``--discard-all``, no ``--strip-debug``), so reports name static
+#: functions and source lines.
+DEBUG_LINK_FLAGS: tuple[str, ...] = tuple(
+    f for f in LINK_FLAGS if f not in ("--discard-all", "--strip-debug"))
+
+#: The entry point every plugin exports.
+PLUGIN_QUERY = "iree_hal_executable_plugin_query"
 
 #: Default ``ZIG_GLOBAL_CACHE_DIR`` (an existing environment value wins).
 CACHE_DIR = Path(tempfile.gettempdir()) / "portable_kernel_runtime_zig_cache"
@@ -158,21 +184,53 @@ def arch_info(arch: str | ArchInfo) -> ArchInfo:
     return arches.lookup(arch, runtime=True)
 
 
-def build_freestanding(source: str, arch: str | ArchInfo, *, cwd: Path | str,
-                       work_dir: Path | str, defines: Iterable[str] = (),
-                       stem: str | None = None,
-                       exports: Iterable[str] = ()) -> bytes:
-    """Compile and link one C file into a freestanding ET_DYN.
+def target_flags(arch: str | ArchInfo, cpu: str | None = None) -> tuple[str, ...]:
+    """zig ``-target``/``-mcpu`` flags for ``arch``, or for its CPU profile
+    ``cpu`` (``fatelf.arches.profile(arch, cpu).zig_flags``).
+
+    Raises:
+        ZigBuildError: unknown profile, or this version has no profiles.
+    """
+    info = arch_info(arch)
+    if cpu is None:
+        return tuple(info.zig_flags)
+    lookup = getattr(arches, "profile", None)
+    if lookup is None:
+        raise ZigBuildError("CPU profiles are not available in this version "
+                            "of the architecture table", name=info.name,
+                            field="cpu", value=cpu)
+    try:
+        flags = lookup(info.name, cpu).zig_flags
+    except Exception as exc:  # noqa: BLE001 - the table's own error, retyped
+        raise ZigBuildError(f"no CPU profile {cpu!r} for {info.name}: {exc}",
+                            name=info.name, field="cpu", value=cpu) from None
+    return tuple(flags)
+
+
+def build_freestanding(source: str | Sequence[str], arch: str | ArchInfo, *,
+                       cwd: Path | str, work_dir: Path | str,
+                       defines: Iterable[str] = (), stem: str | None = None,
+                       exports: Iterable[str] = (),
+                       include_dirs: Iterable[str] = (), debug: bool = False,
+                       cpu: str | None = None) -> bytes:
+    """Compile and link C files into one freestanding ET_DYN.
 
     Args:
-        source: the C file, relative to ``cwd`` (kept relative so the bytes
-            do not depend on where the tree is).
+        source: the C file (or files), relative to ``cwd`` (kept relative so
+            the bytes do not depend on where the tree is).
         arch: architecture name or table entry.
         cwd: directory the compiler runs in (includes resolve from there).
-        work_dir: where the object and the linked file are written.
+        work_dir: where the objects and the linked file are written.
         defines: extra compiler flags such as ``-DNAME=1``.
-        stem: base name of the intermediate files (default: the source's).
+        stem: base name of the intermediate files (default: the first
+            source's).
         exports: symbols that must be in the dynamic symbol table.
+        include_dirs: ``-I`` directories (relative to ``cwd`` or absolute).
+        debug: build with ``-g`` and keep ``.symtab`` and DWARF
+            (:data:`DEBUG_LINK_FLAGS`), for fault reports with static
+            function names and source lines.
+        cpu: a CPU profile of ``arch`` (its zig flags replace the
+            architecture's), or None.
 
     Returns:
         The linked ELF's bytes, checked with :func:`check_self_contained`.
@@ -182,16 +240,122 @@ def build_freestanding(source: str, arch: str | ArchInfo, *, cwd: Path | str,
     """
     require_zig()
     info = arch_info(arch)
-    base = f"{stem or Path(source).stem}_{info.name}"
-    obj = Path(work_dir) / f"{base}.o"
+    sources = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    base = f"{stem or Path(sources[0]).stem}_{info.name}"
+    if cpu:
+        base += f"_{cpu}"
     out = Path(work_dir) / f"{base}.so"
     zig = zig_command()
-    run(zig + ["cc", *info.zig_flags, *CFLAGS, *defines, "-c", str(source),
-               "-o", str(obj)], cwd)
-    run(zig + ["ld.lld", *LINK_FLAGS, str(obj), "-o", str(out)], cwd)
+    cflags = [DEBUG_CFLAGS.get(f, f) for f in CFLAGS] if debug else list(CFLAGS)
+    includes = [f"-I{d}" for d in include_dirs]
+    objects = []
+    for i, src in enumerate(sources):
+        obj = Path(work_dir) / (f"{base}.o" if len(sources) == 1
+                                else f"{base}_{i}.o")
+        run(zig + ["cc", *target_flags(info, cpu), *cflags, *includes,
+                   *defines, "-c", str(src), "-o", str(obj)], cwd)
+        objects.append(str(obj))
+    run(zig + ["ld.lld", *(DEBUG_LINK_FLAGS if debug else LINK_FLAGS),
+               *objects, "-o", str(out)], cwd)
     data = out.read_bytes()
     check_self_contained(data, info, exports=exports, name=base + ".so")
     return data
+
+
+def build_plugin(sources: Sequence[str | os.PathLike], targets: str | Sequence[str] = "all",
+                 *, cpu: str | Mapping[str, str] | None = None,
+                 debug: bool = False,
+                 include_dirs: Iterable[str | os.PathLike] = (),
+                 defines: Iterable[str] = (), jobs: int | None = None) -> bytes:
+    """Build an executable plugin from C for several architectures and pack
+    it as a FatELF ``.sos`` bundle (:func:`fatelf.join`).
+
+    Args:
+        sources: C files (paths as given; each compiled from its own
+            directory by base name, so outputs do not depend on where the
+            tree is). :func:`hal_cpu.get_include` (``plugin_abi.h``) is on
+            the include path.
+        targets: ``"all"`` (the six runtime architectures), or names or
+            aliases, as a list or a comma-separated string.
+        cpu: CPU profile for every architecture (``None``: the
+            architecture table's baseline), or one per architecture: a
+            mapping or a string ``"x86_64:x86-64-v3,aarch64:sve"``
+            (architectures not named get the baseline).
+        debug: keep symbols and DWARF (``-g``) for reports with static
+            function names and source lines.
+        include_dirs, defines: more ``-I`` directories and compiler flags.
+        jobs: parallel builds (default: CPUs).
+
+    Returns:
+        The bundle's bytes; each record is checked with
+        :func:`check_self_contained` and exports the plugin query.
+
+    Raises:
+        ZigBuildError: ziglang missing, a build failure, an unknown
+            architecture or profile.
+    """
+    import concurrent.futures
+    import fatelf
+    from . import get_include
+
+    names = _arch_names(targets)
+    paths = [Path(s).resolve() for s in sources]
+    if not paths:
+        raise ZigBuildError("no C sources given", field="sources", value=[])
+    for path in paths:
+        if not path.is_file():
+            raise ZigBuildError("no such source file", name=str(path),
+                                field="sources", value=str(path))
+    cwd = paths[0].parent
+    rel = [os.path.relpath(p, cwd) for p in paths]
+    dirs = [get_include(), *map(str, include_dirs)]
+    cpus = profile_map(cpu, names)
+    with tempfile.TemporaryDirectory(prefix="hal_cpu_plugin_") as tmp:
+        with concurrent.futures.ThreadPoolExecutor(
+                max_workers=jobs or os.cpu_count() or 2) as pool:
+            futures = [pool.submit(build_freestanding, rel, name, cwd=cwd,
+                                   work_dir=tmp, defines=defines,
+                                   exports=[PLUGIN_QUERY], include_dirs=dirs,
+                                   debug=debug, cpu=cpus.get(name))
+                       for name in names]
+            objects = [f.result() for f in futures]
+    return fatelf.join(objects, names=[f"{paths[0].stem}_{n}.so" for n in names])
+
+
+def profile_map(cpu: str | Mapping[str, str] | None,
+                names: Sequence[str]) -> dict[str, str | None]:
+    """Architecture -> CPU profile for :func:`build_plugin`'s ``cpu``.
+
+    Raises:
+        ZigBuildError: an unknown architecture in a per-architecture form.
+    """
+    if cpu is None or (isinstance(cpu, str) and ":" not in cpu):
+        return {n: cpu for n in names}
+    pairs = (cpu.items() if isinstance(cpu, Mapping)
+             else (item.split(":", 1) for item in cpu.split(",") if item.strip()))
+    out: dict[str, str | None] = {n: None for n in names}
+    for arch, profile in pairs:
+        try:
+            out[arches.lookup(arch.strip(), runtime=True).name] = profile.strip()
+        except arches.FatElfSelectError as exc:
+            raise ZigBuildError(exc.message, field="cpu", value=cpu) from None
+    return out
+
+
+def _arch_names(spec: str | Sequence[str]) -> list[str]:
+    """Canonical names for ``"all"``, names/aliases or a comma list."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    names: list[str] = []
+    for item in (i.strip() for i in items if i.strip()):
+        try:
+            picked = (list(arches.RUNTIME_ARCHES) if item == "all"
+                      else [arches.lookup(item, runtime=True).name])
+        except arches.FatElfSelectError as exc:
+            raise ZigBuildError(exc.message, field="arch", value=item) from None
+        names += [n for n in picked if n not in names]
+    if not names:
+        raise ZigBuildError("no architecture given", field="arch", value=spec)
+    return names
 
 
 def _relative_types(info: ArchInfo) -> set[int]:
@@ -257,7 +421,9 @@ def check_self_contained(data: bytes, arch: str | ArchInfo, *,
                             field="output", value=problems)
 
 
-__all__ = ["ZIG_VERSION", "CFLAGS", "LINK_FLAGS", "ZigBuildError",
+__all__ = ["ZIG_VERSION", "CFLAGS", "LINK_FLAGS", "DEBUG_CFLAGS",
+           "DEBUG_LINK_FLAGS", "PLUGIN_QUERY", "ZigBuildError", "build_plugin",
+           "target_flags",
            "zig_available", "zig_version", "version_warning", "require_zig",
            "zig_command", "run", "arch_info", "build_freestanding",
            "check_self_contained"]

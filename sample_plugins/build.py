@@ -10,6 +10,8 @@ Outputs (DIR defaults to sample_plugins/prebuilt):
   standalone.sos             FatELF bundle of the six standalone_<arch>.so
   standalone_alt.sos         FatELF bundle of the six standalone_alt_<arch>.so
   system_plugin_<host>.so    system_plugin.c as an ordinary host library
+  vector.sos                 vector_plugin.c built for the vector CPU profiles
+                             (VECTOR_PROFILES: AVX2+FMA, SVE, RVV, NEON, Zve32f)
 
 With the default DIR, standalone.sos is also copied to
 hal_cpu/samples/standalone.sos, the copy the package ships for
@@ -81,6 +83,10 @@ SYSTEM_CFLAGS = (
     "-Wl,--hash-style=gnu",
 )
 
+#: plugin_abi.h, the package's copy (hal_cpu.get_include()), relative to
+#: this directory so that the outputs do not depend on where the tree is.
+INCLUDE = os.path.relpath(REPO_ROOT / "hal_cpu" / "include", HERE)
+
 
 # --------------------------------------------------------------------------
 # Building
@@ -90,7 +96,8 @@ def build_standalone_one(variant: str, arch: arches.ArchInfo, work_dir: Path) ->
     """Compile and link one standalone plugin; returns the checked ELF bytes."""
     return zigbuild.build_freestanding(
         STANDALONE_SOURCE, arch, cwd=HERE, work_dir=work_dir,
-        defines=VARIANTS[variant], stem=variant, exports=[PLUGIN_QUERY])
+        defines=VARIANTS[variant], stem=variant, exports=[PLUGIN_QUERY],
+        include_dirs=[INCLUDE])
 
 
 def build_standalone(out_dir: Path, jobs: int | None = None) -> dict[str, bytes]:
@@ -139,6 +146,22 @@ def _host_zig_target(info: arches.ArchInfo) -> list[str]:
     return flags
 
 
+#: The CPU profile vector.sos is built for, per architecture.
+VECTOR_PROFILES = {"x86_64": "x86-64-v3", "aarch64": "sve", "riscv64": "rv64gcv",
+                   "x86_32": "haswell", "arm32": "armv7-a+neon+vfp4+hwdiv",
+                   "riscv32": "rv32imf+zve32f"}
+
+
+def build_vector(out_dir: Path, jobs: int | None = None) -> Path:
+    """vector_plugin.c for every architecture, each for its vector profile
+    (:data:`VECTOR_PROFILES`), packed as ``vector.sos``."""
+    data = zigbuild.build_plugin([HERE / "vector_plugin.c"], "all",
+                                 cpu=VECTOR_PROFILES, jobs=jobs)
+    path = out_dir / "vector.sos"
+    path.write_bytes(data)
+    return path
+
+
 def build_system(out_dir: Path, compiler: str | None = None) -> Path:
     """Build system_plugin.c as a host shared library.
 
@@ -150,13 +173,13 @@ def build_system(out_dir: Path, compiler: str | None = None) -> Path:
     if compiler is None:
         compiler = "cc" if shutil.which("cc") else "zig"
     if compiler == "cc":
-        cmd = ["cc", *SYSTEM_CFLAGS, "-I.", SYSTEM_SOURCE, "-o", str(out)]
+        cmd = ["cc", *SYSTEM_CFLAGS, "-I.", f"-I{INCLUDE}", SYSTEM_SOURCE, "-o", str(out)]
     elif compiler == "zig":
         if not zig_available():
             raise ZigBuildError("neither `cc` nor the `ziglang` package is available",
                                 field="compiler")
         cmd = zigbuild.zig_command() + ["cc", *_host_zig_target(host), *SYSTEM_CFLAGS,
-                                        "-I.", SYSTEM_SOURCE, "-o", str(out)]
+                                        "-I.", f"-I{INCLUDE}", SYSTEM_SOURCE, "-o", str(out)]
     else:
         raise ValueError(compiler)
     zigbuild.run(cmd, cwd=HERE)
@@ -184,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.out_dir.resolve() == DEFAULT_OUT_DIR:
                 PACKAGE_COPY.write_bytes(fat["standalone.sos"])
                 print(f"{PACKAGE_COPY}: {len(fat['standalone.sos'])} bytes")
+        path = build_vector(args.out_dir, args.jobs)
+        print(f"{path}: {path.stat().st_size} bytes")
         if not args.no_system:
             path = build_system(args.out_dir, args.system_compiler)
             print(f"{path}: {path.stat().st_size} bytes")

@@ -28,30 +28,33 @@ def test_simple_mul_workgroup(hal_plugin, hal_arch):
     n = 3 * TILE + 5
     a = rng.standard_normal(n).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
-    pa, pb, pc = plugin.array(a), plugin.array(b), plugin.array(np.zeros(n, np.float32))
+    pa, pb, pc = plugin.array(a), plugin.array(b), plugin.zeros(n, np.float32)
     for tid in range(-(-n // TILE)):
         status = plugin.call("simple_mul_workgroup", MUL_PARAMS, dict(
             binding0=pa, binding1=pb, binding2=pc, dim=n, tid=tid))
         assert status == 0, f"{hal_arch}: workgroup {tid} returned {status}"
-    np.testing.assert_array_equal(plugin.read(pc, np.float32, n), a * b)
+    np.testing.assert_array_equal(plugin.read(pc), a * b)
 
 
-#: standalone_plugin.c, the params of param_add_workgroup, as a numpy
-#: structured dtype this time (64-bit architectures only: fixed widths).
-PARAM_ADD_64 = np.dtype([("binding0", "<u8"), ("binding0_offset", "<u8"),
-                         ("binding1", "<u8"), ("binding1_offset", "<u8"),
-                         ("dim", "<u8"), ("tid", "<u8")])
+#: standalone_plugin.c, the params of param_add_workgroup and
+#: param_scale_workgroup, as a numpy structured dtype per pointer width
+#: this time (pointers and size_t are 4 or 8 bytes wide).
+def unary_params(pointer_size: int) -> np.dtype:
+    word = f"<u{pointer_size}"
+    return np.dtype([("binding0", word), ("binding0_offset", word),
+                     ("binding1", word), ("binding1_offset", word),
+                     ("dim", word), ("tid", word)])
 
 
 def test_load_parameters_reach_the_plugin(hal_plugin, hal_arch):
-    plugin = hal_plugin(f"{BUNDLE}?bias=2.5")
-    assert plugin.plugin.params == [("bias", "2.5")]
-    if plugin.backend.pointer_size != 8:
-        return
-    n = TILE
-    x = np.arange(n, dtype=np.float32)
-    px, pout = plugin.array(x), plugin.array(np.zeros(n, np.float32))
-    status = plugin.call("param_add_workgroup", PARAM_ADD_64, dict(
-        binding0=px, binding1=pout, dim=n, tid=0))
-    assert status == 0
-    np.testing.assert_array_equal(plugin.read(pout, np.float32, n), x + 2.5)
+    plugin = hal_plugin(f"{BUNDLE}?bias=2.5&scale=-3")
+    assert plugin.plugin.params == [("bias", "2.5"), ("scale", "-3")]
+    layout = unary_params(plugin.backend.pointer_size)
+    x = np.arange(TILE, dtype=np.float32)
+    px, out = plugin.array(x), plugin.zeros(TILE, np.float32)
+    assert plugin.call("param_add_workgroup", layout, dict(
+        binding0=px, binding1=out, dim=TILE, tid=0)) == 0
+    np.testing.assert_array_equal(plugin.read(out), x + 2.5)
+    assert plugin.call("param_scale_workgroup", layout, dict(
+        binding0=px, binding1=out, dim=TILE, tid=0)) == 0
+    np.testing.assert_array_equal(out, x * -3)

@@ -146,5 +146,18 @@ ACCEPTANCE: dict[str, ProgramSpec] = {
         lambda i: [i[0].sum(axis=-1, dtype=np.float32)]),
 }
 
+#: Programs every CPU profile is tested with (vector code for the vector
+#: profiles): odd-sized matmul, an exp reduction, integer ops, softmax.
+PROFILE_PROGRAMS: dict[str, ProgramSpec] = {
+    "matmul": PROGRAMS["matmul"],
+    "exp_reduce": ProgramSpec(
+        "exp_reduce", "exp_reduce",
+        lambda rng: [_f32(rng, 9, 37)],
+        lambda i: [np.exp(i[0].astype(np.float64)).sum(axis=-1).astype(np.float32)]),
+    "int_ops": ACCEPTANCE["int_ops"],
+    "softmax": ACCEPTANCE["softmax"],
+}
+
 #: Every program of ``tests/programs`` by name.
-ALL_PROGRAMS: dict[str, ProgramSpec] = {**PROGRAMS, **ACCEPTANCE}
+ALL_PROGRAMS: dict[str, ProgramSpec] = {**PROGRAMS, **ACCEPTANCE,
+                                         **PROFILE_PROGRAMS}

@@ -134,7 +134,7 @@ def test_output_much_too_small_reaches_the_guard_page(mul_add, inputs, count,
     instruction = next(line for line in text.splitlines()
                        if line.startswith("  instruction:"))
     assert "(unreadable)" not in instruction
-    assert "(invalid instruction)" not in instruction
+    assert "(cannot decode" not in instruction
 
 
 @pytest.mark.parametrize("index", [0, 1])
@@ -318,8 +318,9 @@ def test_exact_address_of_a_store_to_read_only_memory(arch):
             be.call(store, page + 0x7C4)
         err = info.value
         assert err.fault == "write_protected"
-        assert (err.fault_page, err.fault_address, err.access_size) == (
-            page, page + 0x7C4, 4)
+        assert (err.fault_page, err.fault_address) == (page, page + 0x7C4)
+        # unicorn sees the access's size; a signal under qemu-user does not.
+        assert err.access_size == (4 if be.engine == "unicorn" else None)
         assert f"at {page + 0x7C4:#x}," in str(err)
         # The trap entry is gone after the fault: the CPU goes on as usual.
         data = be.reserve(4096)

@@ -1,5 +1,6 @@
 """A short deterministic slice of the fuzz harness (``python -m fuzz``):
-mutated executables, plugins and FatELF bundles, on both backends, must be
+mutated executables, plugins and FatELF bundles (also dispatched from threads
+while closed, and given as FIFOs, devices, sparse files), on both backends, must be
 accepted or rejected with a typed error. No other exception may escape, no
 case may hang or exceed the memory and CPU limits, and the only crashes
 allowed are native ones inside the file's own code (initializers, query,
@@ -46,7 +47,7 @@ def _totals(summary: dict) -> dict:
 def test_slice_covers_every_target_and_backend(slice_report):
     report, _ = slice_report
     summary = report["summary"]
-    assert sorted(summary) == ["elf", "fatelf", "plugin"]
+    assert sorted(summary) == ["elf", "fatelf", "files", "plugin", "threads"]
     for target, per in summary.items():
         assert sorted(per) == ["emulated", "native"], target
     assert sum(_totals(summary).values()) == 200

@@ -146,3 +146,19 @@ def test_readme_shell_examples_run(tmp_path):
         assert proc.returncode == 0, (f"README sh block {number + 1}:\n"
                                       f"{proc.stderr}\n{proc.stdout[-2000:]}")
     assert ran >= 10
+
+
+def test_readme_plugin_testing_example_is_the_tested_code():
+    """The C and Python blocks of "Testing your plugin on six
+    architectures" are the files the test suite runs (verbatim excerpts)."""
+    text = README.read_text()
+    section = text.split("## Testing your plugin on six architectures", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    blocks = re.findall(r"^```(c|python)\n(.*?)^```", section, re.M | re.S)
+    files = {"c": ROOT / "sample_plugins" / "tutorial" / "scale_plugin.c",
+             "python": ROOT / "sample_plugins" / "tutorial" / "test_scale_plugin.py"}
+    assert sorted(kind for kind, _ in blocks) == ["c", "python"]
+    for kind, body in blocks:
+        source = files[kind].read_text()
+        for chunk in body.strip().split("\n\n"):
+            assert chunk in source, (kind, chunk)

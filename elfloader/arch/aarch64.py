@@ -8,7 +8,7 @@ result in x0; return address in x30 (lr).
 
 from fatelf.arches import lookup
 
-from .base import Arch, CallingConvention, reloc_table, words
+from .base import Arch, CallingConvention, Disassembly, reloc_table, words
 
 RELOCATIONS = reloc_table({
     257: ("R_AARCH64_ABS64", 8, lambda S, A, P, B: S + A),
@@ -34,4 +34,11 @@ ARCH = Arch(
         0xD61F0200,  # br x16
     ),
     return_insn=words(0xD65F03C0),  # ret
+    # A64 instructions are 4 bytes. Encoding groups (Arm ARM, "Top-level
+    # encodings"): op0 bits 28:25 = 0010 is SVE, bit 31 = 1 with op0 0000
+    # is SME.
+    disassembly=Disassembly(
+        capstone_arch="CS_ARCH_ARM64", capstone_modes=("CS_MODE_ARM",),
+        extensions=((0x1E000000, 0x04000000, "SVE (scalable vector extension)"),
+                    (0x9E000000, 0x80000000, "SME (scalable matrix extension)"))),
 )

@@ -9,7 +9,7 @@ CPU and ``bx`` switch instruction sets on bit 0.
 
 from fatelf.arches import lookup
 
-from .base import Arch, CallingConvention, reloc_table, words
+from .base import Arch, CallingConvention, Disassembly, reloc_table, words
 
 RELOCATIONS = reloc_table({
     2: ("R_ARM_ABS32", 4, lambda S, A, P, B: S + A),
@@ -34,4 +34,13 @@ ARCH = Arch(
         0xE12FFF1C,  # bx r12
     ),
     return_insn=words(0xE12FFF1E),  # bx lr
+    # A32 instructions are 4 bytes. A code address with bit 0 set is T32
+    # (Thumb), whose instructions are 4 bytes when the first halfword's
+    # bits 15:11 are 11101, 11110 or 11111, else 2 (Arm ARM, "T32
+    # instruction set encoding").
+    disassembly=Disassembly(
+        capstone_arch="CS_ARCH_ARM", capstone_modes=("CS_MODE_ARM",),
+        thumb_modes=("CS_MODE_THUMB",),
+        thumb_lengths=((0xF800, 0xE800, 4), (0xF800, 0xF000, 4),
+                       (0xF800, 0xF800, 4), (0, 0, 2))),
 )

@@ -6,7 +6,9 @@ facts of its psABI that the loader and the backends need: its table of
 relocation types, its C calling convention for integer and pointer
 arguments, and the machine code of IREE's import thunk. The loader and the
 backends only read these tables; they never branch on the architecture.
-How an emulator models the CPU lives with the emulated backend.
+How an emulator models the CPU lives with the emulated backend; how a
+disassembler reads the machine code (:class:`Disassembly`) lives here, as
+data, for fault reports.
 """
 
 from __future__ import annotations
@@ -64,6 +66,42 @@ class CallingConvention:
 
 
 @dataclass(frozen=True)
+class Disassembly:
+    """How this architecture's machine code is decoded, as data for
+    :func:`elfloader.diagnose.disassemble` (capstone).
+
+    Attributes:
+        capstone_arch: capstone architecture constant name, e.g.
+            ``CS_ARCH_RISCV`` (looked up in the ``capstone`` package).
+        capstone_modes: capstone mode constant names, OR-ed together.
+        thumb_modes: modes used instead for a code address with bit 0 set,
+            or None when bit 0 of a code address is part of the address.
+            Set for arm32, whose function symbols and code pointers carry
+            the instruction set in bit 0 (1: Thumb) per the Arm ELF psABI.
+        lengths: instruction length from the first 16-bit little-endian
+            unit, as ``(mask, match, length)`` rows: the first row with
+            ``unit & mask == match`` gives the length in bytes (0: an
+            encoding longer than the disassembler handles); no row matches:
+            :attr:`default_length`.
+        thumb_lengths: the same rows for Thumb code (bit 0 set).
+        default_length: length when no row matches; 0 for variable-length
+            instruction sets whose length only the decoder knows (x86).
+        extensions: ``(mask, match, name)`` rows on the first 32-bit
+            little-endian word of an instruction the disassembler cannot
+            decode, naming the ISA extension its encoding belongs to (e.g.
+            RVV), so a report can say what it probably is.
+    """
+
+    capstone_arch: str
+    capstone_modes: tuple[str, ...]
+    thumb_modes: tuple[str, ...] | None = None
+    lengths: tuple[tuple[int, int, int], ...] = ()
+    thumb_lengths: tuple[tuple[int, int, int], ...] = ()
+    default_length: int = 4
+    extensions: tuple[tuple[int, int, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class Arch:
     """Everything the loader and backends need to know about one architecture.
 
@@ -77,6 +115,7 @@ class Arch:
             reserved)`` that calls ``fn(params, context, reserved)``
             (iree/hal/local/executable_library.h, import_thunk).
         return_insn: machine code of a plain function return.
+        disassembly: how its machine code is decoded (fault reports).
         int64_align: alignment of 64-bit integers inside C structs (4 on
             i386, 8 elsewhere).
     """
@@ -87,6 +126,7 @@ class Arch:
     cc: CallingConvention
     import_thunk: bytes
     return_insn: bytes
+    disassembly: Disassembly
     int64_align: int = 8
 
     @property

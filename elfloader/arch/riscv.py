@@ -2,7 +2,7 @@
 calling convention (a0-a7, result in a0, return address in ra) and the
 import thunk, which is the same code for both widths."""
 
-from .base import CallingConvention, reloc_table, words
+from .base import CallingConvention, Disassembly, reloc_table, words
 
 R_RISCV_32 = 1
 R_RISCV_64 = 2
@@ -38,3 +38,26 @@ IMPORT_THUNK = words(
     0x00028067,  # jr t0
 )
 RETURN_INSN = words(0x00008067)  # ret
+
+
+#: RISC-V instruction lengths from the low bits of the first 16-bit unit
+#: (unprivileged ISA, "Expanded Instruction-Length Encoding"): bits 1:0 not
+#: 11 is a 16-bit (C extension) instruction, bits 4:2 not 111 a 32-bit one;
+#: 48-bit and longer encodings are not decoded.
+LENGTHS = ((0x3, 0x0, 2), (0x3, 0x1, 2), (0x3, 0x2, 2), (0x1F, 0x1F, 0))
+
+#: Encodings of the V extension (RVV 1.0), which capstone 5 does not
+#: decode: major opcode OP-V (arithmetic, vsetvli), and LOAD-FP/STORE-FP
+#: with a vector width (funct3 0, 5, 6 or 7).
+EXTENSIONS = ((0x7F, 0x57, "RVV (vector extension)"),) + tuple(
+    (0x707F, (width << 12) | opcode, "RVV (vector extension)")
+    for opcode in (0x07, 0x27) for width in (0, 5, 6, 7))
+
+
+def disassembly(word_size: int) -> Disassembly:
+    """Capstone facts for riscv32 (``word_size`` 4) or riscv64 (8): the
+    base ISA of that width plus compressed instructions."""
+    return Disassembly(
+        capstone_arch="CS_ARCH_RISCV",
+        capstone_modes=(f"CS_MODE_RISCV{8 * word_size}", "CS_MODE_RISCVC"),
+        lengths=LENGTHS, extensions=EXTENSIONS)

@@ -12,4 +12,5 @@ ARCH = Arch(
     cc=riscv.CALLING_CONVENTION,
     import_thunk=riscv.IMPORT_THUNK,
     return_insn=riscv.RETURN_INSN,
+    disassembly=riscv.disassembly(4),
 )

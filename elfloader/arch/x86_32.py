@@ -9,7 +9,7 @@ integers are 4-byte aligned inside structs.
 
 from fatelf.arches import lookup
 
-from .base import Arch, CallingConvention, reloc_table
+from .base import Arch, CallingConvention, Disassembly, reloc_table
 
 RELOCATIONS = reloc_table({
     1: ("R_386_32", 4, lambda S, A, P, B: S + A),
@@ -37,4 +37,7 @@ ARCH = Arch(
         "c3"        # ret
     ),
     return_insn=bytes.fromhex("c3"),  # ret
+    # Variable length (1 to 15 bytes): only the decoder knows.
+    disassembly=Disassembly(capstone_arch="CS_ARCH_X86",
+                            capstone_modes=("CS_MODE_32",), default_length=0),
 )

@@ -8,7 +8,7 @@ the call pushes the return address.
 
 from fatelf.arches import lookup
 
-from .base import Arch, CallingConvention, reloc_table
+from .base import Arch, CallingConvention, Disassembly, reloc_table
 
 RELOCATIONS = reloc_table({
     1: ("R_X86_64_64", 8, lambda S, A, P, B: S + A),
@@ -38,4 +38,7 @@ ARCH = Arch(
         "ffe0"      # jmp rax
     ),
     return_insn=bytes.fromhex("c3"),  # ret
+    # Variable length (1 to 15 bytes): only the decoder knows.
+    disassembly=Disassembly(capstone_arch="CS_ARCH_X86",
+                            capstone_modes=("CS_MODE_64",), default_length=0),
 )

@@ -17,8 +17,12 @@ def open_backend(arch: Arch | str | None = None, kind: str = "auto",
     Args:
         arch: an :class:`Arch` or name; None means the host architecture.
         kind: ``"native"``, ``"emulated"`` or ``"auto"`` (native when ``arch``
-            is the host architecture, else emulated).
-        options: passed to the backend (``timeout`` for the emulated one).
+            is the host architecture and no CPU profile, vector length or
+            engine is asked for, else emulated).
+        options: for the emulated backend: ``timeout`` (seconds),
+            ``engine`` (``"auto"``, ``"qemu"``, ``"unicorn"``), ``cpu`` (a
+            profile name of :data:`fatelf.arches.PROFILES`), ``vlen``
+            (bits); see :class:`~elfloader.backend.emulated.EmulatedBackend`.
 
     Raises:
         ArchitectureMismatchError: native asked for a foreign architecture.
@@ -30,9 +34,16 @@ def open_backend(arch: Arch | str | None = None, kind: str = "auto",
     host = arch_registry.host()
     if arch is None:
         arch = host
+    emulation = {k: v for k, v in options.items()
+                 if k in ("engine", "cpu", "vlen") and v not in (None, "auto")}
     if kind == "auto":
-        kind = "native" if arch is host and host is not None else "emulated"
+        kind = ("native" if arch is host and host is not None and not emulation
+                else "emulated")
     if kind == "native":
+        if emulation:
+            raise UnsupportedElfError(
+                f"{', '.join(emulation)} select an emulated CPU: use the "
+                f"emulated backend", field="backend", value=kind)
         from .native import NativeBackend
         return NativeBackend(arch)
     if kind == "emulated":

@@ -12,6 +12,7 @@ import ctypes.util
 import functools
 import mmap
 import os
+import threading
 from typing import Callable
 
 import numpy as np
@@ -69,12 +70,20 @@ class NativeBackend(Backend):
         self._callbacks: list = []
         self._fn_cache: dict[tuple[int, int], Callable] = {}
         self._fn_types: dict[int, type] = {}
-        self._pending: BaseException | None = None
+        # Exceptions raised by callbacks, per calling thread (several
+        # threads may call into guest code at once).
+        self._pending: dict[int, BaseException] = {}
         self._bounce: dict[tuple[int, int], list[int]] = {}
         self._closed = False
 
+    def _closed_error(self, what: str, value) -> BackendError:
+        return BackendError("the native backend is closed", field=what,
+                            value=value)
+
     # --- memory -----------------------------------------------------------
     def reserve(self, size: int, align: int = 0) -> int:
+        if self._closed:
+            raise self._closed_error("reserve", size)
         page = self.page_size
         size = max(page, -(-size // page) * page)
         align = max(align, page)
@@ -94,6 +103,8 @@ class NativeBackend(Backend):
         return start
 
     def alloc(self, size: int, align: int = 16) -> int:
+        if self._closed:
+            raise self._closed_error("alloc", size)
         buf = ctypes.create_string_buffer(size + align)
         addr = ctypes.addressof(buf)
         addr = (addr + align - 1) & ~(align - 1)
@@ -107,15 +118,39 @@ class NativeBackend(Backend):
         else:
             self._buffers.pop(address, None)
 
+    def alloc_guarded(self, size: int):
+        """``size`` zeroed bytes, 64-byte aligned (see
+        :meth:`Backend.alloc_guarded`; no guard here). A page or more is
+        mapped with ``mmap``: pages guest code never touches cost no
+        memory (workgroup-local memory is often declared larger than a
+        kernel uses)."""
+        if size >= self.page_size:
+            return self.reserve(size), None
+        return self.alloc(max(size, 1), 64), None
+
     def read(self, address: int, size: int) -> bytes:
+        """See :meth:`Backend.read`.
+
+        Raises:
+            BackendError: the backend is closed (its memory is gone)."""
+        if self._closed:
+            raise self._closed_error("read", address)
         return ctypes.string_at(address, size)
 
     def write(self, address: int, data) -> None:
+        """See :meth:`Backend.write`.
+
+        Raises:
+            BackendError: the backend is closed (its memory is gone)."""
+        if self._closed:
+            raise self._closed_error("write", address)
         if type(data) is not bytes:
             data = bytes(data)
         ctypes.memmove(address, data, len(data))
 
     def protect(self, address: int, size: int, prot: int) -> None:
+        if self._closed:
+            raise self._closed_error("protect", address)
         if prot & PROT_WRITE and prot & PROT_EXEC:
             raise BackendError("refusing a writable and executable mapping",
                                field="protect", value=prot_str(prot))
@@ -136,7 +171,12 @@ class NativeBackend(Backend):
         """The array's own memory when it is writable and ``align``-aligned
         (zero copy); otherwise an aligned copy, copied back after the guest
         ran unless the array is read-only (read-only arrays and ``bytes``
-        are never written). An empty array gets a private aligned block."""
+        are never written). An empty array gets a private aligned block.
+
+        Raises:
+            BackendError: the backend is closed; the array is strided."""
+        if self._closed:
+            raise self._closed_error("binding", array.shape)
         try:
             # Writable, C-contiguous and not empty (checked by from_buffer).
             address = _addressof(_from_buffer(array))
@@ -152,7 +192,10 @@ class NativeBackend(Backend):
         # Aligned copies are kept for reuse by later dispatches.
         key = (max(size, align), align)
         pool = self._bounce.setdefault(key, [])
-        copy = pool.pop() if pool else self.alloc(*key)
+        try:
+            copy = pool.pop()   # (atomic: other threads share the pool)
+        except IndexError:
+            copy = self.alloc(*key)
         if size:
             ctypes.memmove(copy, address, size)
 
@@ -183,10 +226,15 @@ class NativeBackend(Backend):
             fn = self._fn_cache[key] = self._fn_type(len(args))(address)
         mask = (1 << (8 * ctypes.sizeof(_WORD))) - 1
         result = fn(*[a & mask for a in args])
-        if self._pending is not None:
-            exc, self._pending = self._pending, None
-            raise exc
+        if self._pending:
+            self._raise_pending()
         return result
+
+    def _raise_pending(self) -> None:
+        """Re-raise the exception a callback raised on this thread."""
+        exc = self._pending.pop(threading.get_ident(), None)
+        if exc is not None:
+            raise exc
 
     def function(self, address: int, nargs: int):
         fn = self._fn_type(nargs)(address)
@@ -196,9 +244,8 @@ class NativeBackend(Backend):
                 raise BackendError("the native backend is closed",
                                    field="call", value=address)
             result = fn(*args)
-            if self._pending is not None:
-                exc, self._pending = self._pending, None
-                raise exc
+            if self._pending:
+                self._raise_pending()
             return result
 
         return call
@@ -210,6 +257,8 @@ class NativeBackend(Backend):
         return [functools.partial(call, *[_WORD(x) for x in a]) for a in args]
 
     def view(self, address: int, size: int) -> memoryview:
+        if self._closed:
+            raise self._closed_error("view", address)
         return memoryview((ctypes.c_char * size).from_address(address)).cast("B")
 
     def callback(self, function: Callable[..., int], nargs: int) -> int:
@@ -219,8 +268,7 @@ class NativeBackend(Backend):
             try:
                 return int(function(*args) or 0) & mask
             except BaseException as exc:  # re-raised by call()
-                if self._pending is None:
-                    self._pending = exc
+                self._pending.setdefault(threading.get_ident(), exc)
                 return 0
 
         cfn = self._fn_type(nargs)(trampoline)

@@ -62,15 +62,20 @@ def _release(version: str) -> str | None:
     return m.group(1) if m else None
 
 
-def target_flags(arch: str) -> tuple[str, ...]:
+def target_flags(arch: str, cpu: str | None = None) -> tuple[str, ...]:
     """``iree-compile`` flags selecting ``arch`` (name or alias, e.g.
-    ``arm64``): :data:`BASE_FLAGS` plus the table's ``iree_flags``.
+    ``arm64``): :data:`BASE_FLAGS` plus the table's ``iree_flags``, or the
+    flags of CPU profile ``cpu`` (e.g. ``x86-64-v3``, ``sve``, ``rv64gcv``;
+    :data:`fatelf.arches.PROFILES`).
 
     Raises:
-        fatelf.FatElfSelectError: unknown architecture, or one the runtime
-            does not run.
+        fatelf.FatElfSelectError: unknown architecture or profile, or an
+            architecture the runtime does not run.
     """
-    return BASE_FLAGS + arches.lookup(arch, runtime=True).iree_flags
+    info = arches.lookup(arch, runtime=True)
+    if cpu:
+        return BASE_FLAGS + arches.profile(info.name, cpu).iree_flags
+    return BASE_FLAGS + info.iree_flags
 
 
 def variant_name(arch: str) -> str:
@@ -234,7 +239,8 @@ def _public_functions(hal_text: str) -> tuple[str, ...]:
 
 
 def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = None,
-                    *, extra_flags: Sequence[str] = ()) -> Compiled:
+                    *, extra_flags: Sequence[str] = (),
+                    cpu: str | None = None) -> Compiled:
     """Compile an MLIR program for ``arch`` (name or alias), cached.
 
     Writes ``<stem>.vmfb``, ``binaries/*.so`` (the embedded ELFs) and
@@ -256,6 +262,8 @@ def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = N
         arch: target architecture, e.g. ``x86_64``, ``arm64``, ``rv32``.
         out_dir: cache directory; created if needed.
         extra_flags: more ``iree-compile`` flags (part of the hash).
+        cpu: CPU profile to compile for (:func:`target_flags`); None: the
+            architecture's default profile.
 
     Raises:
         IreeToolError: ``iree-compile`` missing or not :data:`SUPPORTED_VERSION`.
@@ -268,7 +276,8 @@ def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = N
     mlir_path = Path(mlir_path).resolve()
     # locations in the HAL-level IR point the interpreter's errors at the
     # user's source
-    flags = list(target_flags(arch)) + ["--mlir-print-debuginfo"] + list(extra_flags)
+    flags = (list(target_flags(arch, cpu)) + ["--mlir-print-debuginfo"]
+             + list(extra_flags))
     exe = str(find_iree_compile())
     _, version_text = _checked(exe)
     # the path is part of the key: the IR's locations name the source file
@@ -279,7 +288,8 @@ def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = N
         dest = out_dir / f"{mlir_path.stem}-{arch}-{key[:16]}"
     else:
         out_dir = Path(out_dir)
-        dest = out_dir / f"{mlir_path.stem}-{arch}"
+        dest = out_dir / (f"{mlir_path.stem}-{arch}"
+                          + (f"-{cpu.lower()}" if cpu else ""))
     stamp = dest / "stamp.txt"
     vmfb = dest / f"{mlir_path.stem}.vmfb"
     hal = dest / f"{mlir_path.stem}.hal.mlir"

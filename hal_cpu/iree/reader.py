@@ -96,7 +96,7 @@ class OpInfo:
 
     def text(self, limit: int = 200) -> str:
         """The op as MLIR text (its first ``limit`` characters), for messages."""
-        s = self.view.operation.get_asm(enable_debug_info=False)
+        s = self.view.operation.get_asm(enable_debug_info=False, assume_verified=True)
         s = " ".join(s.split())
         return s if len(s) <= limit else s[:limit] + "..."
 
@@ -281,6 +281,10 @@ def parse_program(text: str, path: str | Path | None = None) -> Program:
     """
     ir = _ir()
     ctx = ir.Context()
+    # No thread pool: a program read before fork() (run-module runs native
+    # dispatches in a child) is still usable in the child, where the pool's
+    # threads do not exist.
+    ctx.enable_multithreading(False)
     # a host module's own types (!custom.string) belong to no registered dialect
     ctx.allow_unregistered_dialects = True
     file_where = Where(str(path) if path else "<ir>")

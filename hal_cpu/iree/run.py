@@ -9,6 +9,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..arrays import empty as aligned_empty
+from ..arrays import full as aligned_full
 from ..errors import DispatchTimeoutError
 from .errors import EvaluationError
 from .plan import BindingRef, Dispatch, FillStep, ProgramPlan
@@ -142,15 +144,20 @@ def run_plan(plan: ProgramPlan, inputs: Sequence[Any],
         with PlanRunner(backend=backend, arch=arch, plugins=plugins) as runner:
             return run_plan(plan, inputs, runner, fill_byte=fill_byte)
 
+    # 64-byte-aligned storage (as IREE's heap buffers are): bindings at
+    # aligned offsets are used in place by a native dispatch.
     storage: dict[tuple[str, Any], np.ndarray] = {}
     for i, v in enumerate(inputs):
         if hasattr(v, "shape"):
-            storage[("input", i)] = np.frombuffer(
-                np.ascontiguousarray(v).tobytes(), dtype=np.uint8).copy()
+            data = np.ascontiguousarray(v)
+            copy = storage[("input", i)] = aligned_empty(data.nbytes, np.uint8)
+            copy[:] = data.reshape(-1).view(np.uint8)
     for name, size in plan.buffers.items():
-        storage[("buffer", name)] = np.full(size, fill_byte, dtype=np.uint8)
+        storage[("buffer", name)] = aligned_full(size, fill_byte, np.uint8)
     for name, data in plan.constants.items():
-        storage[("constant", name)] = np.array(data, np.uint8)
+        data = np.asarray(data, np.uint8).reshape(-1)
+        copy = storage[("constant", name)] = aligned_empty(data.nbytes, np.uint8)
+        copy[:] = data
 
     def view(b: BindingRef) -> np.ndarray:
         buf = storage[(b.kind, b.ref)]

@@ -19,7 +19,7 @@ from unicorn import arm64_const, arm_const, riscv_const, x86_const
 from unicorn import unicorn_const as UC
 from unicorn.unicorn_py3.unicorn import uc_hook_h, uclib
 
-from ..arch import Arch
+from ...arch import Arch
 
 # --- enabling FP/SIMD and other per-CPU setup ---------------------------------
 _CR0_MP, _CR0_EM = 1 << 1, 1 << 2

@@ -1,0 +1,81 @@
+"""Build the qemu engine's guest agents.
+
+    python -m elfloader.backend.emulated.agent.build [--out-dir DIR]
+
+Compiles ``agent.c`` for each architecture the runtime runs as a static
+Linux program (musl libc, with zig's clang and lld from the ``ziglang``
+package) and packs the six executables into ``DIR/agent.sos`` (default:
+this directory, where the committed bundle lives), a FatELF bundle. The
+agents are built for each architecture's oldest CPU model the engine
+offers (i686 without SSE2, Cortex-A9, RV32IMA soft-float, RV64GC), so one
+agent runs under every CPU profile. With the pinned ziglang release the
+bundle is reproduced byte for byte.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "agent.c"
+BUNDLE = HERE / "agent.sos"
+
+#: zig target flags per architecture (static Linux programs).
+TARGETS: dict[str, tuple[str, ...]] = {
+    "x86_64": ("-target", "x86_64-linux-musl", "-mcpu=x86_64"),
+    "aarch64": ("-target", "aarch64-linux-musl", "-mcpu=generic"),
+    "riscv64": ("-target", "riscv64-linux-musl", "-mcpu=baseline_rv64"),
+    "x86_32": ("-target", "x86-linux-musl", "-mcpu=i686"),
+    "arm32": ("-target", "arm-linux-musleabihf", "-mcpu=cortex_a9"),
+    # musl's riscv32 setjmp saves double registers unless the ABI is soft.
+    "riscv32": ("-target", "riscv32-linux-musl", "-mcpu=generic_rv32+m+a",
+                "-mabi=ilp32"),
+}
+
+CFLAGS = ("-std=c17", "-static", "-O2", "-s", "-Wall", "-Werror", "-g0",
+          "-fno-unwind-tables", "-fno-asynchronous-unwind-tables",
+          "-Wl,--build-id=none")
+
+
+def build_one(arch: str, work: Path) -> bytes:
+    """The agent executable for ``arch``."""
+    out = work / f"agent_{arch}"
+    env = dict(os.environ)
+    env.setdefault("ZIG_GLOBAL_CACHE_DIR",
+                   str(Path(tempfile.gettempdir()) / "portable_kernel_runtime_zig_cache"))
+    subprocess.run([sys.executable, "-m", "ziglang", "cc", *TARGETS[arch], *CFLAGS,
+                    SOURCE.name, "-o", str(out)], cwd=HERE, env=env, check=True)
+    return out.read_bytes()
+
+
+def build(out_dir: Path | str | None = None) -> Path:
+    """Build every agent and write ``agent.sos`` into ``out_dir``; returns
+    its path."""
+    import fatelf
+    out = Path(out_dir) if out_dir else HERE
+    with tempfile.TemporaryDirectory(prefix="agent_build_") as tmp:
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+            done = {a: pool.submit(build_one, a, Path(tmp)) for a in TARGETS}
+            singles = {a: f.result() for a, f in done.items()}
+    path = out / BUNDLE.name
+    path.write_bytes(fatelf.join(list(singles.values()),
+                                 names=[f"agent_{a}" for a in singles]))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out-dir", help="where to write agent.sos")
+    args = parser.parse_args(argv)
+    print(build(args.out_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,733 @@
+"""The qemu engine: guest code runs under qemu-user, in a guest agent.
+
+Each CPU is one child process: ``qemu-<arch> -cpu <model>`` running the
+agent (``agent/agent.c``, a static Linux program of the guest
+architecture, shipped as the FatELF bundle ``agent/agent.sos`` and handed
+to qemu-user through a ``memfd``). Guest memory is one ``memfd`` per
+address space: the host maps it whole, the agent maps it at the arena's
+guest address (:data:`ARENAS`), so the host reads and writes guest memory
+with plain copies and no request. Page protections are real ``mprotect``
+calls of the agent (the space's memory-map log, applied before each call);
+guard pages are ``PROT_NONE`` pages, and a fault reaches the agent as a
+signal with the exact pc and data address.
+
+Requests go down a pipe and replies come back on another (the wire format
+is in ``agent.c``): set protections, call a function, return from a host
+callback. A callback is one of the agent's 256 entry points; calling it
+sends the slot and its arguments to the host, which runs the Python
+function and answers with the result. A stop request (time limit, Ctrl-C,
+another worker's fault) is ``SIGUSR1``: the agent leaves the call and
+reports where it was. An agent that dies or does not answer is killed;
+the next call starts a new one with the same memory.
+
+qemu-user does not see writes the host makes to a page whose code it has
+already translated. Every change that may put new code on a page ("map",
+"invalidate" in the log) therefore first makes the page writable in the
+agent, which makes qemu-user drop the page's translations.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import mmap
+import os
+import select
+import signal
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING
+
+from fatelf import arches
+
+from ...arch import Arch
+from ...errors import BackendError, EmulationError
+from ..base import PROT_EXEC, PROT_READ, PROT_WRITE, prot_str
+from .engine import (FAULTS, INSTALL_HINT, QEMU_PROGRAMS, Cpu, Engine,
+                     EngineError, qemu_program)
+from .pages import lookup
+
+if TYPE_CHECKING:
+    from .space import EmulatedBackend
+
+#: Guest addresses of the arena every agent maps, by pointer size: above
+#: the agent's image (and, for 32-bit guests, above the stack qemu-user
+#: places below 0x4080_0000), below 2 GiB (32-bit absolute relocations fit).
+ARENAS = {8: (0x1000_0000, 0x7000_0000), 4: (0x4800_0000, 0x8000_0000)}
+AGENT_BUNDLE = os.path.join(os.path.dirname(__file__), "agent", "agent.sos")
+
+#: The most capable model per architecture (no profile): ``-cpu`` option,
+#: with ``{vlen}``/``{vq}``/``{vlenb}`` for the vector length.
+MAX_MODELS = {
+    "x86_64": "max",
+    "x86_32": "max",
+    "aarch64": "max,sve-max-vq={vq},sve-default-vector-length={vlenb}",
+    "arm32": "max",
+    "riscv64": "rv64,v=true,vlen={vlen},elen=64,vext_spec=v1.0,"
+               "zba=true,zbb=true,zbc=true,zbs=true",
+    "riscv32": "rv32,v=true,vlen={vlen},elen=64,vext_spec=v1.0,"
+               "zba=true,zbb=true,zbc=true,zbs=true",
+}
+
+# Requests and replies (agent.c).
+_MAP, _PROTECT, _CALL, _RETURN, _EXIT, _CALLBACKS, _ABORT = 1, 2, 3, 4, 5, 6, 7
+_OK, _DONE, _CALLBACK, _FAULT, _STOPPED, _ERROR = 1, 2, 3, 4, 5, 6
+_MAX_WORDS = 4096
+_START_TIMEOUT = 30.0     # seconds for a new agent to answer
+_STOP_TIMEOUT = 5.0       # seconds for a stopped call to report
+_HEAD = struct.Struct("<II")
+
+_SIGNALS = {
+    signal.SIGILL: ("invalid_instruction", "invalid instruction"),
+    signal.SIGFPE: ("arithmetic", "arithmetic exception (integer division "
+                    "by zero or overflow)"),
+    signal.SIGBUS: ("bus_error", "bus error (misaligned or outside the "
+                    "mapped object)"),
+    signal.SIGTRAP: ("trap", "trap or breakpoint instruction"),
+}
+
+#: Mnemonic starts of instructions that store, per architecture: a data
+#: fault's direction where the signal context does not record it.
+_STORES = {
+    "aarch64": ("st", "casp", "cas", "swp", "ldadd", "ldclr", "ldset",
+                "ldeor", "prf"),
+    "arm32": ("st", "vst", "push", "vpush", "srs"),
+    "riscv64": ("s", "c.s", "fs", "c.fs", "vs", "amo", "sc."),
+    "riscv32": ("s", "c.s", "fs", "c.fs", "vs", "amo", "sc."),
+}
+#: RISC-V major opcodes (low 7 bits) that store, for instructions the
+#: disassembler does not decode (vector stores share STORE-FP).
+_RISCV_STORE_OPCODES = (0x23, 0x27, 0x2F)
+
+_agent_files: dict[str, int] = {}
+_agent_lock = threading.Lock()
+#: Engines alive in this process (a forked child must not use them: its
+#: agents and guest memory are the parent's).
+_ENGINES: "weakref.WeakSet[QemuEngine]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: the engines' agents and guest memory are the
+    parent's. Their host mappings become private copies (nothing the child
+    writes reaches the parent), and every use is refused."""
+    global _agent_lock
+    _agent_lock = threading.Lock()
+    for engine in list(_ENGINES):
+        engine.forked = True
+        if engine.mm is not None:
+            size = engine.arena[1] - engine.arena[0]
+            _mmap(ctypes.c_void_p(engine.host_base), ctypes.c_size_t(size),
+                  mmap.PROT_READ | mmap.PROT_WRITE,
+                  mmap.MAP_PRIVATE | _MAP_FIXED, engine.memfd, 0)
+
+
+_MAP_FIXED = 0x10
+_libc = ctypes.CDLL(None, use_errno=True)
+_mmap = _libc.mmap
+_mmap.restype = ctypes.c_void_p
+_mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                  ctypes.c_int, ctypes.c_long)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def agent_fd(arch: Arch) -> int:
+    """A ``memfd`` holding the agent executable of ``arch`` (made once per
+    process).
+
+    Raises:
+        EngineError: the bundle is missing or has no agent for ``arch``.
+    """
+    with _agent_lock:
+        fd = _agent_files.get(arch.name)
+        if fd is not None:
+            return fd
+        import fatelf
+        try:
+            with open(AGENT_BUNDLE, "rb") as f:
+                data = f.read()
+            elf = fatelf.select(data, arch.name)
+        except (OSError, fatelf.FatElfError) as exc:
+            raise EngineError(f"no guest agent for {arch.name} in "
+                              f"{AGENT_BUNDLE}: {exc}", field="agent",
+                              value=arch.name) from None
+        fd = os.memfd_create(f"agent_{arch.name}", os.MFD_CLOEXEC)
+        os.write(fd, elf)
+        _agent_files[arch.name] = fd
+        return fd
+
+
+class _Region:
+    """A reservation's part of the space's memory file."""
+
+    __slots__ = ("address", "size", "host", "_engine")
+
+    def __init__(self, engine: "QemuEngine", address: int, size: int):
+        self.address, self.size, self._engine = address, size, engine
+        self.host = engine.host_base + (address - engine.arena[0])
+
+    def free(self) -> None:
+        """Give the pages back to the system; they read as zeros again."""
+        self._engine.discard(self.address, self.size)
+
+
+class _Agent:
+    """One agent process and its pipes."""
+
+    def __init__(self, engine: "QemuEngine"):
+        self.engine = engine
+        req_r, self.req_w = os.pipe()
+        self.rep_r, rep_w = os.pipe()
+        exe = agent_fd(engine.arch)
+        self.stderr = tempfile.TemporaryFile(prefix="qemu_agent_")
+        argv = [engine.program, "-cpu", engine.cpu_option,
+                f"/proc/self/fd/{exe}", str(req_r), str(rep_w)]
+        try:
+            self.proc = subprocess.Popen(
+                argv, pass_fds=(req_r, rep_w, engine.memfd, exe),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=self.stderr, start_new_session=True)
+        except OSError as exc:
+            for fd in (req_r, rep_w, self.req_w, self.rep_r):
+                os.close(fd)
+            self.stderr.close()
+            raise EngineError(f"cannot start {engine.program}: {exc}",
+                              field="engine", value=engine.program) from None
+        os.close(req_r)
+        os.close(rep_w)
+        self.pid = self.proc.pid
+        self.owner = os.getpid()
+        self._buf = bytearray()
+        self.closed = False
+
+    # --- wire -----------------------------------------------------------------
+    def send(self, kind: int, words=()) -> None:
+        data = _HEAD.pack(kind, len(words)) + struct.pack(
+            f"<{len(words)}Q", *words)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.req_w, view):]
+        except OSError:
+            raise self.died() from None
+
+    def recv(self, deadline: float | None = None):
+        """The next reply as ``(kind, words)``; None when ``deadline``
+        (``time.monotonic()``) passes first.
+
+        Raises:
+            EngineError: the agent died.
+        """
+        buf = self._buf
+        while True:
+            if len(buf) >= 8:
+                kind, count = _HEAD.unpack_from(buf)
+                end = 8 + 8 * count
+                if len(buf) >= end:
+                    words = struct.unpack_from(f"<{count}Q", buf, 8)
+                    del buf[:end]
+                    return kind, words
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([self.rep_r], [], [], left)[0]:
+                    return None
+            try:
+                chunk = os.read(self.rep_r, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                raise self.died()
+            buf += chunk
+
+    def request(self, kind: int, words=(), timeout: float = _START_TIMEOUT):
+        """Send a request that is answered at once; returns the reply's
+        words.
+
+        Raises:
+            EngineError: the agent died, did not answer, or refused.
+        """
+        self.send(kind, words)
+        reply = self.recv(time.monotonic() + timeout)
+        if reply is None:
+            self.kill()
+            raise EngineError(f"the {self.engine.arch.name} guest agent did "
+                              f"not answer within {timeout:g} s",
+                              field="agent", value=self.pid)
+        got, out = reply
+        if got == _ERROR:
+            errno_, what, index = out
+            raise EngineError(f"the guest agent's request {what} failed at "
+                              f"item {index}: {os.strerror(errno_)}",
+                              field="agent", value=what)
+        if got != _OK:
+            raise EngineError(f"the guest agent answered {got} to request "
+                              f"{kind}", field="agent", value=got)
+        return out
+
+    def died(self) -> EngineError:
+        """The error for an agent that is gone (and its reaping)."""
+        self.kill()
+        status = self.proc.returncode
+        how = (f"killed by signal {-status}" if status is not None and status < 0
+               else f"exit status {status}")
+        self.stderr.seek(0)
+        said = self.stderr.read()[-2000:].decode("utf-8", "replace").strip()
+        return EngineError(f"the {self.engine.arch.name} guest agent "
+                           f"({self.engine.program} -cpu "
+                           f"{self.engine.cpu_option}) died ({how})"
+                           + (f": {said}" if said else ""), field="agent",
+                           value=self.pid)
+
+    def signal(self, sig: int) -> None:
+        try:
+            os.kill(self.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def kill(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if os.getpid() != self.owner:     # a forked child: the parent's agent
+            for fd in (self.req_w, self.rep_r):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            return
+        self.signal(signal.SIGKILL)
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        for fd in (self.req_w, self.rep_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.stderr.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        if os.getpid() != self.owner:
+            self.kill()
+            return
+        try:
+            self.send(_EXIT)
+            self.proc.wait(2)
+        except (EngineError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+
+class QemuCpu(Cpu):
+    """One agent process of a :class:`QemuEngine` space: its own registers
+    and translated code, the space's memory. Different CPUs run calls at
+    the same time (each in its own process); one CPU runs one call at a
+    time."""
+
+    def __init__(self, space: "EmulatedBackend"):
+        super().__init__(space)
+        self._engine: QemuEngine = space._engine
+        self._mask = space.arch.word_mask
+        self._agent: _Agent | None = None
+        self._pending: BaseException | None = None
+        self._lock = threading.Lock()     # guards _agent against stop()
+        self._spawn()
+
+    # --- the agent process ----------------------------------------------------
+    def _spawn(self) -> _Agent:
+        """Start an agent, map the memory file and check its callbacks."""
+        engine = self._engine
+        agent = _Agent(engine)
+        try:
+            start, end = engine.arena
+            base, = agent.request(_MAP, (engine.memfd, end - start, start, 1))
+            if base != start:
+                raise EngineError(f"the guest agent mapped guest memory at "
+                                  f"{base:#x}, not {start:#x}", field="agent",
+                                  value=base)
+            slots = agent.request(_CALLBACKS)
+            if engine.slots is None:
+                engine.slots = list(slots)
+            elif list(slots) != engine.slots:
+                raise EngineError("guest agents disagree on callback "
+                                  "addresses", field="agent", value=agent.pid)
+        except EngineError as exc:
+            agent.kill()
+            if "died" in exc.message or "did not answer" in exc.message:
+                raise agent.died() from None
+            raise
+        except BaseException:
+            agent.kill()
+            raise
+        with self._lock:
+            self._agent = agent
+        return agent
+
+    def _live_agent(self) -> _Agent:
+        """The running agent, restarted (with the whole address space)
+        when the last one died."""
+        if self._agent is None or self._agent.closed:
+            self._agent = None
+            self._spawn()
+            with self._space._lock:
+                self._map_all()
+        return self._agent
+
+    # --- memory map ---------------------------------------------------------
+    def _current(self, state, start: int, end: int) -> list[int]:
+        """``(address, size, prot)`` words giving ``[start, end)`` the
+        protections of page-map ``state`` (unmapped: none)."""
+        out = []
+        starts, ranges = state
+        i = max(0, bisect.bisect_right(starts, start) - 1)
+        at = start
+        for s, e, p in ranges[i:]:
+            if s >= end:
+                break
+            if e <= at:
+                continue
+            if s > at:
+                out += (at, s - at, 0)
+                at = s
+            stop = min(e, end)
+            out += (at, stop - at, p)
+            at = stop
+        if at < end:
+            out += (at, end - at, 0)
+        return out
+
+    def _protect(self, words: list[int]) -> None:
+        """Send protection triples in requests of bounded size."""
+        agent = self._agent
+        step = (_MAX_WORDS // 3) * 3
+        for i in range(0, len(words), step):
+            agent.request(_PROTECT, words[i:i + step])
+
+    def _sync(self) -> None:
+        space = self._space
+        if self._gen == space._gen:
+            return
+        first = space._gen - len(space._log)
+        state = space._pages.state
+        words: list[int] = []
+        rw = PROT_READ | PROT_WRITE
+        for kind, address, size, _ in space._log[self._gen - first:]:
+            if kind in ("map", "invalidate"):
+                # Writable first: qemu-user drops translations of the page.
+                words += (address, size, rw)
+            words += self._current(state, address, address + size)
+        self._gen = space._gen
+        if self._agent is not None and not self._agent.closed and words:
+            try:
+                self._protect(words)
+            except EngineError:
+                self._agent.kill()
+
+    def _map_all(self) -> None:
+        space = self._space
+        words = []
+        for start, end, prot in space._pages.state[1]:
+            words += (start, end - start, prot)
+        self._gen = space._gen
+        if words:
+            self._protect(words)
+
+    # --- calls ------------------------------------------------------------
+    def call(self, address: int, *args: int) -> int:
+        """Call ``address`` with integer arguments; see :meth:`Cpu.call`."""
+        self._enter(address)
+        try:
+            return self._run(address, args)
+        finally:
+            self._leave()
+
+    def _run(self, address: int, args) -> int:
+        if self._engine.forked:
+            raise BackendError("this emulated address space belongs to the "
+                               "parent process (qemu engine): after fork(), "
+                               "load the file again in the child",
+                               field="call", value=address)
+        try:
+            agent = self._live_agent()
+        except EngineError as exc:
+            raise EmulationError(exc.message, field="call",
+                                 value=address) from None
+        mask = self._mask
+        self._pending = None
+        if len(args) > 16:
+            raise BackendError(f"{len(args)} arguments: at most 16",
+                               field="call", value=address)
+        timeout = self._space.timeout_us / 1e6
+        deadline = time.monotonic() + timeout if timeout else None
+        agent.send(_CALL, [address & mask, self._stack_top]
+                   + [a & mask for a in args])
+        if self._stop:
+            agent.signal(signal.SIGUSR1)
+        while True:
+            try:
+                reply = agent.recv(deadline)
+            except EngineError as exc:
+                raise self._died(exc, address) from None
+            except BaseException:      # Ctrl-C: stop the call, then go on
+                self._halt(agent)
+                raise
+            if reply is None:
+                pc = self._halt(agent)
+                raise self._error(
+                    "timeout", f"stopped after the {timeout:g} s time limit",
+                    address, pc)
+            kind, words = reply
+            if kind == _DONE:
+                return words[0] & mask
+            if kind == _CALLBACK:
+                self._serve(agent, words)
+                continue
+            if kind == _FAULT:
+                raise self._fault(words, address)
+            if kind == _STOPPED:
+                if self._pending is not None:
+                    exc, self._pending = self._pending, None
+                    raise exc
+                raise self._error("stopped", "stopped by request", address,
+                                  words[0] or None)
+            agent.kill()
+            raise EmulationError(f"the guest agent sent reply {kind} during "
+                                 f"a call", field="call", value=address)
+
+    def _serve(self, agent: _Agent, words) -> None:
+        """Run the Python callback the guest called and answer it."""
+        space = self._space
+        slot, args = words[0], words[1:]
+        entry = None
+        if slot < len(space._slots):
+            entry = space._callbacks.get(space._slots[slot])
+        if entry is None:
+            agent.send(_RETURN, (0,))
+            return
+        function, nargs = entry
+        mask = self._mask
+        try:
+            result = int(function(*[a & mask for a in args[:nargs]]) or 0)
+            # Memory the callback mapped, protected or released applies to
+            # this CPU before the guest goes on.
+            with space._lock:
+                self._sync()
+        except BaseException as exc:
+            if self._pending is None:
+                self._pending = exc
+            agent.send(_ABORT)
+            return
+        agent.send(_RETURN, (result & mask,))
+
+    def _halt(self, agent: _Agent) -> int | None:
+        """Stop the running call and wait for the agent to report; returns
+        the pc it stopped at (None if unknown). An agent that does not
+        report is killed (the next call starts a new one)."""
+        agent.signal(signal.SIGUSR1)
+        deadline = time.monotonic() + _STOP_TIMEOUT
+        while True:
+            try:
+                reply = agent.recv(deadline)
+            except EngineError:
+                return None
+            except BaseException:
+                agent.kill()
+                raise
+            if reply is None:
+                agent.kill()
+                return None
+            kind, words = reply
+            if kind == _CALLBACK:
+                agent.send(_ABORT)
+                continue
+            if kind in (_STOPPED, _FAULT):
+                return (words[0] if kind == _STOPPED else words[3]) or None
+            if kind == _DONE:
+                return None
+
+    def stop(self) -> None:
+        with self._space._lock:
+            if self._thread is None or self._closed:
+                return
+            self._stop = True
+        with self._lock:
+            if self._agent is not None and not self._agent.closed:
+                self._agent.signal(signal.SIGUSR1)
+
+    # --- errors -------------------------------------------------------------
+    def _error(self, fault: str, what: str, address: int,
+               pc: int | None) -> EmulationError:
+        at = f" at pc={pc:#x}" if pc is not None else ""
+        err = EmulationError(f"call of {address:#x} {what}{at}", field="call",
+                             value=address)
+        err.fault, err.what, err.pc = fault, what, pc
+        err.fault_page = err.fault_address = err.access_size = None
+        return err
+
+    def _died(self, exc: EngineError, address: int) -> EmulationError:
+        err = EmulationError(exc.message, field="call", value=address)
+        err.fault, err.what, err.pc = "agent_died", exc.message, None
+        err.fault_page = err.fault_address = err.access_size = None
+        return err
+
+    def _fault(self, words, address: int) -> EmulationError:
+        """The error for a call that stopped with a fault signal."""
+        sig, code, data, pc, sp_bits = words
+        mask = self._mask
+        data &= mask
+        write_bit = (sp_bits >> 62) & 3     # 0 unknown, 1 read, 2 write
+        page_size = self._space.page_size
+        page = data - data % page_size
+        exact = size = None
+        if sig == signal.SIGSEGV:
+            prot = lookup(self._space._pages.state, data)
+            if _is_fetch(pc, data, prot):
+                access = "fetch"
+            elif write_bit:
+                access = "write" if write_bit == 2 else "read"
+            elif prot is not None and prot & PROT_READ and not prot & PROT_WRITE:
+                access = "write"
+            else:
+                access = _access_of(self._space, pc) or "access"
+            if access == "access":
+                fault = ("access_unmapped" if prot is None
+                         else "access_protected")
+                what = ("read or write of unmapped memory" if prot is None
+                        else "access to protected memory")
+            else:
+                fault, what = FAULTS[access, prot is not None]
+            exact = data if access != "fetch" else pc
+            what += (f" (page {prot_str(prot)})" if prot is not None else "")
+        else:
+            fault, what = _SIGNALS.get(sig, ("signal", f"signal {sig}"))
+            if sig == signal.SIGBUS:
+                exact = data
+        at = ("" if exact is None or fault.startswith("fetch")
+              else f" at {exact:#x},")
+        err = EmulationError(f"{what}{at} at pc={pc:#x} while calling "
+                             f"{address:#x}", field="call", value=address)
+        err.fault, err.what, err.pc = fault, what, pc
+        err.fault_address = exact
+        err.fault_page = page if exact is not None else None
+        err.access_size = size
+        err.signal = sig
+        return err
+
+    # --- lifetime -------------------------------------------------------------
+    def _close_engine(self) -> None:
+        self._closed = True
+        with self._lock:
+            agent, self._agent = self._agent, None
+        if agent is not None:
+            agent.close()
+
+
+def _is_fetch(pc: int, data: int, prot) -> bool:
+    """Whether a fault at ``data`` with pc ``pc`` was the instruction
+    fetch (the instruction at pc, up to 16 bytes, on that address)."""
+    return pc - 16 < data <= pc + 15 and (prot is None or not prot & PROT_EXEC)
+
+
+def _access_of(space, pc: int) -> str | None:
+    """``"read"`` or ``"write"`` from the instruction at ``pc``, where the
+    disassembler (or, on RISC-V, the major opcode) tells; else None."""
+    name = space.arch.name
+    try:
+        code = space.read(pc & ~1 if name == "arm32" else pc, 4)
+    except BackendError:
+        return None
+    if name.startswith("riscv") and len(code) == 4 and code[0] & 3 == 3:
+        return "write" if code[0] & 0x7F in _RISCV_STORE_OPCODES else "read"
+    stores = _STORES.get(name)
+    if stores is None:
+        return None
+    from ...diagnose import disassemble
+    text = disassemble(name, code, pc)
+    if not text or text.startswith("("):
+        return None
+    mnemonic = text.split()[0].lower()
+    return "write" if mnemonic.startswith(stores) else "read"
+
+
+class QemuEngine(Engine):
+    """Agents under qemu-user for one address space (see the module
+    docstring).
+
+    Raises:
+        EngineError: qemu-user or the agent bundle is missing, or the
+            memory file cannot be made.
+    """
+
+    name = "qemu"
+    eager_sync = False
+    defer_free = False
+
+    def __init__(self, arch: Arch, profile: arches.Profile | None,
+                 vlen: int | None):
+        super().__init__(arch, profile, vlen)
+        self.program = qemu_program(arch)
+        if self.program is None:
+            raise EngineError(f"{QEMU_PROGRAMS.get(arch.name, 'qemu-user')} is "
+                              f"not installed: {INSTALL_HINT}", field="engine",
+                              value=arch.name)
+        if profile is not None:
+            self.cpu_option = profile.qemu_cpu_option(vlen)
+        else:
+            self.cpu_option = MAX_MODELS[arch.name].format(
+                vlen=vlen or 128, vq=(vlen or 128) // 128,
+                vlenb=(vlen or 128) // 8)
+        agent_fd(arch)
+        self.forked = False
+        self.arena = ARENAS[arch.pointer_size]
+        self.slots: list[int] | None = None
+        size = self.arena[1] - self.arena[0]
+        try:
+            self.memfd = os.memfd_create(f"guest_{arch.name}", os.MFD_CLOEXEC)
+            os.ftruncate(self.memfd, size)
+            self.mm = mmap.mmap(self.memfd, size, mmap.MAP_SHARED)
+        except OSError as exc:
+            raise EngineError(f"cannot make guest memory: {exc}",
+                              field="engine", value=size) from None
+        view = ctypes.c_char.from_buffer(self.mm)
+        self.host_base = ctypes.addressof(view)
+        del view
+        _ENGINES.add(self)
+
+    def describe(self) -> str:
+        what = self.profile.name if self.profile else "most capable model"
+        if self.vlen:
+            what += f", vector length {self.vlen} bits"
+        return (f"qemu ({what}: {os.path.basename(self.program)} -cpu "
+                f"{self.cpu_option})")
+
+    def region(self, address: int, size: int) -> _Region:
+        return _Region(self, address, size)
+
+    def discard(self, address: int, size: int) -> None:
+        """Free the pages of ``[address, address + size)`` (zeros again)."""
+        if self.mm is not None and not self.forked:
+            self.mm.madvise(mmap.MADV_REMOVE, address - self.arena[0], size)
+
+    def new_cpu(self, space: "EmulatedBackend") -> QemuCpu:
+        return QemuCpu(space)
+
+    def setup(self, space: "EmulatedBackend", slots: int) -> list[int]:
+        return list(self.slots[:slots])
+
+    def close(self) -> None:
+        mm, self.mm = getattr(self, "mm", None), None
+        if mm is not None:
+            mm.close()
+        fd = getattr(self, "memfd", None)
+        if fd is not None:
+            os.close(fd)
+            self.memfd = None

@@ -1,0 +1,623 @@
+"""The unicorn engine: guest code runs on unicorn 2.1 CPUs in this
+process.
+
+Every reservation is an anonymous ``mmap`` mapped into each CPU with
+``mem_map_ptr``; ``emu_start`` releases the GIL, so CPUs of one address
+space run calls concurrently from threads.
+
+A call writes the arguments with the architecture's calling convention,
+points the return address at a sentinel and runs until the program counter
+reaches it; no per-instruction hook is installed. Python callbacks live in
+one small trampoline page, the only range with a code hook.
+
+The CPUs run with unicorn's virtual TLB: guest pages map one to one onto
+unicorn's physical memory, and a TLB-fill hook gives each page exactly the
+permissions of the range it belongs to. With the CPU's own TLB and the MMU
+off, every page would be executable, and unicorn sends each store to a page
+that is both writable and executable down its self-modifying-code path; with
+data pages not executable, stores stay on the fast path. A refused fill
+stops the CPU with a generic exception; the hook notes the page and the
+kind of access, so the fault is reported by kind.
+
+unicorn 2.1 is QEMU 5.0: it has no AVX/AVX2/FMA, no RVV 1.0 and no SVE
+(:attr:`fatelf.arches.Profile.unicorn` says which profiles it runs).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+from typing import TYPE_CHECKING
+
+from unicorn import (UC_HOOK_CODE, UC_PROT_EXEC, UC_PROT_NONE, UC_PROT_READ,
+                     UC_PROT_WRITE, Uc, UcError)
+from unicorn import unicorn_const as UCC
+from unicorn.unicorn_py3.unicorn import (HOOK_TLB_FILL_CFUNC, uc_hook_h,
+                                         uclib)
+
+from fatelf.cstruct import pack_array, unpack_array
+
+from ...errors import BackendError, EmulationError
+from ..base import PROT_EXEC, PROT_READ, PROT_WRITE, prot_str
+from . import unicorn_arch
+from .engine import FAULTS as _FAULTS
+from .engine import Cpu, Engine
+from .pages import lookup
+
+if TYPE_CHECKING:
+    from .space import EmulatedBackend
+
+_ARENA_START = 0x0001_0000
+_ARENA_END = 0x7FFF_0000
+_TRAMPOLINE_SLOT = 16
+_SENTINEL_OFFSET = 32
+_TLB_GROW_FILLS = 128       # fewer TLB fills in a call: TLB size is fine
+_TLB_MAX_PAGES = 1 << 16    # larger working sets do not grow the TLB
+#: Physical pages no reservation ever maps (the arena ends below them): a
+#: data access to a page the TLB fill refuses is sent to one of them, so
+#: the unmapped-memory hook sees its exact offset (see ``_add_tlb_fill_hook``).
+_TRAP_START = _ARENA_END
+_TRAP_END = 0x8000_0000
+
+#: What a TLB fill is for (``uc_mem_type``): the permission it needs, and
+#: the name of the access in messages.
+_ACCESS = {
+    UCC.UC_MEM_READ: (UC_PROT_READ, "read"),
+    UCC.UC_MEM_WRITE: (UC_PROT_WRITE, "write"),
+    UCC.UC_MEM_FETCH: (UC_PROT_EXEC, "fetch"),
+}
+
+_UC_ERRORS = {
+    UCC.UC_ERR_READ_UNMAPPED: "read from unmapped memory",
+    UCC.UC_ERR_WRITE_UNMAPPED: "write to unmapped memory",
+    UCC.UC_ERR_FETCH_UNMAPPED: "instruction fetch from unmapped memory",
+    UCC.UC_ERR_READ_PROT: "read from protected memory",
+    UCC.UC_ERR_WRITE_PROT: "write to protected memory",
+    UCC.UC_ERR_FETCH_PROT: "instruction fetch from non-executable memory",
+    UCC.UC_ERR_INSN_INVALID: "invalid instruction",
+    UCC.UC_ERR_EXCEPTION: "unhandled CPU exception",
+    UCC.UC_ERR_READ_UNALIGNED: "unaligned read",
+    UCC.UC_ERR_WRITE_UNALIGNED: "unaligned write",
+}
+
+_UC_FAULTS = {
+    UCC.UC_ERR_READ_UNMAPPED: "read_unmapped",
+    UCC.UC_ERR_WRITE_UNMAPPED: "write_unmapped",
+    UCC.UC_ERR_FETCH_UNMAPPED: "fetch_unmapped",
+    UCC.UC_ERR_READ_PROT: "read_protected",
+    UCC.UC_ERR_WRITE_PROT: "write_protected",
+    UCC.UC_ERR_FETCH_PROT: "fetch_protected",
+    UCC.UC_ERR_INSN_INVALID: "invalid_instruction",
+    UCC.UC_ERR_EXCEPTION: "exception",
+    UCC.UC_ERR_READ_UNALIGNED: "read_unaligned",
+    UCC.UC_ERR_WRITE_UNALIGNED: "write_unaligned",
+}
+
+#: Stops that a refused TLB fill can cause.
+_MEMORY_ERRORS = frozenset((
+    UCC.UC_ERR_EXCEPTION, UCC.UC_ERR_READ_UNMAPPED, UCC.UC_ERR_WRITE_UNMAPPED,
+    UCC.UC_ERR_FETCH_UNMAPPED, UCC.UC_ERR_READ_PROT, UCC.UC_ERR_WRITE_PROT,
+    UCC.UC_ERR_FETCH_PROT))
+
+def _uc_prot(prot: int) -> int:
+    out = UC_PROT_NONE
+    if prot & PROT_READ:
+        out |= UC_PROT_READ
+    if prot & PROT_WRITE:
+        out |= UC_PROT_WRITE
+    if prot & PROT_EXEC:
+        out |= UC_PROT_EXEC
+    return out
+
+
+_MAP_FLAGS = {}
+if hasattr(mmap, "MAP_PRIVATE") and hasattr(mmap, "MAP_ANONYMOUS"):
+    _MAP_FLAGS = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS}
+
+
+class _Region:
+    """One reservation: guest range and the host memory behind it."""
+
+    __slots__ = ("address", "size", "mm", "host")
+
+    def __init__(self, address: int, size: int):
+        self.address, self.size = address, size
+        self.mm = mmap.mmap(-1, size, **_MAP_FLAGS)
+        view = ctypes.c_char.from_buffer(self.mm)
+        self.host = ctypes.addressof(view)
+        del view   # no export left: the mapping can be closed later
+
+    def free(self) -> None:
+        self.mm.close()
+
+
+class UnicornCpu(Cpu):
+    """One unicorn CPU of an :class:`EmulatedBackend`: its own registers,
+    stack and translated code, the backend's memory.
+
+    Made by :meth:`EmulatedBackend.fork_cpu` (the backend's own CPU is
+    :attr:`EmulatedBackend.cpu`). Different CPUs may run :meth:`call`
+    at the same time from different threads; one CPU runs one call at a
+    time.
+    """
+
+    def __init__(self, space: "EmulatedBackend"):
+        super().__init__(space)
+        arch = self.arch
+        model = unicorn_arch.model(arch)
+        self._regs = regs = unicorn_arch.registers(arch)
+        self._refused: tuple[int, str, int | None] | None = None
+        # Refused data pages sent to trap pages in this call, by trap index:
+        # (page, access, prot); and the first trapped access, as
+        # (trap index, offset in the page, size, access, pc).
+        self._traps: list[tuple[int, str, int | None]] = []
+        self._hit: tuple[int, int, int, str, int] | None = None
+        self._fills = [0]     # TLB fills so far (counted by the hook)
+        self._filled: set[int] = set()   # pages filled during this call
+        self._tlb_warm = False
+        self._view = ([], [])            # the PageMap state this CPU maps
+        self._pending: BaseException | None = None
+        try:
+            self.uc = Uc(model.uc_arch, model.uc_mode)
+            if model.cpu is not None:
+                self.uc.ctl_set_cpu_model(model.cpu)
+            if model.page_size is not None:
+                self.uc.ctl_set_page_size(model.page_size)
+            self._uch = self.uc._uch
+            unicorn_arch.virtual_tlb(self.uc)
+            self.page_size = self.uc.ctl_get_page_size()
+            self._fill_hook = self._add_tlb_fill_hook()
+            self._add_trap_hook()
+            if model.init is not None:
+                model.init(self.uc)
+        except UcError as exc:
+            raise BackendError(f"cannot start a {arch.name} CPU: {exc}",
+                               field="backend", value=arch.name) from None
+        # One batch write sets the argument registers, the stack pointer and
+        # the return-address register of a call.
+        ids = list(regs.args) + [regs.sp] + ([regs.link] if regs.link else [])
+        self._nregs = len(ids)
+        self._reg_ids = (ctypes.c_int32 * len(ids))(*ids)
+        self._reg_vals = (ctypes.c_uint64 * len(ids))()
+        base = ctypes.addressof(self._reg_vals)
+        self._reg_ptrs = (ctypes.c_void_p * len(ids))(
+            *[base + 8 * i for i in range(len(ids))])
+        self._scratch = ctypes.c_uint64()
+        self._mask = arch.word_mask
+        self._ps = arch.pointer_size
+        self._stack_align = arch.cc.stack_align
+
+    def _start(self, stack: int) -> None:
+        """Use ``stack`` and hook the trampoline page."""
+        super()._start(stack)
+        engine = self._space._engine
+        self.uc.hook_add(UC_HOOK_CODE, self._on_trampoline, begin=engine.tramp,
+                         end=engine.tramp + _TRAMPOLINE_SLOT * engine.slots - 1)
+
+    # --- TLB ----------------------------------------------------------------
+    def _add_tlb_fill_hook(self):
+        """Install the TLB-fill hook: guest page -> same physical page, with
+        the permissions of the CPU's view of the page map. Registered
+        directly (not through ``Uc.hook_add``) to keep the per-fill cost to
+        one Python call.
+
+        A fill the page map does not allow is noted for :meth:`_fault`. A
+        refused instruction fetch stops the CPU at once (the pc is the
+        address). A refused read or write gets a TLB entry to a trap page,
+        a physical page nothing maps: the access itself then stops the CPU
+        through the unmapped-memory hook (:meth:`_add_trap_hook`), which
+        sees the exact address, where the fill hook only sees its page.
+        Trap entries are flushed when the call ends."""
+        access_of = _ACCESS
+        fills, filled, traps = self._fills, self._filled, self._traps
+        page = self.page_size
+        most = (_TRAP_END - _TRAP_START) // page
+
+        def fill(uch, vaddr, access, entry, key):
+            fills[0] += 1
+            if len(filled) <= _TLB_MAX_PAGES:
+                filled.add(vaddr)
+            prot = lookup(self._view, vaddr)
+            need, name = access_of.get(access, (UC_PROT_READ, "read"))
+            if prot is not None and prot & need:
+                e = entry[0]
+                e.paddr = vaddr
+                e.perms = prot
+                return True
+            self._refused = (vaddr, name, prot)
+            if name != "fetch" and len(traps) < most:
+                e = entry[0]
+                e.paddr = _TRAP_START + len(traps) * page
+                e.perms = need
+                traps.append((vaddr, name, prot))
+                return True
+            return False
+
+        callback = HOOK_TLB_FILL_CFUNC(fill)
+        handle = uc_hook_h()
+        status = uclib.uc_hook_add(self._uch, ctypes.byref(handle),
+                                   UCC.UC_HOOK_TLB_FILL, callback, None,
+                                   ctypes.c_uint64(1), ctypes.c_uint64(0))
+        if status != UCC.UC_ERR_OK:
+            raise UcError(status)
+        return callback
+
+    def _add_trap_hook(self) -> None:
+        """Hook reads and writes of the trap pages (nothing else: the hook
+        is bounded to them, so accesses to mapped memory stay on unicorn's
+        fast path). The first trapped access of a call is noted with its
+        pc; the hook declines it, which stops the CPU."""
+        page = self.page_size
+
+        def trapped(uc, access, address, size, value, user_data):
+            if self._hit is None:
+                offset = address - _TRAP_START
+                name = "write" if access == UCC.UC_MEM_WRITE_UNMAPPED else "read"
+                self._hit = (offset // page, offset % page, size, name,
+                             self._reg_read(self._regs.pc))
+            return False
+
+        self.uc.hook_add(UCC.UC_HOOK_MEM_READ_UNMAPPED
+                         | UCC.UC_HOOK_MEM_WRITE_UNMAPPED, trapped,
+                         begin=_TRAP_START, end=_TRAP_END - 1)
+
+    def _flush_tlb(self) -> None:
+        """Drop every TLB entry (after a change of the memory map, or to let
+        unicorn resize the TLB)."""
+        unicorn_arch.flush_tlb(self.uc)
+        self._tlb_warm = False
+
+    def _size_tlb(self, fills: int, pages: int) -> None:
+        """After a call that needed ``fills`` TLB fills for ``pages``
+        distinct pages: flush the TLB if it is too small for the call.
+
+        unicorn resizes its TLB only when it is flushed, doubling it when
+        more than 70% of its entries were used since the last flush. It
+        was too small when the call refilled pages it had already filled
+        (more fills than pages), or when the call started with a warm TLB
+        and still needed many fills (the pages did not stay from the call
+        before). Calls touching more than :data:`_TLB_MAX_PAGES` pages
+        stream through memory; they are left to refill rather than grow
+        the TLB (and its host memory) without end."""
+        if fills <= _TLB_GROW_FILLS or pages > _TLB_MAX_PAGES:
+            self._tlb_warm = True
+        elif self._tlb_warm or fills > pages + pages // 2:
+            self._flush_tlb()
+        else:
+            self._tlb_warm = True
+
+    # --- memory map -----------------------------------------------------------
+    def _sync(self) -> None:
+        """Apply the backend's memory-map changes this CPU has not seen.
+        Called with the backend's lock held, when this CPU is not running
+        or from its own callback."""
+        space = self._space
+        if self._gen == space._gen:
+            return
+        flush = False
+        uc = self.uc
+        first = space._gen - len(space._log)
+        try:
+            for op in space._log[self._gen - first:]:
+                kind, address, size, arg = op
+                if kind == "map":
+                    uc.mem_map_ptr(address, size, UC_PROT_READ | UC_PROT_WRITE,
+                                   arg)
+                    # A page refused earlier in this call may hold a trap
+                    # entry (from a callback's mapping).
+                    flush = flush or bool(self._traps)
+                elif kind == "protect":
+                    uc.mem_protect(address, size, _uc_prot(arg))
+                    flush = True
+                elif kind == "unmap":
+                    uc.mem_unmap(address, size)
+                    flush = True
+                else:   # "invalidate": code written by the host
+                    uc.ctl_remove_cache(address, address + size)
+        except UcError as exc:
+            raise BackendError(f"cannot apply {kind} of {size:#x} bytes at "
+                               f"{address:#x} to a CPU: {exc}", field=kind,
+                               value=address) from None
+        self._gen = space._gen
+        self._view = space._pages.state
+        if flush:
+            self._flush_tlb()
+
+    def _map_all(self) -> None:
+        """Map the backend's whole address space into this new CPU. Called
+        with the backend's lock held."""
+        space = self._space
+        uc = self.uc
+        try:
+            for region in space._regions.values():
+                uc.mem_map_ptr(region.address, region.size,
+                               UC_PROT_READ | UC_PROT_WRITE, region.host)
+            for start, end, prot in space._pages.state[1]:
+                if prot != PROT_READ | PROT_WRITE:
+                    uc.mem_protect(start, end - start, _uc_prot(prot))
+        except UcError as exc:
+            raise BackendError(f"cannot map the address space into a new "
+                               f"CPU: {exc}", field="fork_cpu",
+                               value=None) from None
+        self._gen = space._gen
+        self._view = space._pages.state
+
+    # --- calls ------------------------------------------------------------
+    def _reg_read(self, reg: int) -> int:
+        uclib.uc_reg_read(self._uch, reg, ctypes.byref(self._scratch))
+        return self._scratch.value & self._mask
+
+    def _reg_write(self, reg: int, value: int) -> None:
+        self._scratch.value = value & self._mask
+        uclib.uc_reg_write(self._uch, reg, ctypes.byref(self._scratch))
+
+    def _prepare_call(self, args, return_address: int) -> None:
+        """Registers and stack for ``func(*args)`` returning to
+        ``return_address``, by the architecture's calling convention."""
+        regs, ps, mask = self._regs, self._ps, self._mask
+        space = self._space
+        nreg = len(regs.args)
+        sp = self._stack_top
+        stack_args = args[nreg:]
+        if stack_args:
+            sp = (sp - ps * len(stack_args)) & ~(self._stack_align - 1)
+            space.write(sp, pack_array("ptr", ps, stack_args))
+        else:
+            sp &= ~(self._stack_align - 1)
+        vals = self._reg_vals
+        for i in range(min(nreg, len(args))):
+            vals[i] = args[i] & mask
+        for i in range(len(args), nreg):
+            vals[i] = 0
+        if regs.link is None:
+            sp -= ps
+            space.write(sp, pack_array("ptr", ps, [return_address]))
+            vals[nreg] = sp
+        else:
+            vals[nreg] = sp
+            vals[nreg + 1] = return_address
+        uclib.uc_reg_write_batch(self._uch, self._reg_ids, self._reg_ptrs,
+                                 self._nregs)
+
+    def call(self, address: int, *args: int) -> int:
+        """Call ``address`` with integer arguments; see :meth:`Backend.call`.
+
+        Raises:
+            EmulationError: the CPU faulted, or ran past the backend's
+                ``timeout_us``.
+            BackendError: the backend or this CPU is closed, or this CPU is
+                already running a call.
+        """
+        self._enter(address)
+        try:
+            space = self._space
+            sentinel = space._engine.sentinel
+            self._prepare_call(args, sentinel)
+            self._refused = None
+            self._pending = None
+            fills, filled = self._fills, self._filled
+            before = fills[0]
+            filled.clear()
+            timeout = space.timeout_us
+            if self._stop:
+                status = UCC.UC_ERR_OK
+            else:
+                status = uclib.uc_emu_start(self._uch, address, sentinel,
+                                            timeout, 0)
+            self._size_tlb(fills[0] - before, len(filled))
+            if self._traps:
+                err = (self._fault(UcError(status), address)
+                       if status != UCC.UC_ERR_OK else None)
+                self._clear_traps()
+                if err is not None:
+                    raise err
+            if self._stop:
+                err = EmulationError(f"call of {address:#x} stopped by request",
+                                     field="call", value=address)
+                err.fault, err.fault_page, err.pc = "stopped", None, None
+                err.fault_address = err.access_size = None
+                raise err
+            if status != UCC.UC_ERR_OK:
+                raise self._fault(UcError(status), address)
+            if self._pending is not None:
+                exc, self._pending = self._pending, None
+                raise exc
+            pc = self._reg_read(self._regs.pc)
+            if pc != sentinel:
+                if timeout:
+                    raise EmulationError(
+                        f"call of {address:#x} stopped at pc={pc:#x} after the "
+                        f"{timeout / 1e6:g} s limit", field="call",
+                        value=address)
+                raise EmulationError(f"call of {address:#x} stopped at "
+                                     f"pc={pc:#x}", field="call", value=address)
+            return self._reg_read(self._regs.result)
+        finally:
+            self._leave()
+
+    def stop(self) -> None:
+        """Ask the call this CPU is running (from another thread) to end as
+        soon as possible; it raises :class:`EmulationError` with ``fault``
+        ``"stopped"``. Does nothing when the CPU is idle."""
+        with self._space._lock:
+            if self._thread is None or self._closed:
+                return
+            self._stop = True
+            uclib.uc_emu_stop(self._uch)
+
+    def _clear_traps(self) -> None:
+        """Drop the trap entries of this call from the TLB."""
+        del self._traps[:]
+        self._hit = None
+        self._flush_tlb()
+
+    def _fault(self, exc: UcError, address: int) -> EmulationError:
+        """The error for a call that stopped with ``exc``: a refused TLB
+        fill is reported as the access it refused (unicorn itself only says
+        "unhandled CPU exception"), at the exact address when the access
+        reached a trap page, else at its page."""
+        pc = self._reg_read(self._regs.pc)
+        refused, self._refused = self._refused, None
+        hit, self._hit = self._hit, None
+        page = exact = size = None
+        if (hit is not None and hit[0] < len(self._traps)
+                and exc.errno in _MEMORY_ERRORS):
+            index, offset, size, access, pc = hit
+            page, _, prot = self._traps[index]
+            exact = page + offset
+            fault, what = _FAULTS[access, prot is not None]
+            what += (f" ({size} byte{'s' if size != 1 else ''}"
+                     + (f", page {prot_str(prot)})" if prot is not None else ")"))
+        elif refused is not None and exc.errno in _MEMORY_ERRORS:
+            page, access, prot = refused
+            if access == "fetch":
+                # The pc, unless the instruction began on the page before.
+                exact = pc if page <= pc < page + self.page_size else page
+            fault, what = _FAULTS[access, prot is not None]
+            where = (f" (page {page:#x}, {prot_str(prot)})" if prot is not None
+                     else f" (page {page:#x})")
+            what += where
+        else:
+            fault = _UC_FAULTS.get(exc.errno, "error")
+            what = _UC_ERRORS.get(exc.errno, str(exc))
+            if exc.errno in (UCC.UC_ERR_INSN_INVALID, UCC.UC_ERR_EXCEPTION):
+                what += _unsupported(self._space, pc)
+        at = ("" if exact is None or fault.startswith("fetch")
+              else f" at {exact:#x},")
+        err = EmulationError(f"{what}{at} at pc={pc:#x} while calling "
+                             f"{address:#x}", field="call", value=address)
+        err.fault = fault
+        err.fault_page = page
+        err.fault_address = exact
+        err.access_size = size
+        err.pc = pc
+        err.what = what
+        return err
+
+    # --- callbacks ----------------------------------------------------------
+    def _callback_args(self, count: int) -> list[int]:
+        """The first ``count`` integer arguments at a function's entry."""
+        regs, ps = self._regs, self.arch.pointer_size
+        out = [self._reg_read(r) for r in regs.args[:count]]
+        if len(out) < count:
+            sp = self._reg_read(regs.sp)
+            # At entry the stack holds the return address first when the call
+            # instruction pushed it.
+            first = sp + (ps if regs.link is None else 0)
+            n = count - len(out)
+            out += unpack_array("ptr", ps, self._space.read(first, n * ps))
+        return out
+
+    def _callback_return(self, value: int) -> None:
+        """Return ``value`` from the function whose entry the CPU is at."""
+        regs, ps = self._regs, self.arch.pointer_size
+        self._reg_write(regs.result, value)
+        if regs.link is None:
+            sp = self._reg_read(regs.sp)
+            ret = unpack_array("ptr", ps, self._space.read(sp, ps))[0]
+            self._reg_write(regs.sp, sp + ps)
+        else:
+            ret = self._reg_read(regs.link)
+        self._reg_write(regs.pc, ret)
+
+    def _on_trampoline(self, uc, address, size, user_data):
+        space = self._space
+        entry = space._callbacks.get(address)
+        if entry is None:
+            return
+        function, nargs = entry
+        args = self._callback_args(nargs)
+        try:
+            result = int(function(*args) or 0)
+            # Memory the callback mapped, protected or released applies to
+            # this CPU before the guest goes on.
+            with space._lock:
+                self._sync()
+        except BaseException as exc:
+            if self._pending is None:
+                self._pending = exc
+            uc.emu_stop()
+            return
+        self._callback_return(result)
+
+    # --- lifetime -----------------------------------------------------------
+    def _close_engine(self) -> None:
+        """Free the unicorn engine and its translation buffer now (not when
+        the garbage collector finds the engine)."""
+        self._closed = True
+        uc, self.uc = self.uc, None
+        if uc is None:
+            return
+        release = getattr(uc, "_Uc__finalizer", None)
+        if release is not None:
+            release()   # uc_close, once; the engine object is dead after it
+        uc._callbacks.clear()   # the hooks hold this CPU: break the cycle
+
+
+#: x86 instruction prefixes of ISA extensions unicorn 2.1 does not run.
+_X86_EXTENSIONS = ((b"\xc4", "AVX/AVX2/FMA (VEX-encoded)"),
+                   (b"\xc5", "AVX/AVX2 (VEX-encoded)"),
+                   (b"\x62", "AVX-512 (EVEX-encoded)"))
+
+
+def _unsupported(space, pc: int) -> str:
+    """``": <instruction> (<extension>); ..."`` for an instruction unicorn
+    refused that belongs to an ISA extension it lacks (unicorn may report
+    the pc of the instruction or of the one after it), else ``""``."""
+    from ...diagnose import disassemble, extension
+    from .engine import INSTALL_HINT, qemu_program
+    name = space.arch.name
+    for at in (pc, pc - 4, pc - 2):
+        try:
+            code = space.read(at & ~1 if name == "arm32" else at, 16)
+        except BackendError:
+            continue
+        ext = extension(name, code)
+        if ext is None and name.startswith("x86"):
+            start = code.lstrip(b"\x66\xf2\xf3\x67")
+            ext = next((e for p, e in _X86_EXTENSIONS if start.startswith(p)),
+                       None)
+        if ext is not None:
+            break
+    else:
+        return ""
+    how = ("run it with engine='qemu' (--engine=qemu)" if qemu_program(name)
+           else INSTALL_HINT)
+    return (f": {disassemble(name, code, at)} at {at:#x} is {ext}, which the "
+            f"unicorn engine does not run; the qemu engine does: {how}")
+
+
+class UnicornEngine(Engine):
+    """unicorn CPUs for one address space (see the module docstring)."""
+
+    name = "unicorn"
+    eager_sync = True
+    defer_free = True
+
+    def __init__(self, arch, profile, vlen):
+        super().__init__(arch, profile, vlen)
+        self.arena = (_ARENA_START, _ARENA_END)
+        self.sentinel = 0
+        self.tramp = 0
+        self.slots = 0
+
+    def region(self, address: int, size: int) -> _Region:
+        return _Region(address, size)
+
+    def new_cpu(self, space: "EmulatedBackend") -> UnicornCpu:
+        return UnicornCpu(space)
+
+    def setup(self, space: "EmulatedBackend", slots: int) -> list[int]:
+        """Place the return sentinel and the callback trampolines (one
+        return instruction per slot, hooked by every CPU)."""
+        ret = self.arch.return_insn
+        # The return address is inside its page, not at its start: unicorn
+        # gives the block that stops the CPU a size of zero and looks up the
+        # page of its last byte (the byte before it) for execution, which
+        # the previous page (data) would refuse.
+        self.sentinel = space.place_code(
+            ret * (2 * _SENTINEL_OFFSET // len(ret))) + _SENTINEL_OFFSET
+        slot = ret * (_TRAMPOLINE_SLOT // len(ret))
+        self.tramp = space.place_code(slot * slots)
+        self.slots = slots
+        return [self.tramp + i * _TRAMPOLINE_SLOT for i in range(slots)]

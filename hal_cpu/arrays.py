@@ -1,0 +1,105 @@
+"""64-byte-aligned numpy arrays: bindings a native dispatch uses in place.
+
+Every binding a kernel sees is 64-byte aligned, as IREE's heap buffers are
+(``IREE_HAL_HEAP_BUFFER_ALIGNMENT``): compiled kernels may use aligned
+vector loads and stores. numpy's own arrays are only 16-byte aligned (large
+ones sit 16 bytes past a 64-byte boundary, where glibc's ``malloc`` puts
+them), so :meth:`hal_cpu.Executable.dispatch` copies such an array into
+aligned memory and back on every dispatch. The functions here make arrays
+whose data starts on a 64-byte boundary; natively a dispatch then hands the
+kernel the array's own memory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: Alignment of every binding a kernel sees, in bytes.
+BINDING_ALIGNMENT = 64
+#: A binding larger than this (bytes) that a dispatch must copy because it
+#: is misaligned raises :class:`AlignmentCopyWarning` (once per export).
+COPY_WARN_BYTES = 1 << 20
+
+
+class PerformanceWarning(UserWarning):
+    """Something runs correctly but slower than it needs to."""
+
+
+class AlignmentCopyWarning(PerformanceWarning):
+    """A large binding is copied on every dispatch because its data is not
+    64-byte aligned (make it with :func:`empty`, :func:`zeros`,
+    :func:`full` or :func:`asarray`)."""
+
+
+def empty(shape, dtype=np.float32) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data starts on a 64-byte
+    boundary (unless it has no elements: then there is no data).
+
+    Args:
+        shape: int or tuple of ints (elements per dimension).
+        dtype: any numpy dtype (default float32).
+
+    Returns:
+        A writable ``numpy.ndarray`` of ``shape`` and ``dtype``; its memory
+        is a numpy byte buffer it keeps alive (``.base``).
+
+    Raises:
+        ValueError, TypeError: as :func:`numpy.empty` for a bad shape or
+            dtype; MemoryError when it does not fit.
+    """
+    dtype = np.dtype(dtype)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    count = 1
+    for d in shape:
+        d = int(d)
+        if d < 0:
+            raise ValueError(f"negative dimension {d} in shape {shape}")
+        count *= d
+    nbytes = count * dtype.itemsize
+    raw = np.empty(nbytes + BINDING_ALIGNMENT, np.uint8)
+    skip = -raw.ctypes.data % BINDING_ALIGNMENT
+    return raw[skip:skip + nbytes].view(dtype).reshape(shape)
+
+
+def zeros(shape, dtype=np.float32) -> np.ndarray:
+    """Like :func:`empty`, filled with zeros."""
+    out = empty(shape, dtype)
+    out[...] = 0
+    return out
+
+
+def full(shape, fill_value, dtype=None) -> np.ndarray:
+    """Like :func:`empty`, filled with ``fill_value``; ``dtype`` defaults
+    to the one numpy infers for ``fill_value`` (as :func:`numpy.full`)."""
+    if dtype is None:
+        dtype = np.asarray(fill_value).dtype
+    out = empty(shape, dtype)
+    out[...] = fill_value
+    return out
+
+
+def asarray(data, dtype=None) -> np.ndarray:
+    """``data`` as a C-contiguous 64-byte-aligned array: ``data`` itself
+    when it already is one (with that dtype), else an aligned copy.
+
+    Args:
+        data: an array, nested sequence or anything :func:`numpy.asarray`
+            accepts.
+        dtype: wanted dtype (default: the data's own).
+
+    Returns:
+        A C-contiguous ``numpy.ndarray`` whose data starts on a 64-byte
+        boundary; writable unless ``data`` is returned as it is.
+    """
+    array = np.asarray(data, dtype=dtype)
+    if (array.flags.c_contiguous
+            and array.__array_interface__["data"][0] % BINDING_ALIGNMENT == 0):
+        return array
+    out = empty(array.shape, array.dtype)
+    out[...] = array
+    return out
+
+
+def is_aligned(array: np.ndarray) -> bool:
+    """Whether ``array``'s data starts on a 64-byte boundary."""
+    return array.__array_interface__["data"][0] % BINDING_ALIGNMENT == 0
