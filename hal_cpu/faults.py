@@ -52,10 +52,10 @@ def stopped_pc(exc: EmulationError) -> int | None:
 
 
 def timed_out(exc: EmulationError) -> bool:
-    """Whether ``exc`` is a call stopped at the backend's time limit (no
-    fault kind; the CPU stopped somewhere that is not a fault)."""
-    return (getattr(exc, "fault", None) is None
-            and _STOPPED_AT.search(str(getattr(exc, "message", exc))) is not None)
+    """Whether ``exc`` is a call stopped at the backend's time limit
+    (``fault`` ``"timeout"``; the CPU stopped somewhere that is not a
+    fault)."""
+    return getattr(exc, "fault", None) == "timeout"
 
 
 def _thumb(arch, pc: int) -> bool:

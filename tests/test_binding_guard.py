@@ -25,6 +25,18 @@ from hal_cpu.dispatch import DispatchLayout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_emulated_backend import LOAD, STORE, u32  # noqa: E402
 
+from conftest import emulation_engines  # noqa: E402
+
+#: Every test here runs on both engines (qemu where installed).
+pytestmark = pytest.mark.parametrize("each_engine", emulation_engines(),
+                                     indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def _engine(each_engine):
+    return each_engine
+
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "hal_cpu" / "samples"
 MANIFEST = json.loads((SAMPLES / "manifest.json").read_text())

@@ -566,9 +566,10 @@ class QemuCpu(Cpu):
     # --- errors -------------------------------------------------------------
     def _error(self, fault: str, what: str, address: int,
                pc: int | None) -> EmulationError:
+        # "call of X stopped at pc=P after the ..." as on unicorn.
         at = f" at pc={pc:#x}" if pc is not None else ""
-        err = EmulationError(f"call of {address:#x} {what}{at}", field="call",
-                             value=address)
+        err = EmulationError(f"call of {address:#x} stopped{at}{what[7:]}",
+                             field="call", value=address)
         err.fault, err.what, err.pc = fault, what, pc
         err.fault_page = err.fault_address = err.access_size = None
         return err
@@ -584,16 +585,25 @@ class QemuCpu(Cpu):
         sig, code, data, pc, sp_bits = words
         mask = self._mask
         data &= mask
-        write_bit = (sp_bits >> 62) & 3     # 0 unknown, 1 read, 2 write
+        # 0 unknown, 1 read, 2 write, 3 instruction fetch (x86 error code)
+        kind = (sp_bits >> 62) & 3
         page_size = self._space.page_size
         page = data - data % page_size
         exact = size = None
         if sig == signal.SIGSEGV:
             prot = lookup(self._space._pages.state, data)
-            if _is_fetch(pc, data, prot):
+            start, end = self._engine.arena
+            if not start <= pc < end and not (prot or 0) & PROT_EXEC:
+                # In the agent's own code, which touches no guest memory:
+                # the fetch of the function it was asked to call.
+                access, pc, data = "fetch", address & mask, address & mask
+            elif (kind == 3 or (pc == data and not (prot or 0) & PROT_EXEC)
+                  or (not kind and _is_fetch(pc, data, prot))
+                  or _transfers_to(self._space, pc, data, prot)):
                 access = "fetch"
-            elif write_bit:
-                access = "write" if write_bit == 2 else "read"
+                pc = data     # qemu-user gives the jump's pc; the CPU's is the target
+            elif kind:
+                access = "write" if kind == 2 else "read"
             elif prot is not None and prot & PROT_READ and not prot & PROT_WRITE:
                 access = "write"
             else:
@@ -635,6 +645,20 @@ def _is_fetch(pc: int, data: int, prot) -> bool:
     """Whether a fault at ``data`` with pc ``pc`` was the instruction
     fetch (the instruction at pc, up to 16 bytes, on that address)."""
     return pc - 16 < data <= pc + 15 and (prot is None or not prot & PROT_EXEC)
+
+
+def _transfers_to(space, pc: int, data: int, prot) -> bool:
+    """Whether an x86 fault at ``data`` is the fetch of a jump's target:
+    qemu-user reports x86 fetch faults at the pc of the call, jump or
+    return that went there (real CPUs and unicorn: at the target)."""
+    if not space.arch.name.startswith("x86") or (prot or 0) & PROT_EXEC:
+        return False
+    from ...diagnose import disassemble
+    try:
+        text = disassemble(space.arch.name, space.read(pc, 16), pc)
+    except BackendError:
+        return False
+    return text.startswith(("call", "jmp", "ret", "j", "loop"))
 
 
 def _access_of(space, pc: int) -> str | None:

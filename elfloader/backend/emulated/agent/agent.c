@@ -126,15 +126,14 @@ static void context_pc_sp(void *uctx, u64 *pc, u64 *sp) {
 #endif
 }
 
-/* Write access bit of a data fault, where the context records one:
- * 1 write, 0 read, -1 not known. */
+/* The kind of a memory fault, where the context records it (the x86 page
+ * fault error code): 0 read, 1 write, 2 instruction fetch, -1 not known. */
 static int64_t context_write(void *uctx) {
-#if defined(__x86_64__)
+#if defined(__x86_64__) || defined(__i386__)
   ucontext_t *uc = uctx;
-  return (uc->uc_mcontext.gregs[REG_ERR] >> 1) & 1;
-#elif defined(__i386__)
-  ucontext_t *uc = uctx;
-  return (uc->uc_mcontext.gregs[REG_ERR] >> 1) & 1;
+  long err = (long)uc->uc_mcontext.gregs[REG_ERR];
+  if (err & 0x10) return 2;
+  return (err >> 1) & 1;
 #else
   (void)uctx;
   return -1;
