@@ -33,10 +33,11 @@ binding contents (inputs all V, output 0; ``--fill``):
   libstdc++ (Debian: ``apt-get install libc6-arm64-cross
   libstdc++6-arm64-cross``).
 * ours: ``hal_cpu.Executable(so, backend="emulated", engine="qemu",
-  cpu=PROFILE, vlen=...)``, ``dispatch(..., workers=1)``, one dispatch per
-  round after a warm-up dispatch (which also checks the result against
-  numpy); wall time, and CPU time of the agent process
-  (``/proc/PID/task/*/schedstat``) plus the calling thread.
+  cpu=PROFILE, vlen=...)`` (one per case, so one agent process per case),
+  ``dispatch(..., workers=1)``, one dispatch per round after a warm-up
+  dispatch (which also checks the result against numpy); wall time, and
+  CPU time of the agent process (``/proc/PID/task/*/schedstat``) plus the
+  calling thread.
 
 MODEL is read from our backend (``backend._engine.cpu_option``), so both
 run the same qemu-user CPU model and vector length. Each round runs every
@@ -49,7 +50,8 @@ The input value matters under qemu: qemu computes a float operation on
 the host's FPU only once the guest's sticky inexact flag is set, and
 with softfloat otherwise. IREE's runtime process has done inexact
 arithmetic before it dispatches; inputs of 1 make every product and sum
-of the kernel exact, so a process that has not stays on softfloat. The
+of the kernel exact, so a process that has not stays on softfloat (our
+agent, which has run nothing but the kernel, when every input is 1). The
 default fills are 0.1 (inexact) and 1 (exact).
 """
 
@@ -263,13 +265,15 @@ def main() -> int:
                 plan = iree.plan_program(
                     compiled, [np.empty(s, np.float32) for s in in_shapes])
                 (d,) = plan.dispatches
-                exe = Executable(d.so_path, backend="emulated", engine="qemu",
-                                 cpu=profile, vlen=vlen)
-                opened.append(exe)
-                option = exe.backend._engine.cpu_option
-                ordinal = exe.export(d.export_name).ordinal
-                info[name, build] = (d, option, exe.backend.describe())
                 for fill in args.fill:
+                    # One executable (one agent process) per case: the
+                    # agent's floating-point flags outlive a dispatch.
+                    exe = Executable(d.so_path, backend="emulated", engine="qemu",
+                                     cpu=profile, vlen=vlen)
+                    opened.append(exe)
+                    option = exe.backend._engine.cpu_option
+                    ordinal = exe.export(d.export_name).ordinal
+                    info[name, build] = (d, option, exe.backend.describe())
                     key = f"{name} {build} {fill:g}"
                     arrays = [aligned_array(s, np.float32, fill) for s in in_shapes]
                     arrays.append(aligned_array(out_shape, np.float32, 0))
