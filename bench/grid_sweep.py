@@ -42,7 +42,9 @@ generic build, inputs 0.1) dispatched with ``workers=1`` and ``workers=2``
 (``Executable.last_workers`` must say 2), one dispatch per round, in the
 emulated rounds; the table gives ``workers=1`` / ``workers=2``, min and
 median (``--no-speedup`` skips it). With the qemu engine each worker is an
-agent process of its own.
+agent process of its own. Column ``cpu/wall`` is the CPU time of this
+process and the agents over the wall time of the two-worker samples:
+below 2 means the second core was not free all the time.
 
 For each runner a least-squares line t = fixed + slope * X through the
 medians (and through the minima) of the grid sizes gives the fixed cost and
@@ -54,7 +56,9 @@ bound on the per-workgroup overhead.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -155,8 +159,31 @@ def speedup_cases(arch: str, engine: str):
         expected = np.float32(0.1) * np.float32(0.1) * MATMUL_N
         if not np.allclose(data[2], expected, rtol=1e-4):
             raise RuntimeError(f"{engine} {arch}: wrong matmul result")
-        cases[workers] = T.wall(call)
+        cases[workers] = busy(exe, T.wall(call), BUSY.setdefault(
+            (engine, arch, workers), []))
     return exe, cases
+
+
+#: (engine, arch, workers) -> CPU time over wall time of each sample.
+BUSY: dict[tuple[str, str, int], list[float]] = {}
+
+
+def busy(exe: Executable, measure: T.Measure, out: list[float]) -> T.Measure:
+    """``measure``, appending to ``out`` the CPU time of this process and
+    of the qemu engine's agents over the wall time of each sample: about
+    how many cores the dispatch had busy (other work on a shared machine
+    takes its share)."""
+    from emulator_vs_qemu import engine_cpu
+
+    def wrapped():
+        cpu0 = time.process_time() + engine_cpu(exe.backend)
+        wall0 = time.perf_counter()
+        seconds = measure()
+        wall = time.perf_counter() - wall0
+        cpu = time.process_time() + engine_cpu(exe.backend) - cpu0
+        out.append(cpu / wall if wall else 0.0)
+        return seconds
+    return wrapped
 
 
 def engine_list(text: str) -> list[str]:
@@ -342,14 +369,15 @@ def main() -> int:
                 rows.append([engine, arch, T.fmt_time(one.median),
                              T.fmt_time(two.median),
                              T.ratio(one.median, two.median),
-                             T.ratio(one.min, two.min)])
+                             T.ratio(one.min, two.min),
+                             f"{statistics.median(BUSY[engine, arch, 2]):.2f}"])
     if rows:
         print(f"\nemulated speed-up with two workers: {MATMUL.name} "
               f"({MATMUL_N}^3 f32, 16 workgroups, generic builds), one "
               f"dispatch per sample; speed-up = workers=1 / workers=2")
         print(T.table(["engine", "arch", "workers=1 (median)",
                        "workers=2 (median)", "speed-up (median)",
-                       "speed-up (min)"], rows))
+                       "speed-up (min)", "cpu/wall (workers=2)"], rows))
     return 0
 
 
