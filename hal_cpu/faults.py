@@ -107,8 +107,7 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
     # Bindings and local memory may be overrun; an address by the stack
     # (only its guard page below can fault) is described from it too.
     overrunnable = regions[:]
-    stacks = getattr(be, "stacks", None)
-    for w, (start, size) in enumerate(stacks() if stacks else ()):
+    for w, (start, size) in enumerate(be.stacks()):
         if w < layout.workers:
             name = "the stack" if w == worker else f"the stack of worker {w}"
             regions.append(Region(name, start, size))
@@ -126,7 +125,7 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
     symbolizers = _symbolizers(modules, {e.label: e.address
                                          for e in exe.exports})
     stopped = timed_out(exc)
-    seconds = getattr(be, "timeout_us", 0) / 1e6
+    seconds = be.timeout_us / 1e6
     kind = (_time_limit_kind(seconds) if stopped
             else getattr(exc, "what", None) or exc.message)
     thumb = _thumb(exe.arch, pc)
@@ -244,7 +243,7 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
     arch = backend.arch
     stopped = timed_out(exc)
     if seconds is None:
-        seconds = getattr(backend, "timeout_us", 0) / 1e6
+        seconds = backend.timeout_us / 1e6
     thumb = _thumb(arch, pc)
     pc = pc & ~1 if thumb else pc
     symbolizers = _symbolizers(modules)
@@ -255,8 +254,7 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
     file = (holder.image.name if holder is not None
             else modules[0].name if modules else "(plugin)")
     regions = arrays.regions(names)
-    stacks = getattr(backend, "stacks", None)
-    for w, (start, size) in enumerate(stacks() if stacks else ()):
+    for w, (start, size) in enumerate(backend.stacks()):
         if w == 0:
             regions.append(Region("the stack", start, size, offsets=False))
     address = None if stopped else _data_address(exc)
