@@ -465,21 +465,22 @@ class EmulatedBackend(Backend):
             pages = -(-pages // step) * step
         return pages * self.page_size
 
-    def _guarded_take(self, span: int) -> tuple[int, int, int]:
+    def _guarded_take(self, span: int) -> tuple[int, int, int, bool]:
         """A reservation for a guarded range of ``span`` bytes (a multiple
         of :data:`BINDING_ALIGN`): pages for the range, then a guard page.
         Taken from the pool of released ones of the same size when there
-        is one. Returns ``(reservation, its size, guard page)``. Called
-        with the lock held."""
+        is one. Returns ``(reservation, its size, guard page, fresh)``
+        (``fresh``: newly mapped, so all zeros). Called with the lock
+        held."""
         page = self.page_size
         total = self._size_class(span) + page
         free = self._pool.get(total)
         if free:
             base = free.pop()
             self._pooled -= total
-        else:
-            base = self._reserve(total, 0, (0, total - page))
-        return base, total, base + total - page
+            return base, total, base + total - page, False
+        base = self._reserve(total, 0, (0, total - page))
+        return base, total, base + total - page, True
 
     def _pool_give(self, base: int, total: int) -> None:
         """Keep a guarded reservation for reuse (or unmap it past
@@ -493,18 +494,19 @@ class EmulatedBackend(Backend):
     def _open_guarded(self, size: int):
         """Take a guarded range of ``size`` bytes (see :meth:`map_array`)
         and write its canary. Returns ``(address, host address,
-        reservation, its size, guard page, canary length)``; give it back
-        with :meth:`_close_guarded`."""
+        reservation, its size, guard page, canary length, fresh)``
+        (``fresh``: the range reads as zeros); give it back with
+        :meth:`_close_guarded`."""
         span = -(-size // BINDING_ALIGN) * BINDING_ALIGN
         with self._lock:
-            base, total, guard = self._guarded_take(span)
+            base, total, guard, fresh = self._guarded_take(span)
             addr = guard - span
             self._guards[guard] = addr
             host = self._regions[base].host + (addr - base)
         tail = span - size
         if tail:
             _memmove(host + size, CANARY, tail)
-        return addr, host, base, total, guard, tail
+        return addr, host, base, total, guard, tail, fresh
 
     def _close_guarded(self, base: int, total: int, guard: int) -> None:
         """Give back a range from :meth:`_open_guarded` (for reuse by a
@@ -535,7 +537,7 @@ class EmulatedBackend(Backend):
                                value=array.shape)
         self._check_open("binding", array.shape)
         nbytes = array.nbytes
-        addr, host, base, total, guard, tail = self._open_guarded(nbytes)
+        addr, host, base, total, guard, tail, _ = self._open_guarded(nbytes)
         region = self._regions[base]
         data = array.ctypes.data if nbytes else 0
         if nbytes:
@@ -576,10 +578,11 @@ class EmulatedBackend(Backend):
         Free with :meth:`release`."""
         self._check_open("alloc_guarded", size)
         size = max(size, 0)
-        addr, host, base, total, guard, tail = self._open_guarded(size)
+        addr, host, base, total, guard, tail, fresh = self._open_guarded(size)
         with self._lock:
             self._guarded[addr] = (base, total, guard)
-        _memset(host, 0, size)
+        if not fresh:   # (new pages are zeros: large local memory costs
+            _memset(host, 0, size)   # nothing until the kernel touches it)
         if not tail:
             return addr, None
 
