@@ -233,11 +233,14 @@ class _Agent:
                     words = struct.unpack_from(f"<{count}Q", buf, 8)
                     del buf[:end]
                     return kind, words
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([self.rep_r], [], [], left)[0]:
-                    return None
+            if self.closed:
+                raise self.died()
             try:
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not select.select([self.rep_r], [], [],
+                                                      left)[0]:
+                        return None
                 chunk = os.read(self.rep_r, 65536)
             except OSError:
                 chunk = b""
@@ -272,12 +275,14 @@ class _Agent:
 
     def died(self) -> EngineError:
         """The error for an agent that is gone (and its reaping)."""
+        said = ""
+        if not self.stderr.closed:
+            self.stderr.seek(0)
+            said = self.stderr.read()[-2000:].decode("utf-8", "replace").strip()
         self.kill()
         status = self.proc.returncode
         how = (f"killed by signal {-status}" if status is not None and status < 0
                else f"exit status {status}")
-        self.stderr.seek(0)
-        said = self.stderr.read()[-2000:].decode("utf-8", "replace").strip()
         return EngineError(f"the {self.engine.arch.name} guest agent "
                            f"({self.engine.program} -cpu "
                            f"{self.engine.cpu_option}) died ({how})"
@@ -285,6 +290,8 @@ class _Agent:
                            value=self.pid)
 
     def signal(self, sig: int) -> None:
+        if self.closed:
+            return
         try:
             os.kill(self.pid, sig)
         except ProcessLookupError:
@@ -532,6 +539,8 @@ class QemuCpu(Cpu):
         """Stop the running call and wait for the agent to report; returns
         the pc it stopped at (None if unknown). An agent that does not
         report is killed (the next call starts a new one)."""
+        if agent.closed:
+            return None
         agent.signal(signal.SIGUSR1)
         deadline = time.monotonic() + _STOP_TIMEOUT
         while True:
