@@ -148,3 +148,23 @@ def test_missing_qemu_is_a_typed_error(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(elfloader.EngineError, match="apt-get install qemu-user"):
         EmulatedBackend(elfloader.arch.by_name("riscv64"), engine="qemu")
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "x86_32"])
+def test_what_a_real_x86_faults_on_faults(arch):
+    """A misaligned MOVAPS and privileged or I/O instructions fault, as
+    on the real CPU (a general protection fault, reported by kind)."""
+    if qemu_program(arch) is None:
+        pytest.skip(f"no qemu for {arch}")
+    with EmulatedBackend(elfloader.arch.by_name(arch), engine="qemu") as be:
+        data = be.alloc(256, 64)
+        movaps = be.place_code(
+            bytes([0x0F, 0x28, 0x07, 0xC3]) if arch == "x86_64"       # movaps xmm0, [rdi]
+            else bytes([0x8B, 0x44, 0x24, 0x04, 0x0F, 0x28, 0x00, 0xC3]))  # [eax]
+        be.call(movaps, data)                                          # aligned: runs
+        for code, arg in ((movaps, data + 4), (be.place_code(b"\xfa\xc3"), 0),  # cli
+                          (be.place_code(b"\xe6\x80\xc3"), 0)):                # out 0x80, al
+            with pytest.raises(elfloader.EmulationError) as info:
+                be.call(code, arg)
+            assert info.value.fault == "general_protection"
+            assert "general protection fault" in str(info.value)

@@ -77,6 +77,7 @@ MAX_MODELS = {
 _MAP, _PROTECT, _CALL, _RETURN, _EXIT, _CALLBACKS, _ABORT = 1, 2, 3, 4, 5, 6, 7
 _OK, _DONE, _CALLBACK, _FAULT, _STOPPED, _ERROR = 1, 2, 3, 4, 5, 6
 _MAX_WORDS = 4096
+_SI_KERNEL = 0x80         # si_code of a signal the kernel sent for a #GP
 _START_TIMEOUT = 30.0     # seconds for a new agent to answer
 _STOP_TIMEOUT = 5.0       # seconds for a stopped call to report
 _HEAD = struct.Struct("<II")
@@ -599,7 +600,13 @@ class QemuCpu(Cpu):
         page_size = self._space.page_size
         page = data - data % page_size
         exact = size = None
-        if sig == signal.SIGSEGV:
+        if sig == signal.SIGSEGV and code & 0xFFFFFFFF == _SI_KERNEL:
+            # x86 #GP: no address (an aligned SSE/AVX access that is not
+            # aligned, a privileged or I/O instruction, a bad segment).
+            fault, what = ("general_protection", "general protection fault "
+                           "(misaligned aligned-vector access, privileged or "
+                           "I/O instruction)")
+        elif sig == signal.SIGSEGV:
             prot = lookup(self._space._pages.state, data)
             start, end = self._engine.arena
             if not start <= pc < end and not (prot or 0) & PROT_EXEC:
