@@ -164,8 +164,10 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
                                           worker=worker, **facts)
         else:
             index = regions.index(guarded)
-            err = BindingOverrunError(message, field=f"bindings[{index}]",
-                                      binding=index, **facts)
+            cls = (BindingUnderrunError if address < guarded.start
+                   else BindingOverrunError)
+            err = cls(message, field=f"bindings[{index}]", binding=index,
+                      **facts)
         # The report is the whole message: no "name: field:" before it.
         Exception.__init__(err, message)
     for attr in ("fault", "fault_page", "fault_address", "access_size", "pc"):

@@ -106,8 +106,10 @@ class EmulatedBackend(Backend):
         self._heap_chunks: set[int] = set()
         self._pool: dict[int, list[int]] = {}         # size -> free ranges
         self._pooled = 0                              # bytes in _pool
-        # guard page -> start of the live guarded range it ends
+        # guard page (after or below) -> start of the live guarded range
         self._guards: dict[int, int] = {}
+        # guarded reservation -> offset of its range's first mapped page
+        self._lead: dict[int, int] = {}
         # alloc_guarded address -> (reservation, its size, guard page)
         self._guarded: dict[int, tuple[int, int, int]] = {}
         self._log: list[tuple[str, int, int, object]] = []
@@ -298,6 +300,7 @@ class EmulatedBackend(Backend):
         CPUs share it with the host, :attr:`engine.Engine.defer_free`).
         Called with the lock held."""
         addr, size = region.address, region.size
+        self._lead.pop(addr, None)
         del self._regions[addr]
         self._reindex()
         self._pages.set(addr, addr + size, None)
@@ -467,20 +470,34 @@ class EmulatedBackend(Backend):
 
     def _guarded_take(self, span: int) -> tuple[int, int, int, bool]:
         """A reservation for a guarded range of ``span`` bytes (a multiple
-        of :data:`BINDING_ALIGN`): pages for the range, then a guard page.
-        Taken from the pool of released ones of the same size when there
-        is one. Returns ``(reservation, its size, guard page, fresh)``
-        (``fresh``: newly mapped, so all zeros). Called with the lock
-        held."""
+        of :data:`BINDING_ALIGN`): a guard page, pages for the range, then
+        a guard page. The range ends at most 63 bytes before the upper
+        guard; the pages below the range's first page are left out of the
+        page map, so an access below it faults too. Taken from the pool of
+        released ones of the same size class when there is one. Returns
+        ``(reservation, its size, upper guard page, fresh)`` (``fresh``:
+        newly mapped, so all zeros). Called with the lock held."""
         page = self.page_size
-        total = self._size_class(span) + page
+        total = self._size_class(span) + 2 * page
+        guard_at = total - page
+        first = (guard_at - span) // page * page     # range's first page
         free = self._pool.get(total)
         if free:
             base = free.pop()
             self._pooled -= total
-            return base, total, base + total - page, False
-        base = self._reserve(total, 0, (0, total - page))
-        return base, total, base + total - page, True
+            fresh = False
+            if self._lead.get(base) != first:
+                # Another span of the class: move the lower boundary.
+                self._pages.set(base, base + first, None)
+                self._pages.set(base + first, base + guard_at,
+                                PROT_READ | PROT_WRITE)
+                self._record("protect", base, guard_at)
+        else:
+            base = self._reserve(total, 0, (first, guard_at))
+            fresh = True
+        self._lead[base] = first
+        self._guards[base + first - page] = base + guard_at - span
+        return base, total, base + guard_at, fresh
 
     def _pool_give(self, base: int, total: int) -> None:
         """Keep a guarded reservation for reuse (or unmap it past
@@ -512,12 +529,15 @@ class EmulatedBackend(Backend):
         """Give back a range from :meth:`_open_guarded` (for reuse by a
         range of the same size class). Called with the lock held."""
         self._guards.pop(guard, None)
+        self._guards.pop(base + self._lead.get(base, self.page_size)
+                         - self.page_size, None)
         self._pool_give(base, total)
 
     def guard_page(self, address: int) -> tuple[int, int] | None:
         """``(guard page, start of the range it guards)`` when ``address``
-        lies in the guard page after a live range from :meth:`map_array` or
-        :meth:`alloc_guarded`, or in the one below a CPU's stack
+        lies in the guard page after or below a live range from
+        :meth:`map_array` or :meth:`alloc_guarded` (below: an address
+        before the start), or in the one below a CPU's stack
         (:meth:`stacks`), else None."""
         page = address - address % self.page_size
         start = self._guards.get(page)
@@ -667,6 +687,7 @@ class EmulatedBackend(Backend):
             self._pool.clear()
             self._pooled = 0
             self._guards.clear()
+            self._lead.clear()
             self._guarded.clear()
             self._callbacks.clear()
             self._engine.close()
