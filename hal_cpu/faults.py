@@ -143,7 +143,8 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
         symbolizers=symbolizers, read=be.read, function=function,
         function_kind=kind_of, workgroup=workgroup, data_address=address,
         regions=regions, thumb=thumb, caller=caller,
-        instruction_fault=getattr(exc, "fault", None) in INSTRUCTION_FAULTS)
+        instruction_fault=getattr(exc, "fault", None) in INSTRUCTION_FAULTS,
+        engine=_engine(be))
     message = report.format(be.pointer_size)
     if stopped:
         err = CallTimeoutError(message, seconds=seconds, function=export.label,
@@ -266,7 +267,8 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
         file=file, arch=arch.name, kind=kind, pc=pc, symbolizers=symbolizers,
         read=backend.read, function=import_name, function_kind="import",
         data_address=address, regions=regions, thumb=thumb,
-        instruction_fault=getattr(exc, "fault", None) in INSTRUCTION_FAULTS)
+        instruction_fault=getattr(exc, "fault", None) in INSTRUCTION_FAULTS,
+        engine=_engine(backend))
     message = report.format(backend.pointer_size)
     near = arrays.near(address) if address is not None else None
     if stopped:
@@ -297,6 +299,11 @@ def bounds_error(message: str, array, offset: int, import_name: str,
     return cls(message, name=file, field=f"arrays[{name}]", value=offset,
                binding=array.index, what=name, offset=offset,
                length=array.nbytes, import_name=import_name)
+
+
+def _engine(backend) -> str | None:
+    """The emulator and CPU model of an emulated backend, for reports."""
+    return backend.describe() if backend.kind == "emulated" else None
 
 
 def _data_address(exc: EmulationError) -> int | None:
