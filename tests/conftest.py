@@ -21,6 +21,14 @@ ROOT = Path(__file__).resolve().parent.parent
 PREBUILT = ROOT / "sample_plugins" / "prebuilt"
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` of a child a test interrupts: Ctrl-C's default action,
+    whatever this process inherited (a shell starts background jobs with
+    SIGINT ignored, and Python then installs no KeyboardInterrupt)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def emulation_engines() -> list[str]:
     """Engines the backend-level tests run on: unicorn always, qemu where
     qemu-user is installed (always on CI, where its absence is a failure)."""
