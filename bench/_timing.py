@@ -9,6 +9,10 @@
   :func:`table`, :func:`fmt_time` and :func:`ratio` print the results.
 * :func:`add_common_args` adds the ``--rounds`` / ``--quick`` options every
   script takes (``bench/run_all.py`` passes ``--quick``).
+* :func:`children_cpu` and :func:`pid_cpu` read CPU time (seconds) of
+  finished child processes and of a running process: on a shared machine
+  the CPU time of an emulator is steadier than its wall time, which
+  includes waiting for a core.
 
 A measurement is a callable taking no arguments and returning seconds (or
 None when it could not run this round); the helpers never decide what
@@ -103,6 +107,32 @@ def run_process(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                            f"{proc.returncode} (expected {check_rc})\n"
                            f"{proc.stderr.decode(errors='replace')}")
     return elapsed
+
+
+def children_cpu() -> float:
+    """User + system CPU seconds of this process's children that have
+    exited and been waited for (``getrusage(RUSAGE_CHILDREN)``); the
+    difference around a ``subprocess.run`` is that run's CPU time."""
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def pid_cpu(pid: int) -> float:
+    """CPU seconds process ``pid`` has run so far, all its threads
+    (``/proc/PID/task/*/schedstat``, nanoseconds; Linux only).
+
+    Raises:
+        OSError: no such process, or no ``/proc``.
+    """
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:      # the thread ended meanwhile
+            pass
+    return total * 1e-9
 
 
 def fmt_time(seconds: float | None) -> str:

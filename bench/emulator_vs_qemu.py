@@ -2,7 +2,7 @@
 
 Usage: python bench/emulator_vs_qemu.py [--quick] [--rounds R]
            [--iterations N] [--target-seconds S] [--kernel K ...]
-           [--arch A ...] [--keep DIR]
+           [--arch A ...] [--engine qemu,unicorn] [--keep DIR]
 
 The kernels are freestanding C in ``bench/kernels/`` (``matmul.c``: f32
 matrix multiply; ``fill.c``: store-bound rewrite of a few MiB; ``crc32.c``:
@@ -12,14 +12,20 @@ ziglang cc`` (target flags from ``fatelf.arches``) into an object file, and
 that object file is linked twice with ``ld.lld``:
 
 * with ``init.c`` into a self-contained position-independent ET_DYN, which
-  ``elfloader.load(..., backend="emulated")`` loads; we time one
-  ``backend.call(kernel, buffer, n)`` after warm-up calls (until a call is
-  no faster than the one before: the TLB has grown to the working set;
-  the buffer is allocated and filled by ``bench_init`` beforehand);
+  ``elfloader.load(..., backend="emulated", engine=E)`` loads, once per
+  engine E (``--engine``, default both: ``qemu``, qemu-user running our
+  guest agent in a child process; ``unicorn``, in this process); we time
+  one ``backend.call(kernel, buffer, n)`` after warm-up calls (until a
+  call is no faster than the one before: unicorn's TLB has grown to the
+  working set, qemu has translated the code; the buffer is allocated and
+  filled by ``bench_init`` beforehand);
 * with ``init.c`` and ``qemu_start.c`` (``_start``, argument parsing, the
   Linux ``exit_group`` system call) into a static executable that fills
   the same buffer and calls the same kernel ITERATIONS times; it runs under
-  ``qemu-<arch>``.
+  ``qemu-<arch> -cpu MODEL``, where MODEL is the ``-cpu`` option our qemu
+  engine starts its agent with (``backend._engine.cpu_option``: the most
+  capable model), so both run the same CPU model. Both engines are
+  compared with this one qemu-user run.
 
 QEMU per-call time: each round runs the executable once with N iterations
 and once with 1 iteration and takes ``(t_N - t_1) / (N - 1)``. N is picked
@@ -31,7 +37,8 @@ creation, QEMU start-up, loading, the buffer fill and the first call (which
 includes translating the code) are in both runs and cancel out, as our
 warm-up call and set-up are excluded from our figure. What remains on our
 side besides the kernel is the Python overhead of one ``backend.call``
-(argument set-up, ``emu_start``), which belongs to what we measure.
+(argument set-up, ``emu_start`` for unicorn, one request and reply on
+the agent's pipes for qemu), which belongs to what we measure.
 
 The executable exits with the kernel's result & 0x7f; it must equal ours,
 so both ran the same computation. The executable of the host's own
@@ -39,7 +46,12 @@ architecture is also run directly (column ``host``, same N-minus-1 method)
 for scale.
 
 Each round runs every case once, in an order rotated by one per round;
-the table gives min and median per call, and ours / qemu-user.
+the table gives min and median per call, and ours / qemu-user per
+engine. Column ``cpu ratio`` compares CPU time instead of wall time (ours:
+the calling thread plus, for the qemu engine, the agent process,
+``/proc/PID/task/*/schedstat``; qemu-user: ``getrusage`` of the finished
+runs, N-call minus 1-call): on a shared machine wall time includes waiting
+for a core, CPU time much less so.
 """
 
 from __future__ import annotations
@@ -49,12 +61,15 @@ import os
 import shutil
 import subprocess
 import sys
+import statistics
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import _timing as T
+from dispatch import loadavg
 
 import elfloader
 import fatelf.arches as A
@@ -62,6 +77,7 @@ import fatelf.arches as A
 HERE = Path(__file__).resolve().parent
 KERNEL_DIR = HERE / "kernels"
 ARCHES = ("x86_64", "aarch64", "riscv64")
+ENGINES = ("qemu", "unicorn")
 
 CFLAGS = ("-std=c17", "-fPIC", "-ffreestanding", "-fvisibility=hidden", "-O2",
           "-fno-stack-protector", "-fno-unwind-tables",
@@ -132,8 +148,8 @@ def build(names: list[str], arches: list[str], out: Path) -> dict:
 class Ours:
     """One kernel loaded into an emulated backend, buffer filled, warmed up."""
 
-    def __init__(self, so: Path, kernel: Kernel):
-        self.module = elfloader.load(so, backend="emulated")
+    def __init__(self, so: Path, kernel: Kernel, engine: str):
+        self.module = elfloader.load(so, backend="emulated", engine=engine)
         be = self.backend = self.module.backend
         self.addr = be.alloc(kernel.nbytes, 64)
         be.call(self.module.lookup("bench_init"), self.addr, kernel.nbytes)
@@ -141,8 +157,9 @@ class Ours:
         self.n = kernel.n
         # Warm-up: unicorn grows its TLB (by doubling) only when it is
         # flushed between calls, so a kernel sweeping MiBs needs a few calls
-        # before it stops refilling pages; qemu-user has no TLB. Calls until
-        # one is no faster than the one before (at least 2, at most 8).
+        # before it stops refilling pages; qemu-user has no TLB but
+        # translates the code on the first call. Calls until one is no
+        # faster than the one before (at least 2, at most 8).
         last = float("inf")
         for _ in range(8):
             t = T.wall(lambda: be.call(self.fn, self.addr, self.n))()
@@ -150,9 +167,17 @@ class Ours:
                 break
             last = t
         self.result = be.call(self.fn, self.addr, self.n)
+        self.cpu: list[float] = []
 
     def measure(self) -> float:
-        return T.wall(lambda: self.backend.call(self.fn, self.addr, self.n))()
+        """Wall seconds of one call; its CPU seconds go to :attr:`cpu`."""
+        be, fn, addr, n = self.backend, self.fn, self.addr, self.n
+        cpu0, thread0 = engine_cpu(be), time.thread_time()
+        start = time.perf_counter()
+        be.call(fn, addr, n)
+        wall = time.perf_counter() - start
+        self.cpu.append(engine_cpu(be) - cpu0 + time.thread_time() - thread0)
+        return wall
 
     def close(self) -> None:
         self.module.close()
@@ -167,24 +192,73 @@ class PerCall:
                  iterations: int, target: float):
         self.argv = [*prefix, str(exe)]
         self.kernel, self.rc = kernel, rc
-        t1, n = self._run(1), iterations
-        while self._run(n) - t1 < target / 2 and n < 5000:
+        self.cpu: list[float] = []
+        t1, n = self._run(1)[0], iterations
+        while self._run(n)[0] - t1 < target / 2 and n < 5000:
             n *= 2
         self.iterations = n
 
-    def _run(self, n: int) -> float:
-        return T.run_process([*self.argv, str(n), str(self.kernel.n),
+    def _run(self, n: int) -> tuple[float, float]:
+        """(wall, CPU) seconds of one run with ``n`` calls."""
+        cpu0 = T.children_cpu()
+        wall = T.run_process([*self.argv, str(n), str(self.kernel.n),
                               str(self.kernel.nbytes)], check_rc=self.rc)
+        return wall, T.children_cpu() - cpu0
 
     def measure(self, iterations: int | None = None) -> float:
+        """Wall seconds per call; CPU seconds per call go to :attr:`cpu`."""
         n = iterations or self.iterations
-        t1 = self._run(1)
-        return (self._run(n) - t1) / (n - 1)
+        w1, c1 = self._run(1)
+        wn, cn = self._run(n)
+        self.cpu.append((cn - c1) / (n - 1))
+        return (wn - w1) / (n - 1)
+
+
+def engine_cpu(backend) -> float:
+    """CPU seconds the engine of an emulated ``backend`` has used outside
+    this process so far: the sum over the qemu engine's agent processes
+    (:func:`_timing.pid_cpu`); 0 for the unicorn engine, which runs in the
+    calling thread."""
+    total = 0.0
+    for cpu in list(getattr(backend, "_cpus", ())):
+        agent = getattr(cpu, "_agent", None)
+        if agent is not None and not agent.closed:
+            try:
+                total += T.pid_cpu(agent.pid)
+            except OSError:
+                pass
+    return total
+
+
+def median(values) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def qemu_version(tool: str) -> str:
     out = subprocess.run([tool, "--version"], capture_output=True, text=True).stdout
     return out.splitlines()[0] if out else "?"
+
+
+def engine_list(text: str) -> list[str]:
+    """``qemu,unicorn`` -> ``["qemu", "unicorn"]`` (argparse type)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in ENGINES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"engines are a comma-separated list of {', '.join(ENGINES)}")
+    return list(dict.fromkeys(names))
+
+
+def qemu_cpu_option(arch: str) -> str:
+    """The ``-cpu`` option our qemu engine runs ``arch`` with when no
+    profile is named (read from a backend, so the reference follows the
+    engine)."""
+    from elfloader.backend.emulated import EmulatedBackend
+    backend = EmulatedBackend(elfloader.arch.by_name(arch), engine="qemu")
+    try:
+        return backend._engine.cpu_option
+    finally:
+        backend.close()
 
 
 def main() -> int:
@@ -199,6 +273,9 @@ def main() -> int:
                              "the 1-call run (default 1.0, --quick: 0.3)")
     parser.add_argument("--kernel", action="append", choices=list(table))
     parser.add_argument("--arch", action="append", choices=ARCHES)
+    parser.add_argument("--engine", type=engine_list, default=list(ENGINES),
+                        help="emulation engines to measure, comma-separated "
+                             "(default qemu,unicorn)")
     parser.add_argument("--keep", metavar="DIR",
                         help="build into DIR and keep it (default: a temporary "
                              "directory, removed at exit)")
@@ -228,17 +305,34 @@ def main() -> int:
         if seen:
             print(qemu_version(seen[0]))
         host = A.host()
-        ours, cases, counts = {}, {}, {}
+        engines = args.engine
+        if "qemu" in engines and not all(qemu.values()):
+            print("the qemu engine needs qemu-user for every architecture: "
+                  "it is left out")
+            engines = [e for e in engines if e != "qemu"]
+        cpu = {a: qemu_cpu_option(a) for a, tool in qemu.items() if tool}
+        for a, option in cpu.items():
+            print(f"qemu-user reference and qemu engine {a}: -cpu {option}")
+        ours, cases, counts, cpu_of = {}, {}, {}, {}
         for name in names:
             kernel = table[name]
             for arch in arches:
                 so, exe = builds[name, arch]
-                o = ours[name, arch] = Ours(so, kernel)
-                rc = o.result & 0x7F
-                cases[f"ours {name} {arch}"] = o.measure
+                results = set()
+                for engine in engines:
+                    o = ours[name, arch, engine] = Ours(so, kernel, engine)
+                    results.add(o.result)
+                    cases[f"ours-{engine} {name} {arch}"] = o.measure
+                    cpu_of[name, arch, engine] = o.cpu
+                if len(results) != 1:
+                    raise RuntimeError(f"{name} {arch}: the engines disagree "
+                                       f"on the result: {sorted(results)}")
+                rc = results.pop() & 0x7F
                 if qemu[arch]:
-                    q = PerCall([qemu[arch]], exe, kernel, rc, iterations, target)
-                    cases[f"qemu {name} {arch}"] = q.measure
+                    q = PerCall([qemu[arch], "-cpu", cpu[arch]], exe, kernel, rc,
+                                iterations, target)
+                    cases[f"qemu-user {name} {arch}"] = q.measure
+                    cpu_of[name, arch] = q.cpu
                     counts[name, arch] = q.iterations
                 if host is not None and host.name == arch:
                     h = PerCall([], exe, kernel, rc, iterations, target)
@@ -252,24 +346,44 @@ def main() -> int:
             shutil.rmtree(out, ignore_errors=True)
 
     rows = []
+    worst: dict[str, float] = {}
+    worst_cpu: dict[str, float] = {}
     for name in names:
         for arch in arches:
-            s, q = stats[f"ours {name} {arch}"], stats.get(f"qemu {name} {arch}")
+            q = stats.get(f"qemu-user {name} {arch}")
             h = stats.get(f"host {name} {arch}")
-            rows.append([name, arch, T.fmt_time(s.min), T.fmt_time(s.median),
-                         T.fmt_time(q.min) if q else "-",
-                         T.fmt_time(q.median) if q else "-",
-                         counts.get((name, arch), "-"),
-                         T.ratio(s.median, q.median) if q else "-",
-                         T.ratio(s.min, q.min) if q else "-",
-                         T.fmt_time(h.median) if h else ""])
+            for engine in engines:
+                s = stats[f"ours-{engine} {name} {arch}"]
+                if q and q.ok and s.ok:
+                    worst[engine] = max(worst.get(engine, 0.0), s.median / q.median)
+                ours_cpu = median(cpu_of[name, arch, engine])
+                qemu_cpu = median(cpu_of.get((name, arch), ()))
+                if ours_cpu and qemu_cpu:
+                    worst_cpu[engine] = max(worst_cpu.get(engine, 0.0),
+                                            ours_cpu / qemu_cpu)
+                rows.append([name, arch, engine, T.fmt_time(s.min),
+                             T.fmt_time(s.median),
+                             T.fmt_time(q.min) if q else "-",
+                             T.fmt_time(q.median) if q else "-",
+                             counts.get((name, arch), "-"),
+                             T.ratio(s.median, q.median) if q else "-",
+                             T.ratio(s.min, q.min) if q else "-",
+                             T.ratio(ours_cpu, qemu_cpu),
+                             T.fmt_time(h.median) if h else ""])
     print()
-    print("per call; ratio = ours / qemu-user")
+    print("per call (wall time); ratio = ours (engine) / qemu-user with the "
+          "same -cpu; cpu ratio: the same with CPU time (median; ours: the "
+          "calling thread plus the qemu engine's agent, qemu-user: the "
+          "process), steadier than wall time on a busy machine")
     for name in names:
         print(f"  {name}: {table[name].description}")
-    print(T.table(["kernel", "arch", "ours min", "ours median", "qemu-user min",
-                   "qemu-user median", "N", "ratio (median)", "ratio (min)",
-                   "host median"], rows))
+    print(T.table(["kernel", "arch", "engine", "ours min", "ours median",
+                   "qemu-user min", "qemu-user median", "N", "ratio (median)",
+                   "ratio (min)", "cpu ratio", "host median"], rows))
+    for engine, r in worst.items():
+        print(f"largest ratio (median), {engine} engine: {r:.2f}x wall, "
+              f"{worst_cpu.get(engine, 0):.2f}x cpu")
+    print(f"load average at the end: {loadavg()}")
     return 0
 
 

@@ -3,6 +3,7 @@ our native and emulated backends and of IREE's ``iree-benchmark-executable``.
 
 Usage: python bench/grid_sweep.py [--quick] [--rounds R] [--seconds S]
            [--emulated-rounds R] [--grid X ...] [--no-emulated]
+           [--engine qemu,unicorn] [--no-speedup]
 
 The kernel is ``bench/programs/rowsum.mlir`` (row sums of a 131072x16
 float32 matrix), compiled with ``hal_cpu.iree.compile_program`` for x86_64
@@ -22,14 +23,28 @@ natural one would write past the output, as IREE's kernels do not check).
   (X, 1, 1), bindings, workers=1)``, mean per call over a batch of calls
   lasting about S seconds; the bindings are numpy arrays at 64-byte aligned
   addresses (filled with 1 / 0), used in place;
-* ours emulated (x86_64, aarch64, riscv64 builds): one call per round, in
-  rounds of their own (``--emulated-rounds``). Emulated dispatches copy the
-  8.5 MB of bindings into guest memory and back, which is in the fixed cost.
+* ours emulated (x86_64, aarch64, riscv64 builds) on each engine of
+  ``--engine`` (default both: ``qemu``, qemu-user running our guest agent,
+  with its most capable CPU model; ``unicorn``, in process): one call per
+  round, in rounds of their own (``--emulated-rounds``). Emulated
+  dispatches copy the 8.5 MB of bindings into guest memory and back, which
+  is in the fixed cost.
 
 A dispatch function that returns 0 at once (a few bytes of machine code
 per architecture, ``TRIVIAL``) is also run emulated on grids of 1 and 4096
 workgroups through ``hal_cpu.dispatch.run_grid``: the difference per
-workgroup is the emulated per-workgroup overhead without kernel work.
+workgroup is the emulated per-workgroup overhead without kernel work
+(per engine and architecture).
+
+Emulated speed-up with two workers, per engine and architecture: a
+256x256x256 f32 matmul (``programs/matmul256.mlir``, 16 workgroups,
+generic build, inputs 0.1) dispatched with ``workers=1`` and ``workers=2``
+(``Executable.last_workers`` must say 2), one dispatch per round, in the
+emulated rounds; the table gives ``workers=1`` / ``workers=2``, min and
+median (``--no-speedup`` skips it). With the qemu engine each worker is an
+agent process of its own. Column ``cpu/wall`` is the CPU time of this
+process and the agents over the wall time of the two-worker samples:
+below 2 means the second core was not free all the time.
 
 For each runner a least-squares line t = fixed + slope * X through the
 medians (and through the minima) of the grid sizes gives the fixed cost and
@@ -41,7 +56,9 @@ bound on the per-workgroup overhead.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +75,9 @@ PROGRAM = HERE / "programs" / "rowsum.mlir"
 SHAPE = (131072, 16)
 GRIDS = (1, 16, 256, 4096)
 EMULATED = ("x86_64", "aarch64", "riscv64")
+ENGINES = ("qemu", "unicorn")
+MATMUL = HERE / "programs" / "matmul256.mlir"
+MATMUL_N = 256
 
 
 def fit(xs, ys) -> tuple[float, float]:
@@ -98,14 +118,14 @@ TRIVIAL = {
 TRIVIAL_GRID = 4096
 
 
-def trivial_cases(arch: str):
+def trivial_cases(arch: str, engine: str):
     """(backend, {grid: measure}) for the trivial kernel on the emulated
-    backend of ``arch``, run by :func:`hal_cpu.dispatch.run_grid` like any
-    export (workers=1)."""
+    backend of ``arch`` on ``engine``, run by
+    :func:`hal_cpu.dispatch.run_grid` like any export (workers=1)."""
     from elfloader.backend.emulated import EmulatedBackend
     from hal_cpu import dispatch as D
     import elfloader
-    be = EmulatedBackend(elfloader.arch.by_name(arch))
+    be = EmulatedBackend(elfloader.arch.by_name(arch), engine=engine)
     fn = be.place_code(TRIVIAL[arch])
     env = be.alloc(256, 64)
     layout = D.DispatchLayout(be, 0, 0, 1, 0)
@@ -118,6 +138,61 @@ def trivial_cases(arch: str):
         call()
         cases[g] = T.wall(call)
     return be, cases
+
+
+def speedup_cases(arch: str, engine: str):
+    """(executable, {workers: measure}) for the 256^3 matmul on ``engine``
+    with one and two workers; checks the result once."""
+    compiled = iree.compile_program(MATMUL, arch)
+    shape = np.empty((MATMUL_N, MATMUL_N), np.float32)
+    (d,) = iree.plan_program(compiled, [shape, shape]).dispatches
+    exe = Executable(d.so_path, backend="emulated", engine=engine)
+    data = [aligned_array(shape.shape, np.float32, v) for v in (0.1, 0.1, 0)]
+    cases = {}
+    for workers in (1, 2):
+        call = dispatcher(exe, d.export_name, d.workgroup_count, data,
+                          d.constants, workers)
+        call()      # warm-up: translation, and each worker's CPU started
+        if exe.last_workers != workers:
+            raise RuntimeError(f"{engine} {arch}: workers={workers} ran "
+                               f"{exe.last_workers} workers")
+        expected = np.float32(0.1) * np.float32(0.1) * MATMUL_N
+        if not np.allclose(data[2], expected, rtol=1e-4):
+            raise RuntimeError(f"{engine} {arch}: wrong matmul result")
+        cases[workers] = busy(exe, T.wall(call), BUSY.setdefault(
+            (engine, arch, workers), []))
+    return exe, cases
+
+
+#: (engine, arch, workers) -> CPU time over wall time of each sample.
+BUSY: dict[tuple[str, str, int], list[float]] = {}
+
+
+def busy(exe: Executable, measure: T.Measure, out: list[float]) -> T.Measure:
+    """``measure``, appending to ``out`` the CPU time of this process and
+    of the qemu engine's agents over the wall time of each sample: about
+    how many cores the dispatch had busy (other work on a shared machine
+    takes its share)."""
+    from emulator_vs_qemu import engine_cpu
+
+    def wrapped():
+        cpu0 = time.process_time() + engine_cpu(exe.backend)
+        wall0 = time.perf_counter()
+        seconds = measure()
+        wall = time.perf_counter() - wall0
+        cpu = time.process_time() + engine_cpu(exe.backend) - cpu0
+        out.append(cpu / wall if wall else 0.0)
+        return seconds
+    return wrapped
+
+
+def engine_list(text: str) -> list[str]:
+    """``qemu,unicorn`` -> ``["qemu", "unicorn"]`` (argparse type)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names or any(n not in ENGINES for n in names):
+        raise argparse.ArgumentTypeError(
+            f"engines are a comma-separated list of {', '.join(ENGINES)}")
+    return list(dict.fromkeys(names))
 
 
 def main() -> int:
@@ -134,6 +209,11 @@ def main() -> int:
                              "1 16 256 4096)")
     parser.add_argument("--no-emulated", action="store_true",
                         help="skip the emulated backends")
+    parser.add_argument("--engine", type=engine_list, default=list(ENGINES),
+                        help="emulation engines, comma-separated (default "
+                             "qemu,unicorn)")
+    parser.add_argument("--no-speedup", action="store_true",
+                        help="skip the emulated workers=2 / workers=1 matmul")
     args = parser.parse_args()
     rounds = T.rounds_of(args)
     emu_rounds = args.emulated_rounds or (2 if args.quick else 5)
@@ -176,24 +256,33 @@ def main() -> int:
 
     emu_cases: dict[str, T.Measure] = {}
     trivial_backends = []
-    if not args.no_emulated:
+    engines = [] if args.no_emulated else args.engine
+    described: dict[tuple[str, str], str] = {}
+    for engine in engines:
         for arch in EMULATED:
-            be, cases = trivial_cases(arch)
+            be, cases = trivial_cases(arch, engine)
             trivial_backends.append(be)
+            described[engine, arch] = be.describe()
             for g, m in cases.items():
-                emu_cases[f"trivial {arch} {g}"] = m
+                emu_cases[f"trivial {engine} {arch} {g}"] = m
         for arch in EMULATED:
             _, d = plan_for(arch)
             if d.workgroup_count != natural:
                 print(f"{arch}: planned grid {d.workgroup_count} differs from "
                       f"x86_64's {natural}")
-            exe = Executable(d.so_path, backend="emulated")
+            exe = Executable(d.so_path, backend="emulated", engine=engine)
             opened.append(exe)
-            runners.append(f"ours emulated {arch}")
+            runners.append(f"ours emulated {engine} {arch}")
             for g in grids:
                 call = dispatcher(exe, d.export_name, (g, 1, 1), [x, y], d.constants, 1)
                 call()  # warm-up: translation of the kernel's code
                 emu_cases[f"{runners[-1]} {g}"] = T.wall(call)
+        if not args.no_speedup:
+            for arch in EMULATED:
+                exe, cases = speedup_cases(arch, engine)
+                opened.append(exe)
+                for w, m in cases.items():
+                    emu_cases[f"matmul {engine} {arch} workers={w}"] = m
 
     try:
         stats = T.interleave(native_cases, rounds, progress=True)
@@ -254,19 +343,41 @@ def main() -> int:
 
     if trivial_backends:
         rows = []
-        for arch in EMULATED:
-            one, many = (stats[f"trivial {arch} {g}"] for g in (1, TRIVIAL_GRID))
-            if one.ok and many.ok:
-                per = [(m - o) / (TRIVIAL_GRID - 1) for m, o in
-                       ((many.median, one.median), (many.min, one.min))]
-                rows.append([arch, T.fmt_time(one.median),
-                             T.fmt_time(many.median), fmt_signed(per[0]),
-                             fmt_signed(per[1])])
+        for engine in engines:
+            for arch in EMULATED:
+                one, many = (stats[f"trivial {engine} {arch} {g}"]
+                             for g in (1, TRIVIAL_GRID))
+                if one.ok and many.ok:
+                    per = [(m - o) / (TRIVIAL_GRID - 1) for m, o in
+                           ((many.median, one.median), (many.min, one.min))]
+                    rows.append([engine, arch, T.fmt_time(one.median),
+                                 T.fmt_time(many.median), fmt_signed(per[0]),
+                                 fmt_signed(per[1])])
         print(f"\nemulated per-workgroup overhead: a dispatch function that "
               f"returns 0 at once, grids of 1 and {TRIVIAL_GRID} workgroups "
               "(workers=1); overhead = (t(N) - t(1)) / (N - 1)")
-        print(T.table(["arch", "1 workgroup", f"{TRIVIAL_GRID} workgroups",
+        print(T.table(["engine", "arch", "1 workgroup", f"{TRIVIAL_GRID} workgroups",
                        "overhead (median)", "overhead (min)"], rows))
+        for (engine, arch), text in described.items():
+            print(f"  {engine} {arch}: {text}")
+    rows = []
+    for engine in engines:
+        for arch in EMULATED:
+            one = stats.get(f"matmul {engine} {arch} workers=1")
+            two = stats.get(f"matmul {engine} {arch} workers=2")
+            if one and two and one.ok and two.ok:
+                rows.append([engine, arch, T.fmt_time(one.median),
+                             T.fmt_time(two.median),
+                             T.ratio(one.median, two.median),
+                             T.ratio(one.min, two.min),
+                             f"{statistics.median(BUSY[engine, arch, 2]):.2f}"])
+    if rows:
+        print(f"\nemulated speed-up with two workers: {MATMUL.name} "
+              f"({MATMUL_N}^3 f32, 16 workgroups, generic builds), one "
+              f"dispatch per sample; speed-up = workers=1 / workers=2")
+        print(T.table(["engine", "arch", "workers=1 (median)",
+                       "workers=2 (median)", "speed-up (median)",
+                       "speed-up (min)", "cpu/wall (workers=2)"], rows))
     return 0
 
 

@@ -707,6 +707,8 @@ class FaultReport:
             the CPU reported the pc after the instruction it refused).
         module: the image holding the pc (its file name), when it is not
             ``file``, e.g. a plugin called from an executable; or None.
+        engine: the emulator that ran the code and its CPU model (e.g.
+            ``qemu (sve, vector length 256 bits: ...)``), or None.
         caller: what called ``function``, e.g. ``export mul of k.so`` for
             an import a dispatch called; or None.
     """
@@ -726,6 +728,7 @@ class FaultReport:
     note: str | None = None
     module: str | None = None
     caller: str | None = None
+    engine: str | None = None
 
     def summary(self, word_size: int) -> str:
         """The report's first line (see :meth:`format`).
@@ -776,6 +779,8 @@ class FaultReport:
             desc = self.data_description
             row("data address", fmt(self.data_address) + (f" ({desc})" if desc else ""))
         row("source", self.source or "(no line information)")
+        if self.engine:
+            row("emulator", self.engine)
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -802,7 +807,8 @@ def fault_report(*, file: str, arch: str, kind: str, pc: int,
                  data_address: int | None = None,
                  regions: Iterable[Region] = (), thumb: bool = False,
                  instruction_fault: bool = False,
-                 caller: str | None = None) -> FaultReport:
+                 caller: str | None = None,
+                 engine: str | None = None) -> FaultReport:
     """Assemble a :class:`FaultReport` from the facts of a fault.
 
     Args:
@@ -869,7 +875,7 @@ def fault_report(*, file: str, arch: str, kind: str, pc: int,
                        function_kind=function_kind, workgroup=workgroup,
                        symbol=symbol, source=source, instruction=instruction,
                        data_address=data_address, data_description=description,
-                       note=note, module=module, caller=caller)
+                       note=note, module=module, caller=caller, engine=engine)
 
 
 __all__ = ["Symbolizer", "section_symbols", "disassemble", "Region",

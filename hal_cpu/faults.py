@@ -52,10 +52,10 @@ def stopped_pc(exc: EmulationError) -> int | None:
 
 
 def timed_out(exc: EmulationError) -> bool:
-    """Whether ``exc`` is a call stopped at the backend's time limit (no
-    fault kind; the CPU stopped somewhere that is not a fault)."""
-    return (getattr(exc, "fault", None) is None
-            and _STOPPED_AT.search(str(getattr(exc, "message", exc))) is not None)
+    """Whether ``exc`` is a call stopped at the backend's time limit
+    (``fault`` ``"timeout"``; the CPU stopped somewhere that is not a
+    fault)."""
+    return getattr(exc, "fault", None) == "timeout"
 
 
 def _thumb(arch, pc: int) -> bool:
@@ -107,8 +107,7 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
     # Bindings and local memory may be overrun; an address by the stack
     # (only its guard page below can fault) is described from it too.
     overrunnable = regions[:]
-    stacks = getattr(be, "stacks", None)
-    for w, (start, size) in enumerate(stacks() if stacks else ()):
+    for w, (start, size) in enumerate(be.stacks()):
         if w < layout.workers:
             name = "the stack" if w == worker else f"the stack of worker {w}"
             regions.append(Region(name, start, size))
@@ -126,7 +125,7 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
     symbolizers = _symbolizers(modules, {e.label: e.address
                                          for e in exe.exports})
     stopped = timed_out(exc)
-    seconds = getattr(be, "timeout_us", 0) / 1e6
+    seconds = be.timeout_us / 1e6
     kind = (_time_limit_kind(seconds) if stopped
             else getattr(exc, "what", None) or exc.message)
     thumb = _thumb(exe.arch, pc)
@@ -144,7 +143,8 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
         symbolizers=symbolizers, read=be.read, function=function,
         function_kind=kind_of, workgroup=workgroup, data_address=address,
         regions=regions, thumb=thumb, caller=caller,
-        instruction_fault=getattr(exc, "fault", None) in INSTRUCTION_FAULTS)
+        instruction_fault=getattr(exc, "fault", None) in INSTRUCTION_FAULTS,
+        engine=_engine(be))
     message = report.format(be.pointer_size)
     if stopped:
         err = CallTimeoutError(message, seconds=seconds, function=export.label,
@@ -165,8 +165,10 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
                                           worker=worker, **facts)
         else:
             index = regions.index(guarded)
-            err = BindingOverrunError(message, field=f"bindings[{index}]",
-                                      binding=index, **facts)
+            cls = (BindingUnderrunError if address < guarded.start
+                   else BindingOverrunError)
+            err = cls(message, field=f"bindings[{index}]", binding=index,
+                      **facts)
         # The report is the whole message: no "name: field:" before it.
         Exception.__init__(err, message)
     for attr in ("fault", "fault_page", "fault_address", "access_size", "pc"):
@@ -244,7 +246,7 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
     arch = backend.arch
     stopped = timed_out(exc)
     if seconds is None:
-        seconds = getattr(backend, "timeout_us", 0) / 1e6
+        seconds = backend.timeout_us / 1e6
     thumb = _thumb(arch, pc)
     pc = pc & ~1 if thumb else pc
     symbolizers = _symbolizers(modules)
@@ -255,8 +257,7 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
     file = (holder.image.name if holder is not None
             else modules[0].name if modules else "(plugin)")
     regions = arrays.regions(names)
-    stacks = getattr(backend, "stacks", None)
-    for w, (start, size) in enumerate(stacks() if stacks else ()):
+    for w, (start, size) in enumerate(backend.stacks()):
         if w == 0:
             regions.append(Region("the stack", start, size, offsets=False))
     address = None if stopped else _data_address(exc)
@@ -266,7 +267,8 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
         file=file, arch=arch.name, kind=kind, pc=pc, symbolizers=symbolizers,
         read=backend.read, function=import_name, function_kind="import",
         data_address=address, regions=regions, thumb=thumb,
-        instruction_fault=getattr(exc, "fault", None) in INSTRUCTION_FAULTS)
+        instruction_fault=getattr(exc, "fault", None) in INSTRUCTION_FAULTS,
+        engine=_engine(backend))
     message = report.format(backend.pointer_size)
     near = arrays.near(address) if address is not None else None
     if stopped:
@@ -297,6 +299,11 @@ def bounds_error(message: str, array, offset: int, import_name: str,
     return cls(message, name=file, field=f"arrays[{name}]", value=offset,
                binding=array.index, what=name, offset=offset,
                length=array.nbytes, import_name=import_name)
+
+
+def _engine(backend) -> str | None:
+    """The emulator and CPU model of an emulated backend, for reports."""
+    return backend.describe() if backend.kind == "emulated" else None
 
 
 def _data_address(exc: EmulationError) -> int | None:

@@ -21,6 +21,31 @@ ROOT = Path(__file__).resolve().parent.parent
 PREBUILT = ROOT / "sample_plugins" / "prebuilt"
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` of a child a test interrupts: Ctrl-C's default action,
+    whatever this process inherited (a shell starts background jobs with
+    SIGINT ignored, and Python then installs no KeyboardInterrupt)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def emulation_engines() -> list[str]:
+    """Engines the backend-level tests run on: unicorn always, qemu where
+    qemu-user is installed (always on CI, where its absence is a failure)."""
+    from elfloader.backend.emulated import qemu_program
+    have = all(qemu_program(a) for a in arches.RUNTIME_ARCHES)
+    return ["unicorn"] + (["qemu"] if have or os.environ.get("CI") == "true" else [])
+
+
+@pytest.fixture
+def each_engine(request, monkeypatch):
+    """Runs the test on the engine named by its parameter (``PKR_ENGINE``);
+    modules opt in with ``pytestmark = pytest.mark.parametrize("each_engine",
+    emulation_engines(), indirect=True)`` and an autouse of this fixture."""
+    monkeypatch.setenv("PKR_ENGINE", request.param)
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def compile_cache(tmp_path_factory) -> Path:
     """Directory where compiled programs are cached for the session.

@@ -25,6 +25,18 @@ from hal_cpu.dispatch import DispatchLayout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_emulated_backend import LOAD, STORE, u32  # noqa: E402
 
+from conftest import emulation_engines  # noqa: E402
+
+#: Every test here runs on both engines (qemu where installed).
+pytestmark = pytest.mark.parametrize("each_engine", emulation_engines(),
+                                     indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def _engine(each_engine):
+    return each_engine
+
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "hal_cpu" / "samples"
 MANIFEST = json.loads((SAMPLES / "manifest.json").read_text())
@@ -415,3 +427,21 @@ def test_stack_overflow_reaches_the_guard_page(arch):
         assert be.guard_page(err.fault_address) == (start - be.page_size, start)
         assert (f"(the stack at offset {-below} of {size} bytes ({below} before "
                 "the start, guard page))") in str(err)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("nbytes", [4096, 432])
+def test_access_below_a_binding_reaches_a_guard(arch, nbytes):
+    """The pages below a binding's first page are a guard: a read before
+    the start that leaves that page faults, attributed to the binding."""
+    with EmulatedBackend(elfloader.arch.by_name(arch)) as be:
+        load = be.place_code(LOAD[arch])
+        address, finish = be.map_array(np.zeros(nbytes, np.uint8))
+        below = address - address % be.page_size - 8
+        with pytest.raises(elfloader.EmulationError) as info:
+            be.call(load, below)
+        assert info.value.fault_address == below
+        assert be.guard_page(below) == (below - below % be.page_size + 0, address)
+        finish()
+        # Released, the guard no longer names the range.
+        assert be.guard_page(below) is None

@@ -13,6 +13,8 @@ import time
 import numpy as np
 import pytest
 
+from conftest import default_sigint
+
 from hal_cpu import DispatchError, Executable, dispatch as dispatch_mod
 from hal_cpu.iree import compile_program, plan_program
 from hal_cpu.plugins import PluginManager
@@ -170,7 +172,7 @@ def test_ctrl_c_stops_a_long_emulated_grid():
          "--workgroup_count=4000000000,1,1", "--binding=5003xf32=1",
          "--binding=5003xf32=2", "--binding=5003xf32", "--no-progress"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=default_sigint)
     time.sleep(3.0)
     assert proc.poll() is None, proc.communicate()
     t0 = time.monotonic()

@@ -15,6 +15,18 @@ from elfloader.backend.emulated import EmulatedBackend
 
 from conftest import process_memory
 
+from conftest import emulation_engines  # noqa: E402
+
+#: Every test here runs on both engines (qemu where installed).
+pytestmark = pytest.mark.parametrize("each_engine", emulation_engines(),
+                                     indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def _engine(each_engine):
+    return each_engine
+
+
 ARCHES = ["x86_64", "x86_32", "aarch64", "arm32", "riscv64", "riscv32"]
 PREBUILT = Path(__file__).resolve().parent.parent / "sample_plugins" / "prebuilt"
 UNMAPPED = 0x7000_0000

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import default_sigint
+
 import fatelf
 from fatelf import cli
 
@@ -384,7 +386,7 @@ def test_interrupt_exits_130(tmp_path, bundle_file):
             "cli._read = interrupted\n"
             f"sys.exit(cli.main(['info', {str(bundle_file)!r}]))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                          env=_env(), timeout=60)
+                          env=_env(), timeout=60, preexec_fn=default_sigint)
     assert proc.returncode == 130
     assert proc.stderr.decode() == "fatelf: interrupted\n"
     assert proc.stdout == b""

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import default_sigint
+
 import elfloader
 from hal_cpu import Executable
 from hal_cpu.errors import (ExportNotFoundError, HalCpuError, NativeCrashError,
@@ -254,9 +256,6 @@ def test_interrupt_ends_the_child_too():
            SAMPLES / f"mul_add_{HOST.name}.so", "--entry_point=0",
            "--workgroup_count=2,1,1", *BINDINGS, "--print_bindings=none",
            "--benchmark_repetitions=100000000"]
-
-    def default_sigint():
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     for target in ("hal-cpu", "group"):
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import default_sigint
+
 from fatelf import arches
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -223,7 +225,7 @@ def test_ctrl_c_stops_an_emulated_call_at_once(tmp_path, buggy_sos):
          "--rootdir", str(tmp_path), str(tests), "-k", "without_a_limit",
          "--hal-arch=aarch64", "--hal-timeout=0"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True)
+        text=True, preexec_fn=default_sigint)
     try:
         time.sleep(4)           # loaded and looping by now
         assert proc.poll() is None, proc.stdout.read()

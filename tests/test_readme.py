@@ -87,7 +87,7 @@ def runnable(command: str) -> tuple[str, int] | None:
     status = int(m.group(1)) if m else 0
     parts = [p.strip() for p in body.split("&&")]
     keep = [p for p in parts if not p.startswith("pip install")
-            and not re.fullmatch(r"python -m pytest( -\S+)*", p)]
+            and not re.fullmatch(r"python -m pytest( -\S+( [^-\s]\S*)?)*", p)]
     if not keep:
         return None
     return " && ".join(keep), status
@@ -111,6 +111,7 @@ def test_readme_blocks_are_found():
     assert runnable("pip install -e . && hal-cpu demo   # six arches") == (
         "hal-cpu demo", 0)
     assert runnable("pip install -e '.[test]' && python -m pytest -q") is None
+    assert runnable("pip install -e '.[test]' && python -m pytest -q -n auto") is None
     assert runnable("hal-cpu run x.so  # exit status 1") == ("hal-cpu run x.so", 1)
     assert sh_blocks("```sh\na \\\n  b\n# note\n\nc # d\n```\n```python\nx\n```"
                      ) == [["a    b", "c # d"]]

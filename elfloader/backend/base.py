@@ -37,6 +37,9 @@ class Backend(abc.ABC):
     kind: str
     arch: Arch
     page_size: int
+    #: Limit of one guest call in microseconds (0: none); only the emulated
+    #: backend can stop a call, natively it is not enforced.
+    timeout_us: int = 0
 
     @property
     def pointer_size(self) -> int:
@@ -125,6 +128,12 @@ class Backend(abc.ABC):
         (this backend: ``check`` is always None). Free with
         :meth:`release`."""
         return self.alloc(max(size, 1), 64), None
+
+    def stacks(self) -> list[tuple[int, int]]:
+        """``(lowest address, size in bytes)`` of each CPU's stack, worker
+        0's first, where the backend knows them (the emulated backend);
+        empty natively."""
+        return []
 
     def guard_page(self, address: int) -> tuple[int, int] | None:
         """``(guard page, start of the range it guards)`` when ``address``

@@ -343,9 +343,11 @@ def choose(arch: Arch, engine: str = "auto", cpu: str | None = None) -> str:
         return "qemu"
     if engine == "unicorn":
         if profile is not None and not profile.unicorn:
+            how = ("engine='qemu' (--engine=qemu)" if have_qemu
+                   else INSTALL_HINT)
             raise EngineError(f"unicorn cannot run CPU profile {profile.name} "
                               f"({profile.summary}); use the qemu engine: "
-                              f"{INSTALL_HINT}", field="cpu", value=profile.name)
+                              f"{how}", field="cpu", value=profile.name)
         return "unicorn"
     if have_qemu:
         return "qemu"

@@ -77,6 +77,7 @@ MAX_MODELS = {
 _MAP, _PROTECT, _CALL, _RETURN, _EXIT, _CALLBACKS, _ABORT = 1, 2, 3, 4, 5, 6, 7
 _OK, _DONE, _CALLBACK, _FAULT, _STOPPED, _ERROR = 1, 2, 3, 4, 5, 6
 _MAX_WORDS = 4096
+_SI_KERNEL = 0x80         # si_code of a signal the kernel sent for a #GP
 _START_TIMEOUT = 30.0     # seconds for a new agent to answer
 _STOP_TIMEOUT = 5.0       # seconds for a stopped call to report
 _HEAD = struct.Struct("<II")
@@ -233,11 +234,14 @@ class _Agent:
                     words = struct.unpack_from(f"<{count}Q", buf, 8)
                     del buf[:end]
                     return kind, words
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([self.rep_r], [], [], left)[0]:
-                    return None
+            if self.closed:
+                raise self.died()
             try:
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not select.select([self.rep_r], [], [],
+                                                      left)[0]:
+                        return None
                 chunk = os.read(self.rep_r, 65536)
             except OSError:
                 chunk = b""
@@ -272,12 +276,14 @@ class _Agent:
 
     def died(self) -> EngineError:
         """The error for an agent that is gone (and its reaping)."""
+        said = ""
+        if not self.stderr.closed:
+            self.stderr.seek(0)
+            said = self.stderr.read()[-2000:].decode("utf-8", "replace").strip()
         self.kill()
         status = self.proc.returncode
         how = (f"killed by signal {-status}" if status is not None and status < 0
                else f"exit status {status}")
-        self.stderr.seek(0)
-        said = self.stderr.read()[-2000:].decode("utf-8", "replace").strip()
         return EngineError(f"the {self.engine.arch.name} guest agent "
                            f"({self.engine.program} -cpu "
                            f"{self.engine.cpu_option}) died ({how})"
@@ -285,6 +291,8 @@ class _Agent:
                            value=self.pid)
 
     def signal(self, sig: int) -> None:
+        if self.closed:
+            return
         try:
             os.kill(self.pid, sig)
         except ProcessLookupError:
@@ -532,6 +540,8 @@ class QemuCpu(Cpu):
         """Stop the running call and wait for the agent to report; returns
         the pc it stopped at (None if unknown). An agent that does not
         report is killed (the next call starts a new one)."""
+        if agent.closed:
+            return None
         agent.signal(signal.SIGUSR1)
         deadline = time.monotonic() + _STOP_TIMEOUT
         while True:
@@ -566,9 +576,10 @@ class QemuCpu(Cpu):
     # --- errors -------------------------------------------------------------
     def _error(self, fault: str, what: str, address: int,
                pc: int | None) -> EmulationError:
+        # "call of X stopped at pc=P after the ..." as on unicorn.
         at = f" at pc={pc:#x}" if pc is not None else ""
-        err = EmulationError(f"call of {address:#x} {what}{at}", field="call",
-                             value=address)
+        err = EmulationError(f"call of {address:#x} stopped{at}{what[7:]}",
+                             field="call", value=address)
         err.fault, err.what, err.pc = fault, what, pc
         err.fault_page = err.fault_address = err.access_size = None
         return err
@@ -584,16 +595,31 @@ class QemuCpu(Cpu):
         sig, code, data, pc, sp_bits = words
         mask = self._mask
         data &= mask
-        write_bit = (sp_bits >> 62) & 3     # 0 unknown, 1 read, 2 write
+        # 0 unknown, 1 read, 2 write, 3 instruction fetch (x86 error code)
+        kind = (sp_bits >> 62) & 3
         page_size = self._space.page_size
         page = data - data % page_size
         exact = size = None
-        if sig == signal.SIGSEGV:
+        if sig == signal.SIGSEGV and code & 0xFFFFFFFF == _SI_KERNEL:
+            # x86 #GP: no address (an aligned SSE/AVX access that is not
+            # aligned, a privileged or I/O instruction, a bad segment).
+            fault, what = ("general_protection", "general protection fault "
+                           "(misaligned aligned-vector access, privileged or "
+                           "I/O instruction)")
+        elif sig == signal.SIGSEGV:
             prot = lookup(self._space._pages.state, data)
-            if _is_fetch(pc, data, prot):
+            start, end = self._engine.arena
+            if not start <= pc < end and not (prot or 0) & PROT_EXEC:
+                # In the agent's own code, which touches no guest memory:
+                # the fetch of the function it was asked to call.
+                access, pc, data = "fetch", address & mask, address & mask
+            elif (kind == 3 or (pc == data and not (prot or 0) & PROT_EXEC)
+                  or (not kind and _is_fetch(pc, data, prot))
+                  or _transfers_to(self._space, pc, data, prot)):
                 access = "fetch"
-            elif write_bit:
-                access = "write" if write_bit == 2 else "read"
+                pc = data     # qemu-user gives the jump's pc; the CPU's is the target
+            elif kind:
+                access = "write" if kind == 2 else "read"
             elif prot is not None and prot & PROT_READ and not prot & PROT_WRITE:
                 access = "write"
             else:
@@ -635,6 +661,20 @@ def _is_fetch(pc: int, data: int, prot) -> bool:
     """Whether a fault at ``data`` with pc ``pc`` was the instruction
     fetch (the instruction at pc, up to 16 bytes, on that address)."""
     return pc - 16 < data <= pc + 15 and (prot is None or not prot & PROT_EXEC)
+
+
+def _transfers_to(space, pc: int, data: int, prot) -> bool:
+    """Whether an x86 fault at ``data`` is the fetch of a jump's target:
+    qemu-user reports x86 fetch faults at the pc of the call, jump or
+    return that went there (real CPUs and unicorn: at the target)."""
+    if not space.arch.name.startswith("x86") or (prot or 0) & PROT_EXEC:
+        return False
+    from ...diagnose import disassemble
+    try:
+        text = disassemble(space.arch.name, space.read(pc, 16), pc)
+    except BackendError:
+        return False
+    return text.startswith(("call", "jmp", "ret", "j", "loop"))
 
 
 def _access_of(space, pc: int) -> str | None:

@@ -106,8 +106,10 @@ class EmulatedBackend(Backend):
         self._heap_chunks: set[int] = set()
         self._pool: dict[int, list[int]] = {}         # size -> free ranges
         self._pooled = 0                              # bytes in _pool
-        # guard page -> start of the live guarded range it ends
+        # guard page (after or below) -> start of the live guarded range
         self._guards: dict[int, int] = {}
+        # guarded reservation -> offset of its range's first mapped page
+        self._lead: dict[int, int] = {}
         # alloc_guarded address -> (reservation, its size, guard page)
         self._guarded: dict[int, tuple[int, int, int]] = {}
         self._log: list[tuple[str, int, int, object]] = []
@@ -298,6 +300,7 @@ class EmulatedBackend(Backend):
         CPUs share it with the host, :attr:`engine.Engine.defer_free`).
         Called with the lock held."""
         addr, size = region.address, region.size
+        self._lead.pop(addr, None)
         del self._regions[addr]
         self._reindex()
         self._pages.set(addr, addr + size, None)
@@ -465,21 +468,36 @@ class EmulatedBackend(Backend):
             pages = -(-pages // step) * step
         return pages * self.page_size
 
-    def _guarded_take(self, span: int) -> tuple[int, int, int]:
+    def _guarded_take(self, span: int) -> tuple[int, int, int, bool]:
         """A reservation for a guarded range of ``span`` bytes (a multiple
-        of :data:`BINDING_ALIGN`): pages for the range, then a guard page.
-        Taken from the pool of released ones of the same size when there
-        is one. Returns ``(reservation, its size, guard page)``. Called
-        with the lock held."""
+        of :data:`BINDING_ALIGN`): a guard page, pages for the range, then
+        a guard page. The range ends at most 63 bytes before the upper
+        guard; the pages below the range's first page are left out of the
+        page map, so an access below it faults too. Taken from the pool of
+        released ones of the same size class when there is one. Returns
+        ``(reservation, its size, upper guard page, fresh)`` (``fresh``:
+        newly mapped, so all zeros). Called with the lock held."""
         page = self.page_size
-        total = self._size_class(span) + page
+        total = self._size_class(span) + 2 * page
+        guard_at = total - page
+        first = (guard_at - span) // page * page     # range's first page
         free = self._pool.get(total)
         if free:
             base = free.pop()
             self._pooled -= total
+            fresh = False
+            if self._lead.get(base) != first:
+                # Another span of the class: move the lower boundary.
+                self._pages.set(base, base + first, None)
+                self._pages.set(base + first, base + guard_at,
+                                PROT_READ | PROT_WRITE)
+                self._record("protect", base, guard_at)
         else:
-            base = self._reserve(total, 0, (0, total - page))
-        return base, total, base + total - page
+            base = self._reserve(total, 0, (first, guard_at))
+            fresh = True
+        self._lead[base] = first
+        self._guards[base + first - page] = base + guard_at - span
+        return base, total, base + guard_at, fresh
 
     def _pool_give(self, base: int, total: int) -> None:
         """Keep a guarded reservation for reuse (or unmap it past
@@ -493,29 +511,33 @@ class EmulatedBackend(Backend):
     def _open_guarded(self, size: int):
         """Take a guarded range of ``size`` bytes (see :meth:`map_array`)
         and write its canary. Returns ``(address, host address,
-        reservation, its size, guard page, canary length)``; give it back
-        with :meth:`_close_guarded`."""
+        reservation, its size, guard page, canary length, fresh)``
+        (``fresh``: the range reads as zeros); give it back with
+        :meth:`_close_guarded`."""
         span = -(-size // BINDING_ALIGN) * BINDING_ALIGN
         with self._lock:
-            base, total, guard = self._guarded_take(span)
+            base, total, guard, fresh = self._guarded_take(span)
             addr = guard - span
             self._guards[guard] = addr
             host = self._regions[base].host + (addr - base)
         tail = span - size
         if tail:
             _memmove(host + size, CANARY, tail)
-        return addr, host, base, total, guard, tail
+        return addr, host, base, total, guard, tail, fresh
 
     def _close_guarded(self, base: int, total: int, guard: int) -> None:
         """Give back a range from :meth:`_open_guarded` (for reuse by a
         range of the same size class). Called with the lock held."""
         self._guards.pop(guard, None)
+        self._guards.pop(base + self._lead.get(base, self.page_size)
+                         - self.page_size, None)
         self._pool_give(base, total)
 
     def guard_page(self, address: int) -> tuple[int, int] | None:
         """``(guard page, start of the range it guards)`` when ``address``
-        lies in the guard page after a live range from :meth:`map_array` or
-        :meth:`alloc_guarded`, or in the one below a CPU's stack
+        lies in the guard page after or below a live range from
+        :meth:`map_array` or :meth:`alloc_guarded` (below: an address
+        before the start), or in the one below a CPU's stack
         (:meth:`stacks`), else None."""
         page = address - address % self.page_size
         start = self._guards.get(page)
@@ -535,7 +557,7 @@ class EmulatedBackend(Backend):
                                value=array.shape)
         self._check_open("binding", array.shape)
         nbytes = array.nbytes
-        addr, host, base, total, guard, tail = self._open_guarded(nbytes)
+        addr, host, base, total, guard, tail, _ = self._open_guarded(nbytes)
         region = self._regions[base]
         data = array.ctypes.data if nbytes else 0
         if nbytes:
@@ -576,10 +598,11 @@ class EmulatedBackend(Backend):
         Free with :meth:`release`."""
         self._check_open("alloc_guarded", size)
         size = max(size, 0)
-        addr, host, base, total, guard, tail = self._open_guarded(size)
+        addr, host, base, total, guard, tail, fresh = self._open_guarded(size)
         with self._lock:
             self._guarded[addr] = (base, total, guard)
-        _memset(host, 0, size)
+        if not fresh:   # (new pages are zeros: large local memory costs
+            _memset(host, 0, size)   # nothing until the kernel touches it)
         if not tail:
             return addr, None
 
@@ -664,6 +687,7 @@ class EmulatedBackend(Backend):
             self._pool.clear()
             self._pooled = 0
             self._guards.clear()
+            self._lead.clear()
             self._guarded.clear()
             self._callbacks.clear()
             self._engine.close()

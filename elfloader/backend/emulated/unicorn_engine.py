@@ -424,13 +424,15 @@ class UnicornCpu(Cpu):
                 raise exc
             pc = self._reg_read(self._regs.pc)
             if pc != sentinel:
-                if timeout:
-                    raise EmulationError(
-                        f"call of {address:#x} stopped at pc={pc:#x} after the "
-                        f"{timeout / 1e6:g} s limit", field="call",
-                        value=address)
-                raise EmulationError(f"call of {address:#x} stopped at "
-                                     f"pc={pc:#x}", field="call", value=address)
+                what = (f"stopped after the {timeout / 1e6:g} s time limit"
+                        if timeout else "stopped")
+                err = EmulationError(f"call of {address:#x} stopped at "
+                                     f"pc={pc:#x}" + what[7:], field="call",
+                                     value=address)
+                err.fault = "timeout" if timeout else "stopped"
+                err.what, err.pc = what, pc
+                err.fault_page = err.fault_address = err.access_size = None
+                raise err
             return self._reg_read(self._regs.result)
         finally:
             self._leave()

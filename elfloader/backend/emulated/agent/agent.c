@@ -126,15 +126,14 @@ static void context_pc_sp(void *uctx, u64 *pc, u64 *sp) {
 #endif
 }
 
-/* Write access bit of a data fault, where the context records one:
- * 1 write, 0 read, -1 not known. */
+/* The kind of a memory fault, where the context records it (the x86 page
+ * fault error code): 0 read, 1 write, 2 instruction fetch, -1 not known. */
 static int64_t context_write(void *uctx) {
-#if defined(__x86_64__)
+#if defined(__x86_64__) || defined(__i386__)
   ucontext_t *uc = uctx;
-  return (uc->uc_mcontext.gregs[REG_ERR] >> 1) & 1;
-#elif defined(__i386__)
-  ucontext_t *uc = uctx;
-  return (uc->uc_mcontext.gregs[REG_ERR] >> 1) & 1;
+  long err = (long)uc->uc_mcontext.gregs[REG_ERR];
+  if (err & 0x10) return 2;
+  return (err >> 1) & 1;
 #else
   (void)uctx;
   return -1;
@@ -326,6 +325,32 @@ __asm__(".text\n.globl run_on_stack\n.type run_on_stack,@function\nrun_on_stack:
         "  addi sp, sp, 16\n  ret\n");
 #endif
 
+/* Raise the sticky "inexact" floating-point flag. qemu-user computes guest
+ * floating point with the host's FPU only once that flag is set (until
+ * then every operation goes through its software path, several times
+ * slower); a process that has done any inexact arithmetic has it set, as
+ * IREE's own runtime has when it dispatches. */
+static void set_inexact(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned csr;
+  __asm__ volatile("stmxcsr %0" : "=m"(csr));
+  csr |= 0x20; /* PE */
+  __asm__ volatile("ldmxcsr %0" : : "m"(csr));
+#elif defined(__aarch64__)
+  unsigned long fpsr;
+  __asm__ volatile("mrs %0, fpsr" : "=r"(fpsr));
+  fpsr |= 0x10; /* IXC */
+  __asm__ volatile("msr fpsr, %0" : : "r"(fpsr));
+#elif defined(__arm__)
+  unsigned fpscr;
+  __asm__ volatile("vmrs %0, fpscr" : "=r"(fpscr));
+  fpscr |= 0x10; /* IXC */
+  __asm__ volatile("vmsr fpscr, %0" : : "r"(fpscr));
+#elif defined(__riscv)
+  __asm__ volatile("csrsi 0x001, 1"); /* fflags.NX */
+#endif
+}
+
 /* words: function, stack top (0: this program's stack), arguments... */
 static void do_call(uint32_t count) {
   u64 result;
@@ -336,6 +361,7 @@ static void do_call(uint32_t count) {
   in_call = 1;
   int how = sigsetjmp(call_env, 1);
   if (how == 0) {
+    set_inexact();
     in_guest = 1;
     if (top) run_on_stack(call_body, top & ~(word)15);
     else call_body();
