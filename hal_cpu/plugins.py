@@ -107,7 +107,7 @@ class ParamsView(GuestMemory):
         numpy structured dtype), as a dict."""
         return super().struct(cstruct, offset, what)
 
-    def array(self, address: int, dtype, count) -> "numpy.ndarray":
+    def array(self, address: int, dtype, count):
         """Copy of ``count`` elements (or a shape) of ``dtype`` at guest
         ``address``."""
         return GuestMemory(self.backend).numpy(address, dtype, count)
