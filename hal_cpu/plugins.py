@@ -108,8 +108,8 @@ class ParamsView(GuestMemory):
         return super().struct(cstruct, offset, what)
 
     def array(self, address: int, dtype, count):
-        """Copy of ``count`` elements (or a shape) of ``dtype`` at guest
-        ``address``."""
+        """A numpy array: a copy of ``count`` elements (or a shape) of
+        ``dtype`` at guest ``address``."""
         return GuestMemory(self.backend).numpy(address, dtype, count)
 
     def store(self, address: int, array) -> None:
