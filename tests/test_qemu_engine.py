@@ -168,3 +168,36 @@ def test_what_a_real_x86_faults_on_faults(arch):
                 be.call(code, arg)
             assert info.value.fault == "general_protection"
             assert "general protection fault" in str(info.value)
+
+
+def test_agents_end_with_their_host_process(tmp_path):
+    """A host process killed while its agent runs an endless loop leaves
+    no agent behind (the agent watches its request pipe)."""
+    import subprocess
+    import sys
+    script = tmp_path / "host.py"
+    script.write_text(
+        "import elfloader\n"
+        "from elfloader.backend.emulated import EmulatedBackend\n"
+        "be = EmulatedBackend(elfloader.arch.by_name('aarch64'), engine='qemu')\n"
+        "spin = be.place_code(bytes.fromhex('00000014'))\n"
+        "print(be.cpu._agent.pid, flush=True)\n"
+        "be.call(spin)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    host = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            text=True, env=dict(os.environ, PYTHONPATH=root))
+    agent = int(host.stdout.readline())
+    time.sleep(0.5)
+    os.kill(host.pid, signal.SIGKILL)
+    host.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{agent}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return
+        if state == "Z":        # exited; reaped by whoever adopted it
+            return
+        time.sleep(0.1)
+    pytest.fail(f"agent {agent} still runs after its host was killed")

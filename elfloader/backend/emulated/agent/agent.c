@@ -15,6 +15,8 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
@@ -385,6 +387,32 @@ static void do_call(uint32_t count) {
   }
 }
 
+/* The host's end of the request pipe closes when the host process ends,
+ * however it ends: then the agent ends too, even in the middle of guest
+ * code that would run forever. The watchdog thread waits for that (poll
+ * with no events reports only the hang-up) and blocks every signal, so
+ * stop requests and faults reach the main thread. */
+static void *watchdog(void *arg) {
+  (void)arg;
+  struct pollfd p = {.fd = fd_in, .events = 0, .revents = 0};
+  for (;;) {
+    if (poll(&p, 1, -1) > 0 && (p.revents & (POLLHUP | POLLERR | POLLNVAL))) _exit(5);
+  }
+  return 0;
+}
+
+static void start_watchdog(void) {
+  sigset_t all, old;
+  pthread_t thread;
+  pthread_attr_t attr;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 1 << 16);
+  pthread_create(&thread, &attr, watchdog, 0);
+  pthread_sigmask(SIG_SETMASK, &old, 0);
+}
+
 static char altstack[1 << 16];
 
 int main(int argc, char **argv) {
@@ -405,6 +433,7 @@ int main(int argc, char **argv) {
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigaction(SIGUSR1, &sa, 0);
   signal(SIGPIPE, SIG_IGN);
+  start_watchdog();
 
   for (;;) {
     uint32_t count;
