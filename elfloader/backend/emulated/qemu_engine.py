@@ -368,12 +368,8 @@ class QemuCpu(Cpu):
             elif list(slots) != engine.slots:
                 raise EngineError("guest agents disagree on callback "
                                   "addresses", field="agent", value=agent.pid)
-        except EngineError as exc:
-            agent.kill()
-            if "died" in exc.message or "did not answer" in exc.message:
-                raise agent.died() from None
-            raise
         except BaseException:
+            # (an agent that died has said why in the error: qemu's stderr)
             agent.kill()
             raise
         with self._lock:
