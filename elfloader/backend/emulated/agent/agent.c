@@ -163,12 +163,21 @@ static int is_masked_load(const unsigned char *code) {
          (code[3] == 0x2C || code[3] == 0x2D || code[3] == 0x8C);
 }
 
+static volatile sig_atomic_t in_soften;
+
 static int soften(word pc, word address) {
   word page = address & ~(word)4095;
+  int masked;
+  /* A fault on the instruction's own bytes is a fetch; and reading them
+   * must not fault again inside this handler. */
+  if (in_soften || (address >= pc - 16 && address < pc + 16)) return 0;
   for (unsigned i = 0; i < soft_count; i++)
     if (soft_pages[i] == page) return 0;
-  if (soft_count == SOFT_PAGES || !is_masked_load((const unsigned char *)pc)) return 0;
-  if (mprotect((void *)page, 4096, PROT_READ)) return 0;
+  if (soft_count == SOFT_PAGES) return 0;
+  in_soften = 1;
+  masked = is_masked_load((const unsigned char *)pc);
+  in_soften = 0;
+  if (!masked || mprotect((void *)page, 4096, PROT_READ)) return 0;
   soft_pages[soft_count++] = page;
   return 1;
 }
@@ -176,6 +185,7 @@ static int soften(word pc, word address) {
 static void harden(void) {
   for (unsigned i = 0; i < soft_count; i++) mprotect((void *)soft_pages[i], 4096, PROT_NONE);
   soft_count = 0;
+  in_soften = 0;
 }
 #else
 static int soften(word pc, word address) {
