@@ -201,3 +201,21 @@ def test_agents_end_with_their_host_process(tmp_path):
             return
         time.sleep(0.1)
     pytest.fail(f"agent {agent} still runs after its host was killed")
+
+
+def test_an_agent_that_does_not_answer_is_killed_and_replaced(be, monkeypatch):
+    """A stopped call whose agent never reports (here: the process is
+    frozen) ends at the time limit; the agent is killed, not left behind,
+    and the next call runs on a new one."""
+    from elfloader.backend.emulated import qemu_engine
+    monkeypatch.setattr(qemu_engine, "_STOP_TIMEOUT", 0.5)
+    spin, add = be.place_code(SPIN), be.place_code(ADD)
+    agent = be.cpu._agent
+    be.timeout_us = 300_000
+    threading.Timer(0.1, os.kill, (agent.pid, signal.SIGSTOP)).start()
+    with pytest.raises(elfloader.EmulationError) as info:
+        be.call(spin)
+    assert info.value.fault == "timeout"
+    assert agent.closed and agent.proc.returncode == -signal.SIGKILL
+    be.timeout_us = 0
+    assert be.call(add, 2, 3) == 5

@@ -299,21 +299,19 @@ class _Agent:
             pass
 
     def kill(self) -> None:
+        """End the agent (in the process that started it; a forked child
+        only lets go of its copies of the pipes) and free what it held."""
         if self.closed:
             return
+        mine = os.getpid() == self.owner
+        if mine:
+            self.signal(signal.SIGKILL)
         self.closed = True
-        if os.getpid() != self.owner:     # a forked child: the parent's agent
-            for fd in (self.req_w, self.rep_r):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-            return
-        self.signal(signal.SIGKILL)
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
+        if mine:
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
         for fd in (self.req_w, self.rep_r):
             try:
                 os.close(fd)
