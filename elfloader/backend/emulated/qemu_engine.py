@@ -93,12 +93,13 @@ _SIGNALS = {
 
 #: Mnemonic starts of instructions that store, per architecture: a data
 #: fault's direction where the signal context does not record it.
+_RISCV_STORES = ("s", "c.s", "fs", "c.fs", "vs", "amo", "sc.")
 _STORES = {
     "aarch64": ("st", "casp", "cas", "swp", "ldadd", "ldclr", "ldset",
                 "ldeor", "prf"),
     "arm32": ("st", "vst", "push", "vpush", "srs"),
-    "riscv64": ("s", "c.s", "fs", "c.fs", "vs", "amo", "sc."),
-    "riscv32": ("s", "c.s", "fs", "c.fs", "vs", "amo", "sc."),
+    "riscv64": _RISCV_STORES,
+    "riscv32": _RISCV_STORES,
 }
 #: RISC-V major opcodes (low 7 bits) that store, for instructions the
 #: disassembler does not decode (vector stores share STORE-FP).
@@ -458,20 +459,19 @@ class QemuCpu(Cpu):
                                "parent process (qemu engine): after fork(), "
                                "load the file again in the child",
                                field="call", value=address)
-        try:
-            agent = self._live_agent()
-        except EngineError as exc:
-            raise EmulationError(exc.message, field="call",
-                                 value=address) from None
-        mask = self._mask
-        self._pending = None
         if len(args) > 16:
             raise BackendError(f"{len(args)} arguments: at most 16",
                                field="call", value=address)
+        mask = self._mask
+        self._pending = None
         timeout = self._space.timeout_us / 1e6
         deadline = time.monotonic() + timeout if timeout else None
-        agent.send(_CALL, [address & mask, self._stack_top]
-                   + [a & mask for a in args])
+        try:
+            agent = self._live_agent()
+            agent.send(_CALL, [address & mask, self._stack_top]
+                       + [a & mask for a in args])
+        except EngineError as exc:
+            raise self._died(exc, address) from None
         if self._stop:
             agent.signal(signal.SIGUSR1)
         while True:
@@ -579,6 +579,7 @@ class QemuCpu(Cpu):
         return err
 
     def _died(self, exc: EngineError, address: int) -> EmulationError:
+        """The error for a call whose agent died or could not start."""
         err = EmulationError(exc.message, field="call", value=address)
         err.fault, err.what, err.pc = "agent_died", exc.message, None
         err.fault_page = err.fault_address = err.access_size = None
@@ -593,7 +594,7 @@ class QemuCpu(Cpu):
         kind = (sp_bits >> 62) & 3
         page_size = self._space.page_size
         page = data - data % page_size
-        exact = size = None
+        exact = None
         if sig == signal.SIGSEGV and code & 0xFFFFFFFF == _SI_KERNEL:
             # x86 #GP: no address (an aligned SSE/AVX access that is not
             # aligned, a privileged or I/O instruction, a bad segment).
@@ -607,8 +608,8 @@ class QemuCpu(Cpu):
                 # In the agent's own code, which touches no guest memory:
                 # the fetch of the function it was asked to call.
                 access, pc, data = "fetch", address & mask, address & mask
-            elif (kind == 3 or (pc == data and not (prot or 0) & PROT_EXEC)
-                  or (not kind and _is_fetch(pc, data, prot))
+            elif (kind == 3 or ((not kind or pc == data)
+                                and _is_fetch(pc, data, prot))
                   or _transfers_to(self._space, pc, data, prot)):
                 access = "fetch"
                 pc = data     # qemu-user gives the jump's pc; the CPU's is the target
@@ -638,7 +639,7 @@ class QemuCpu(Cpu):
         err.fault, err.what, err.pc = fault, what, pc
         err.fault_address = exact
         err.fault_page = page if exact is not None else None
-        err.access_size = size
+        err.access_size = None      # a signal does not say
         err.signal = sig
         return err
 
@@ -675,8 +676,9 @@ def _access_of(space, pc: int) -> str | None:
     """``"read"`` or ``"write"`` from the instruction at ``pc``, where the
     disassembler (or, on RISC-V, the major opcode) tells; else None."""
     name = space.arch.name
+    thumb = space.arch.disassembly.thumb_modes is not None
     try:
-        code = space.read(pc & ~1 if name == "arm32" else pc, 4)
+        code = space.read(pc & ~1 if thumb else pc, 4)
     except BackendError:
         return None
     if name.startswith("riscv") and len(code) == 4 and code[0] & 3 == 3:
