@@ -325,16 +325,24 @@ def choose(arch: Arch, engine: str = "auto", cpu: str | None = None) -> str:
     else qemu-user where it is installed, else unicorn.
 
     Raises:
-        EngineError: unknown engine; ``"qemu"`` asked for without
-            qemu-user; a profile unicorn cannot run and no qemu-user.
+        EngineError: unknown engine or profile; ``"qemu"`` asked for
+            without qemu-user; a profile unicorn cannot run and no
+            qemu-user.
     """
+    profile, _ = resolve_profile(arch, cpu, None)
+    return _choose(arch, engine, profile, qemu_program(arch))
+
+
+def _choose(arch: Arch, engine: str, profile: arches.Profile | None,
+            program: str | None) -> str:
+    """:func:`choose` for a resolved profile and the path of ``qemu-<arch>``
+    (None: not installed)."""
     if engine == "auto" and os.environ.get(ENGINE_ENV):
         engine = os.environ[ENGINE_ENV].strip().lower()
     if engine not in ENGINES:
         raise EngineError(f"unknown engine {engine!r}; use one of "
                           f"{', '.join(ENGINES)}", field="engine", value=engine)
-    profile, _ = resolve_profile(arch, cpu, None)
-    have_qemu = qemu_program(arch) is not None
+    have_qemu = program is not None
     if engine == "qemu":
         if not have_qemu:
             raise EngineError(f"the qemu engine needs "
@@ -362,12 +370,13 @@ def choose(arch: Arch, engine: str = "auto", cpu: str | None = None) -> str:
 def open_engine(arch: Arch, engine: str = "auto", cpu: str | None = None,
                 vlen: int | None = None) -> Engine:
     """The engine for a new address space; see :func:`choose`."""
-    name = choose(arch, engine, cpu)
     profile, vlen = resolve_profile(arch, cpu, vlen)
-    if name == "qemu":
+    program = qemu_program(arch)
+    if _choose(arch, engine, profile, program) == "qemu":
         from .qemu_engine import QemuEngine
         return QemuEngine(arch, profile, vlen or (None if profile
-                                                  else default_vlen(arch)))
+                                                  else default_vlen(arch)),
+                          program)
     if vlen is not None and profile is None:
         raise EngineError("unicorn models no scalable vectors: --vlen needs "
                           "the qemu engine", field="vlen", value=vlen)

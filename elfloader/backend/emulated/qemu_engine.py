@@ -708,9 +708,9 @@ class QemuEngine(Engine):
     defer_free = False
 
     def __init__(self, arch: Arch, profile: arches.Profile | None,
-                 vlen: int | None):
+                 vlen: int | None, program: str | None = None):
         super().__init__(arch, profile, vlen)
-        self.program = qemu_program(arch)
+        self.program = program or qemu_program(arch)
         if self.program is None:
             raise EngineError(f"{QEMU_PROGRAMS.get(arch.name, 'qemu-user')} is "
                               f"not installed: {INSTALL_HINT}", field="engine",
