@@ -213,14 +213,11 @@ class Engine:
         defer_free: a released reservation's host memory must outlive the
             CPUs that may still run on it (freed once every CPU unmapped
             it); False when it can be freed at once.
-        stacks: each CPU runs calls on a stack the space reserves (with a
-            guard page below); False when the engine has stacks of its own.
     """
 
     name = ""
     eager_sync = True
     defer_free = True
-    stacks = True
 
     def __init__(self, arch: Arch, profile: arches.Profile | None,
                  vlen: int | None):

@@ -127,7 +127,7 @@ class EmulatedBackend(Backend):
         # Guest code assumes at least 4 KiB pages (aarch64 ADRP, for one).
         self.page_size = max(4096, self.cpu.page_size)
         try:
-            stack = self._reserve_stack() if self._engine.stacks else None
+            stack = self._reserve_stack()
             self._slots = self._engine.setup(self, _CALLBACK_SLOTS)
             self.cpu._start(stack)
         except BaseException:
@@ -158,7 +158,7 @@ class EmulatedBackend(Backend):
             self._cpus.append(cpu)
             try:
                 cpu._map_all()
-                stack = self._reserve_stack() if self._engine.stacks else None
+                stack = self._reserve_stack()
                 cpu._start(stack)
             except BaseException:
                 self._cpus.remove(cpu)
