@@ -26,7 +26,6 @@ CallTimeoutError` whose report shows where the CPU was.
 from __future__ import annotations
 
 import os
-import re
 from typing import Sequence
 
 from elfloader import EmulationError, GuardError
@@ -36,20 +35,6 @@ from elfloader.diagnose import (INSTRUCTION_FAULTS, Region, Symbolizer,
 from . import abi
 from .errors import (BindingOverrunError, BindingUnderrunError,
                      CallTimeoutError, LocalMemoryOverrunError)
-
-_STOPPED_AT = re.compile(r"stopped at pc=(0x[0-9a-fA-F]+)")
-
-
-def stopped_pc(exc: EmulationError) -> int | None:
-    """The pc of a call the emulator stopped: ``exc.pc``, or for a call
-    that ran past the backend's time limit (whose error carries the pc only
-    in its message) the pc the message gives; None when unknown."""
-    pc = getattr(exc, "pc", None)
-    if pc is not None:
-        return pc
-    m = _STOPPED_AT.search(str(getattr(exc, "message", exc)))
-    return int(m.group(1), 16) if m else None
-
 
 def timed_out(exc: EmulationError) -> bool:
     """Whether ``exc`` is a call stopped at the backend's time limit
@@ -82,7 +67,7 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
     :class:`BindingOverrunError` or :class:`LocalMemoryOverrunError`
     (``field`` ``bindings[N]`` or ``local_memory``, ``value`` the offset
     past the start)."""
-    pc = stopped_pc(exc)
+    pc = getattr(exc, "pc", None)
     if pc is None:
         return exc
     be = exe.backend
@@ -240,7 +225,7 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
         Each has ``report`` (the :class:`elfloader.diagnose.FaultReport`).
         ``exc`` itself when it carries no pc (e.g. stopped by request).
     """
-    pc = stopped_pc(exc)
+    pc = getattr(exc, "pc", None)
     if pc is None:
         return exc
     arch = backend.arch
