@@ -101,8 +101,7 @@ class Target:
         return "-".join(parts)
 
     def options(self) -> dict:
-        """Keyword arguments for the backend: ``cpu``/``vlen`` when set
-        (backends without CPU profiles take none)."""
+        """Keyword arguments for the backend: ``cpu``/``vlen`` when set."""
         return {k: v for k, v in (("cpu", self.cpu), ("vlen", self.vlen)) if v}
 
 
@@ -138,20 +137,14 @@ def selected_profiles(values: list[str], allowed: list[str]) -> list[Target]:
     (``fatelf.arches.profile(arch, name)``), among ``allowed``.
 
     Raises:
-        pytest.UsageError: malformed value, unknown profile, or no profiles
-            in this version of the architecture table.
+        pytest.UsageError: malformed value or unknown profile.
     """
-    lookup = getattr(arches, "profile", None)
     targets: list[Target] = []
     for item in (t.strip() for v in values for t in v.split(";") if t.strip()):
         m = _PROFILE.match(item)
         if not m:
             raise pytest.UsageError(
                 f"--hal-cpu: {item!r} is not [ARCH/]PROFILE[:vlen=N,M,...]")
-        if lookup is None:
-            raise pytest.UsageError(
-                "--hal-cpu: this version of the architecture table has no CPU "
-                "profiles (fatelf.arches.profile)")
         if m["arch"]:
             try:
                 candidates = [arches.lookup(m["arch"], runtime=True).name]
@@ -162,8 +155,8 @@ def selected_profiles(values: list[str], allowed: list[str]) -> list[Target]:
         found = []
         for arch in candidates:
             try:
-                lookup(arch, m["name"])
-            except Exception:  # noqa: BLE001 - not a profile of this arch
+                arches.profile(arch, m["name"])
+            except arches.FatElfSelectError:    # not a profile of this arch
                 continue
             found.append(arch)
         if not found:
@@ -262,12 +255,7 @@ class LoadedPlugin:
         kind = "native" if self.isolated else "emulated"
         if self.isolated:
             self._trial_load(arch, parsed)
-        try:
-            self.manager = PluginManager(arch, kind, **target_options)
-        except TypeError:
-            raise pytest.UsageError(
-                f"this version's backends take no {', '.join(target_options)} "
-                "(CPU profiles come with the qemu-user engine)") from None
+        self.manager = PluginManager(arch, kind, **target_options)
         self.backend = self.manager.backend
         self.memory = GuestMemory(self.backend)
         self.arrays = GuardedArrays(self.memory, strict)
@@ -594,7 +582,6 @@ def hal_executable(hal_target, hal_backend, hal_timeout):
     manager). Its ``dispatch`` runs under the time limit and Ctrl-C stops
     it; with ``--hal-backend=native`` each dispatch runs in a child
     process. Closed at the end of the test."""
-    from elfloader import open_backend
     from .library import Executable
     opened: list = []
 
@@ -603,26 +590,20 @@ def hal_executable(hal_target, hal_backend, hal_timeout):
         isolated = (hal_backend == "native" and manager is None
                     and hal_target.arch == arches.host_arch())
         kind = "native" if isolated else "emulated"
-        backend = None
-        if manager is None and hal_target.options():
-            backend = open_backend(hal_target.arch, kind, **hal_target.options())
         try:
+            # (with plugins, the executable runs on their machine)
             exe = Executable(os.fspath(path), arch=hal_target.arch,
-                             backend=backend or kind, plugins=manager,
-                             timeout=hal_timeout)
+                             backend=kind, plugins=manager, timeout=hal_timeout,
+                             **({} if manager else hal_target.options()))
         except PortableKernelError as exc:
-            if backend is not None:
-                backend.close()
             raise _reported(exc) from None
-        opened.append((exe, backend))
+        opened.append(exe)
         _guard_dispatch(exe, hal_timeout, isolated)
         return exe
 
     yield load
-    for exe, backend in opened:
+    for exe in opened:
         exe.close()
-        if backend is not None:
-            backend.close()
 
 
 #: More workers than a dispatch runs: stop them all.
