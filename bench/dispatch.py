@@ -88,6 +88,30 @@ def find_tool(name: str) -> str | None:
 _UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
+def benchmark_args(iree_format: str, so: Path, entry_point: int,
+                   workgroup_count: Sequence[int], bindings: Sequence[str],
+                   constants: Sequence[int] = ()) -> list[str]:
+    """``iree-benchmark-executable`` flags for one dispatch, JSON output."""
+    return [f"--executable_format={iree_format}", f"--executable_file={so}",
+            f"--entry_point={entry_point}",
+            "--workgroup_count=" + ",".join(map(str, workgroup_count)),
+            *[f"--binding={b}" for b in bindings],
+            *[f"--constant={c}" for c in constants], "--benchmark_format=json"]
+
+
+def run_benchmark(argv: Sequence[str]) -> tuple[float, float]:
+    """Run an ``iree-benchmark-executable`` command (``--benchmark_format=
+    json``); its first benchmark's (real time, CPU time) per iteration, in
+    seconds."""
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(map(str, argv))}: exit status "
+                           f"{proc.returncode}\n{proc.stderr[-2000:]}")
+    bench = json.loads(proc.stdout)["benchmarks"][0]
+    scale = _UNITS[bench["time_unit"]]
+    return bench["real_time"] * scale, bench["cpu_time"] * scale
+
+
 class IreeBenchmark:
     """One ``iree-benchmark-executable`` run per call: its ``real_time`` per
     dispatch in seconds (Google Benchmark counts the ``--batch_size``
@@ -101,21 +125,13 @@ class IreeBenchmark:
         if tool is None:
             raise FileNotFoundError("iree-benchmark-executable not found "
                                     "(pip install iree-base-runtime)")
-        self.argv = [tool, f"--device={device}", f"--executable_format={iree_format}",
-                     f"--executable_file={so}", f"--entry_point={entry_point}",
-                     "--workgroup_count=" + ",".join(map(str, workgroup_count)),
-                     *[f"--binding={b}" for b in bindings],
-                     *[f"--constant={c}" for c in constants],
-                     "--benchmark_format=json", f"--benchmark_min_time={min_time}s",
-                     *extra]
+        self.argv = [tool, f"--device={device}",
+                     *benchmark_args(iree_format, so, entry_point,
+                                     workgroup_count, bindings, constants),
+                     f"--benchmark_min_time={min_time}s", *extra]
 
     def __call__(self) -> float:
-        proc = subprocess.run(self.argv, capture_output=True, text=True)
-        if proc.returncode:
-            raise RuntimeError(f"{' '.join(self.argv)}: exit status "
-                               f"{proc.returncode}\n{proc.stderr}")
-        bench = json.loads(proc.stdout)["benchmarks"][0]
-        return bench["real_time"] * _UNITS[bench["time_unit"]]
+        return run_benchmark(self.argv)[0]
 
 
 def calls_for(call: Callable[[], object], seconds: float, *, at_most: int = 1 << 20) -> int:

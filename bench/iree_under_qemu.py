@@ -58,8 +58,6 @@ default fills are 0.1 (inexact) and 1 (exact).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import stat
 import subprocess
@@ -72,10 +70,10 @@ from pathlib import Path
 import numpy as np
 
 import _timing as T
-from dispatch import aligned_array, binding_spec, loadavg, versions
+from dispatch import (aligned_array, benchmark_args, binding_spec, loadavg,
+                      run_benchmark, versions)
 from emulator_vs_qemu import engine_cpu, median
 
-import fatelf.arches as A
 from hal_cpu import Executable, iree
 
 HERE = Path(__file__).resolve().parent
@@ -156,25 +154,17 @@ class IreeUnderQemu:
                  so: Path, entry_point: int, workgroup_count, bindings,
                  constants, iterations: int):
         self.argv = [qemu, "-L", sysroot, "-cpu", cpu_option, str(tool),
-                     "--device=local-sync", "--executable_format=embedded-elf-arm_64",
-                     f"--executable_file={so}", f"--entry_point={entry_point}",
-                     "--workgroup_count=" + ",".join(map(str, workgroup_count)),
-                     *[f"--binding={b}" for b in bindings],
-                     *[f"--constant={c}" for c in constants],
+                     "--device=local-sync",
+                     *benchmark_args("embedded-elf-arm_64", so, entry_point,
+                                     workgroup_count, bindings, constants),
                      "--batch_size=1", "--benchmark_min_warmup_time=0.001",
-                     f"--benchmark_min_time={iterations}x",
-                     "--benchmark_format=json"]
+                     f"--benchmark_min_time={iterations}x"]
         self.cpu: list[float] = []
 
     def __call__(self) -> float:
-        proc = subprocess.run(self.argv, capture_output=True, text=True)
-        if proc.returncode:
-            raise RuntimeError(f"{' '.join(self.argv)}: exit status "
-                               f"{proc.returncode}\n{proc.stderr[-2000:]}")
-        bench = json.loads(proc.stdout)["benchmarks"][0]
-        scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[bench["time_unit"]]
-        self.cpu.append(bench["cpu_time"] * scale)
-        return bench["real_time"] * scale
+        real, cpu = run_benchmark(self.argv)
+        self.cpu.append(cpu)
+        return real
 
 
 class Ours:
