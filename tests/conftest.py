@@ -60,9 +60,11 @@ def compile_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def compiled(compile_cache):
-    """compiled(program_name, arch) -> hal_cpu.iree.Compiled (cached)."""
-    def get(program: str, arch: str) -> Compiled:
-        return compile_program(ALL_PROGRAMS[program].path, arch, compile_cache)
+    """compiled(program_name, arch, cpu=None) -> hal_cpu.iree.Compiled
+    (cached; ``cpu`` a CPU profile of ``arch``)."""
+    def get(program: str, arch: str, cpu: str | None = None) -> Compiled:
+        return compile_program(ALL_PROGRAMS[program].path, arch, compile_cache,
+                               cpu=cpu)
     return get
 
 

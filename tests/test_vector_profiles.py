@@ -14,7 +14,7 @@ import elfloader
 from elfloader.backend.emulated import engine as engines
 from fatelf import arches
 from hal_cpu.plugins import PluginManager
-from hal_cpu.iree import PlanRunner, compile_program, plan_program, run_plan
+from hal_cpu.iree import PlanRunner, plan_program, run_plan
 from program_specs import PROFILE_PROGRAMS
 
 ON_CI = os.environ.get("CI", "").lower() == "true"
@@ -29,20 +29,6 @@ def _need_qemu(arch: str) -> None:
 
 CASES = [pytest.param(p.arch, p.name, v, id=f"{p.arch}-{p.name}" + (f"-{v}" if v else ""))
          for p in arches.PROFILES for v in (sorted(p.vlens) or [None])]
-
-
-@pytest.fixture(scope="module")
-def profile_compiled(compile_cache):
-    """(program, arch, cpu) -> Compiled, cached; compiles run once."""
-    done = {}
-
-    def get(program, arch, cpu):
-        key = (program, arch, cpu)
-        if key not in done:
-            done[key] = compile_program(PROFILE_PROGRAMS[program].path, arch,
-                                        compile_cache, cpu=cpu)
-        return done[key]
-    return get
 
 
 def _check(outs, expected, program):
@@ -63,7 +49,7 @@ USES_EXP = {"exp_reduce", "softmax"}
 
 
 @pytest.mark.parametrize("arch,cpu,vlen", CASES)
-def test_profile_runs_iree_kernels(profile_compiled, arch, cpu, vlen):
+def test_profile_runs_iree_kernels(compiled, arch, cpu, vlen):
     """matmul (odd sizes), exp reduction, integer ops and softmax, compiled
     for the profile, run on the qemu engine modelling that CPU (and vector
     length) and match numpy."""
@@ -78,7 +64,7 @@ def test_profile_runs_iree_kernels(profile_compiled, arch, cpu, vlen):
         with PlanRunner(backend="emulated", arch=arch, plugins=machine) as runner:
             for program, spec in PROFILE_PROGRAMS.items():
                 inputs = spec.make_inputs(rng)
-                plan = plan_program(profile_compiled(program, arch, cpu), inputs)
+                plan = plan_program(compiled(program, arch, cpu), inputs)
                 if (arch, cpu) in NO_FMA and program in USES_EXP:
                     with pytest.raises(elfloader.EmulationError):
                         run_plan(plan, inputs, runner)
@@ -90,12 +76,12 @@ def test_profile_runs_iree_kernels(profile_compiled, arch, cpu, vlen):
 @pytest.mark.parametrize("arch,cpu", [("x86_64", "x86-64-v3"),
                                       ("riscv64", "rv64gcv"),
                                       ("aarch64", "sve")])
-def test_vector_code_faults_on_a_profile_without_it(profile_compiled, arch, cpu):
+def test_vector_code_faults_on_a_profile_without_it(compiled, arch, cpu):
     """A profile narrows the CPU: code for a vector ISA the profile lacks
     stops at its first vector instruction, as on the real chip."""
     _need_qemu(arch)
     narrow = {"x86_64": "x86-64", "riscv64": "rv64gc", "aarch64": "armv8-a"}[arch]
-    comp = profile_compiled("exp_reduce", arch, cpu)
+    comp = compiled("exp_reduce", arch, cpu)
     spec = PROFILE_PROGRAMS["exp_reduce"]
     inputs = spec.make_inputs(np.random.default_rng(1))
     plan = plan_program(comp, inputs)
