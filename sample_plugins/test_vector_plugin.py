@@ -12,13 +12,11 @@ from fatelf import arches
 from fatelf.cstruct import CStruct
 from hal_cpu.pytest_plugin import LoadedPlugin
 
+# The profile each architecture's record of vector.sos is built for.
+from build import VECTOR_PROFILES  # noqa: E402 (sample_plugins/build.py)
+
 HERE = Path(__file__).resolve().parent
 VECTOR_SOS = HERE / "prebuilt" / "vector.sos"
-#: The profile each architecture's record of vector.sos is built for
-#: (sample_plugins/build.py, VECTOR_PROFILES).
-PROFILES = {"x86_64": "x86-64-v3", "aarch64": "sve", "riscv64": "rv64gcv",
-            "x86_32": "haswell", "arm32": "armv7-a+neon+vfp4+hwdiv",
-            "riscv32": "rv32imf+zve32f"}
 
 SAXPY = CStruct("saxpy_params_t", [("x", "ptr"), ("y", "ptr"), ("out", "ptr"),
                                    ("n", "size"), ("a", "f32")])
@@ -26,7 +24,7 @@ DOT = CStruct("dot_params_t", [("x", "ptr"), ("y", "ptr"), ("out", "ptr"),
                                ("n", "size")])
 
 CASES = [pytest.param(arch, cpu, vlen, id=f"{arch}-{cpu}" + (f"-{vlen}" if vlen else ""))
-         for arch, cpu in PROFILES.items()
+         for arch, cpu in VECTOR_PROFILES.items()
          for vlen in (sorted(arches.profile(arch, cpu).vlens) or [None])]
 
 
