@@ -38,6 +38,12 @@ ARCH = Arch(
     ),
     return_insn=bytes.fromhex("c3"),  # ret
     # Variable length (1 to 15 bytes): only the decoder knows.
-    disassembly=Disassembly(capstone_arch="CS_ARCH_X86",
-                            capstone_modes=("CS_MODE_32",), default_length=0),
+    disassembly=Disassembly(
+        capstone_arch="CS_ARCH_X86", capstone_modes=("CS_MODE_32",), default_length=0,
+        # VEX (C4, C5) and EVEX (62) prefixes; in 32-bit code these bytes
+        # are LES, LDS and BOUND unless the next byte's top bits are 11.
+        extensions=((0xC0FF, 0xC0C4, "AVX/AVX2/FMA (VEX-encoded)"),
+                    (0xC0FF, 0xC0C5, "AVX/AVX2 (VEX-encoded)"),
+                    (0xC0FF, 0xC062, "AVX-512 (EVEX-encoded)")),
+    ),
 )

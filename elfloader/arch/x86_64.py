@@ -39,6 +39,11 @@ ARCH = Arch(
     ),
     return_insn=bytes.fromhex("c3"),  # ret
     # Variable length (1 to 15 bytes): only the decoder knows.
-    disassembly=Disassembly(capstone_arch="CS_ARCH_X86",
-                            capstone_modes=("CS_MODE_64",), default_length=0),
+    disassembly=Disassembly(
+        capstone_arch="CS_ARCH_X86", capstone_modes=("CS_MODE_64",), default_length=0,
+        # VEX (C4, C5) and EVEX (62) prefixes.
+        extensions=((0xFF, 0xC4, "AVX/AVX2/FMA (VEX-encoded)"),
+                    (0xFF, 0xC5, "AVX/AVX2 (VEX-encoded)"),
+                    (0xFF, 0x62, "AVX-512 (EVEX-encoded)")),
+    ),
 )

@@ -556,12 +556,6 @@ class UnicornCpu(Cpu):
         uc._callbacks.clear()   # the hooks hold this CPU: break the cycle
 
 
-#: x86 instruction prefixes of ISA extensions unicorn 2.1 does not run.
-_X86_EXTENSIONS = ((b"\xc4", "AVX/AVX2/FMA (VEX-encoded)"),
-                   (b"\xc5", "AVX/AVX2 (VEX-encoded)"),
-                   (b"\x62", "AVX-512 (EVEX-encoded)"))
-
-
 def _unsupported(space, pc: int) -> str:
     """``": <instruction> (<extension>); ..."`` for an instruction unicorn
     refused that belongs to an ISA extension it lacks (unicorn may report
@@ -575,10 +569,6 @@ def _unsupported(space, pc: int) -> str:
         except BackendError:
             continue
         ext = extension(name, code)
-        if ext is None and name.startswith("x86"):
-            start = code.lstrip(b"\x66\xf2\xf3\x67")
-            ext = next((e for p, e in _X86_EXTENSIONS if start.startswith(p)),
-                       None)
         if ext is not None:
             break
     else:
