@@ -123,34 +123,6 @@ def cpu_leases(backend: Backend) -> CpuLeases | None:
         return leases
 
 
-def _backend_locks() -> list:
-    """The locks of the emulated backends dispatches ran on (their
-    memory-map lock; taken around ``fork()``)."""
-    locks = []
-    for backend in list(_LEASES.keys()):
-        lock = getattr(backend, "_lock", None)
-        if lock is not None and not getattr(backend, "_closed", False):
-            locks.append(lock)
-    return locks
-
-
-_FORK_HELD: list = []
-
-
-def _before_fork() -> None:
-    # An emulated backend's lock held by another thread at the moment of
-    # fork() would stay held in the child forever: hold every one across
-    # the fork, so that the child starts with them free.
-    for lock in _backend_locks():
-        lock.acquire()
-        _FORK_HELD.append(lock)
-
-
-def _after_fork_in_parent() -> None:
-    while _FORK_HELD:
-        _FORK_HELD.pop().release()
-
-
 def _after_fork_in_child() -> None:
     # A lock held by a thread that does not exist in the child would never
     # be released.
@@ -158,13 +130,11 @@ def _after_fork_in_child() -> None:
     _LOOPS_LOCK = threading.Lock()
     for leases in list(_LEASES.values()):
         leases.after_fork()
-    _after_fork_in_parent()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork,
-                        after_in_parent=_after_fork_in_parent,
-                        after_in_child=_after_fork_in_child)
+    # (the emulated backends hold their own locks across fork())
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _up(value: int, align: int) -> int:

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import os
 import threading
+import weakref
 from typing import Callable
 
 import numpy as np
@@ -51,6 +53,31 @@ _CALLBACK_SLOTS = 256
 _memmove = ctypes.memmove
 _memset = ctypes.memset
 _string_at = ctypes.string_at
+
+
+#: Emulated address spaces alive in this process.
+_SPACES: "weakref.WeakSet[EmulatedBackend]" = weakref.WeakSet()
+_FORK_HELD: list = []
+
+
+def _before_fork() -> None:
+    # A space's lock held by another thread at the moment of fork() would
+    # stay held in the child forever: hold every one across the fork, so
+    # the child starts with them free.
+    for space in list(_SPACES):
+        if not space._closed:
+            space._lock.acquire()
+            _FORK_HELD.append(space._lock)
+
+
+def _after_fork() -> None:
+    while _FORK_HELD:
+        _FORK_HELD.pop().release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
+                        after_in_child=_after_fork)
 
 
 class EmulatedBackend(Backend):
@@ -124,6 +151,7 @@ class EmulatedBackend(Backend):
             self._engine.close()
             raise
         self._cpus.append(self.cpu)
+        _SPACES.add(self)
         # Guest code assumes at least 4 KiB pages (aarch64 ADRP, for one).
         self.page_size = max(4096, self.cpu.page_size)
         try:
