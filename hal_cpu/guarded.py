@@ -46,9 +46,12 @@ POISON = 0xCD
 
 
 def _canary(size: int, at: int) -> bytes:
-    """The canary of ``size`` bytes starting at guest address ``at``."""
-    return bytes((CANARY_SEED + 0x3B * i + 0x95 * (at >> 12)) & 0xFF
-                 for i in range(at, at + size))
+    """The canary of ``size`` bytes starting at guest address ``at``: no
+    byte is 0x00 or 0xFF (the bytes an overrun most often writes, which
+    would otherwise go unseen where the pattern has them)."""
+    return bytes(b ^ 0x5A if b in (0x00, 0xFF) else b
+                 for b in ((CANARY_SEED + 0x3B * i + 0x95 * (at >> 12)) & 0xFF
+                           for i in range(at, at + size)))
 
 
 class GuestArray:

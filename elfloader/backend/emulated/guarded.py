@@ -11,7 +11,9 @@ from ...errors import GuardError
 BINDING_ALIGN = 64
 #: Bytes written between the end of a guarded range and its guard page, and
 #: compared when the range is finished (at most ``BINDING_ALIGN - 1``).
-CANARY = bytes((0x5C + 0x47 * i) & 0xFF for i in range(BINDING_ALIGN))
+#: None is 0x00 or 0xFF, the bytes an overrun most often writes.
+CANARY = bytes(b ^ 0x5A if b in (0x00, 0xFF) else b
+               for b in ((0x5C + 0x47 * i) & 0xFF for i in range(BINDING_ALIGN)))
 _CANARY_PREFIX = [CANARY[:n] for n in range(BINDING_ALIGN + 1)]
 _string_at = ctypes.string_at
 
