@@ -67,7 +67,10 @@ class EmulationError(BackendError):
 
     Attributes (set by the emulated backend on CPU faults):
         fault: the kind, e.g. ``write_unmapped``, ``invalid_instruction``,
-        ``timeout``, ``stopped``, ``agent_died``; what: the same in words,
+        ``timeout``, ``stopped``, ``agent_died``, ``syscall`` (the code made
+        a system call: ``syscall`` holds its number, ``syscall_name`` its
+        name or None), ``agent_protocol`` (the guest agent's reply broke
+        the wire format); what: the same in words,
         with the page (or the exact address) when one was refused; pc: the
         faulting pc; fault_page: the page the refused access touched, or
         None; fault_address: the exact address of the first byte the

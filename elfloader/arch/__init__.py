@@ -10,7 +10,7 @@ from fatelf import arches as table
 from fatelf.errors import FatElfSelectError
 
 from ..errors import UnsupportedElfError
-from .base import Arch, CallingConvention, Disassembly, Relocation
+from .base import Arch, CallingConvention, Disassembly, Relocation, SystemCalls
 
 ARCHES: list[Arch] = [importlib.import_module("." + name, __name__).ARCH
                       for name in table.RUNTIME_ARCHES]
@@ -54,5 +54,5 @@ def host() -> Arch | None:
     return _BY_INFO.get(info.name) if info else None
 
 
-__all__ = ["Arch", "CallingConvention", "Disassembly", "Relocation", "ARCHES", "names",
+__all__ = ["Arch", "CallingConvention", "Disassembly", "Relocation", "SystemCalls", "ARCHES", "names",
            "by_name", "by_elf", "host", "resolve"]

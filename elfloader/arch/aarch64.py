@@ -8,7 +8,7 @@ result in x0; return address in x30 (lr).
 
 from fatelf.arches import lookup
 
-from .base import Arch, CallingConvention, Disassembly, reloc_table, words
+from .base import Arch, SystemCalls, CallingConvention, Disassembly, reloc_table, words
 
 RELOCATIONS = reloc_table({
     257: ("R_AARCH64_ABS64", 8, lambda S, A, P, B: S + A),
@@ -41,4 +41,6 @@ ARCH = Arch(
         capstone_arch="CS_ARCH_ARM64", capstone_modes=("CS_MODE_ARM",),
         extensions=((0x1E000000, 0x04000000, "SVE (scalable vector extension)"),
                     (0x9E000000, 0x80000000, "SME (scalable matrix extension)"))),
+    syscalls=SystemCalls(  # svc #0
+        instructions=("svc",), number="x8", length=4, table="aarch64"),
 )

@@ -9,7 +9,7 @@ CPU and ``bx`` switch instruction sets on bit 0.
 
 from fatelf.arches import lookup
 
-from .base import Arch, CallingConvention, Disassembly, reloc_table, words
+from .base import Arch, SystemCalls, CallingConvention, Disassembly, reloc_table, words
 
 RELOCATIONS = reloc_table({
     2: ("R_ARM_ABS32", 4, lambda S, A, P, B: S + A),
@@ -43,4 +43,6 @@ ARCH = Arch(
         thumb_modes=("CS_MODE_THUMB",),
         thumb_lengths=((0xF800, 0xE800, 4), (0xF800, 0xF000, 4),
                        (0xF800, 0xF800, 4), (0, 0, 2))),
+    syscalls=SystemCalls(  # svc #0 (EABI: number in r7)
+        instructions=("svc", "swi"), number="r7", length=4, table="arm", thumb_length=2),
 )

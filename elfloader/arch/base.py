@@ -102,6 +102,31 @@ class Disassembly:
 
 
 @dataclass(frozen=True)
+class SystemCalls:
+    """How a Linux program of this architecture makes a system call: facts
+    for reporting one, which the runtime treats as a fault (a kernel or
+    plugin runs bare metal: it has no system to call).
+
+    Attributes:
+        instructions: mnemonics of the instructions that enter the kernel
+            (e.g. ``("svc",)``), as the disassembler prints them.
+        number: register holding the system call number.
+        length: bytes of the instruction (the pc a trap reports is the
+            next instruction's: the instruction starts ``length`` before).
+        thumb_length: the same in Thumb code (arm32), else None.
+        table: libseccomp's name of the architecture whose system call
+            table gives the names (``riscv64`` serves riscv32: both use the
+            generic table).
+    """
+
+    instructions: tuple[str, ...]
+    number: str
+    length: int
+    table: str
+    thumb_length: int | None = None
+
+
+@dataclass(frozen=True)
 class Arch:
     """Everything the loader and backends need to know about one architecture.
 
@@ -116,6 +141,7 @@ class Arch:
             (iree/hal/local/executable_library.h, import_thunk).
         return_insn: machine code of a plain function return.
         disassembly: how its machine code is decoded (fault reports).
+        syscalls: how its Linux system calls are made (fault reports).
         int64_align: alignment of 64-bit integers inside C structs (4 on
             i386, 8 elsewhere).
     """
@@ -127,6 +153,7 @@ class Arch:
     import_thunk: bytes
     return_insn: bytes
     disassembly: Disassembly
+    syscalls: SystemCalls
     int64_align: int = 8
 
     @property

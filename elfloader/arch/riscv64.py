@@ -3,7 +3,7 @@
 from fatelf.arches import lookup
 
 from . import riscv
-from .base import Arch
+from .base import Arch, SystemCalls
 
 ARCH = Arch(
     info=lookup("riscv64"),
@@ -13,4 +13,6 @@ ARCH = Arch(
     import_thunk=riscv.IMPORT_THUNK,
     return_insn=riscv.RETURN_INSN,
     disassembly=riscv.disassembly(8),
+    syscalls=SystemCalls(  # ecall
+        instructions=("ecall",), number="a7", length=4, table="riscv64"),
 )

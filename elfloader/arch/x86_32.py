@@ -9,7 +9,7 @@ integers are 4-byte aligned inside structs.
 
 from fatelf.arches import lookup
 
-from .base import Arch, CallingConvention, Disassembly, reloc_table
+from .base import Arch, SystemCalls, CallingConvention, Disassembly, reloc_table
 
 RELOCATIONS = reloc_table({
     1: ("R_386_32", 4, lambda S, A, P, B: S + A),
@@ -46,4 +46,6 @@ ARCH = Arch(
                     (0xC0FF, 0xC0C5, "AVX/AVX2 (VEX-encoded)"),
                     (0xC0FF, 0xC062, "AVX-512 (EVEX-encoded)")),
     ),
+    syscalls=SystemCalls(  # int 0x80 (CD 80), sysenter (0F 34)
+        instructions=("int", "sysenter"), number="eax", length=2, table="x86"),
 )

@@ -8,7 +8,7 @@ the call pushes the return address.
 
 from fatelf.arches import lookup
 
-from .base import Arch, CallingConvention, Disassembly, reloc_table
+from .base import Arch, SystemCalls, CallingConvention, Disassembly, reloc_table
 
 RELOCATIONS = reloc_table({
     1: ("R_X86_64_64", 8, lambda S, A, P, B: S + A),
@@ -46,4 +46,6 @@ ARCH = Arch(
                     (0xFF, 0xC5, "AVX/AVX2 (VEX-encoded)"),
                     (0xFF, 0x62, "AVX-512 (EVEX-encoded)")),
     ),
+    syscalls=SystemCalls(  # syscall (0F 05); int 0x80 and sysenter are 32-bit entries
+        instructions=("syscall",), number="rax", length=2, table="x86_64"),
 )
