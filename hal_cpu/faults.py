@@ -36,6 +36,12 @@ from . import abi
 from .errors import (BindingOverrunError, BindingUnderrunError,
                      CallTimeoutError, LocalMemoryOverrunError)
 
+#: Attributes of the backend's error that the report's error keeps (a
+#: system call's number and name are None for other faults).
+_KEPT = ("fault", "fault_page", "fault_address", "access_size", "syscall",
+         "syscall_name")
+
+
 def timed_out(exc: EmulationError) -> bool:
     """Whether ``exc`` is a call stopped at the backend's time limit
     (``fault`` ``"timeout"``; the CPU stopped somewhere that is not a
@@ -58,8 +64,9 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
                    lengths: Sequence[int], layout) -> EmulationError:
     """An :class:`EmulationError` whose message is the full fault report of
     ``exc`` raised while dispatching ``export`` of ``exe``; it keeps
-    ``fault``, ``pc``, ``fault_page``, ``fault_address``, ``access_size``
-    and ``worker`` and adds ``report``.
+    ``fault``, ``pc``, ``fault_page``, ``fault_address``, ``access_size``,
+    ``syscall``, ``syscall_name`` (a system call's number and name) and
+    ``worker`` and adds ``report``.
 
     The workgroup and local memory are those of the worker that faulted
     (``exc.worker``, default 0). When the data address lies in the guard
@@ -156,7 +163,7 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
                       **facts)
         # The report is the whole message: no "name: field:" before it.
         Exception.__init__(err, message)
-    for attr in ("fault", "fault_page", "fault_address", "access_size", "pc"):
+    for attr in _KEPT + ("pc",):
         setattr(err, attr, getattr(exc, attr, None))
     err.worker = worker
     err.report = report
@@ -222,7 +229,10 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
         its name, ``offset`` from its start, ``import_name``);
         :class:`CallTimeoutError` for a call stopped at the backend's time
         limit; else an :class:`EmulationError` with the report as message.
-        Each has ``report`` (the :class:`elfloader.diagnose.FaultReport`).
+        Each has ``report`` (the :class:`elfloader.diagnose.FaultReport`)
+        and, but for a time limit, ``exc``'s ``fault``, ``fault_page``,
+        ``fault_address``, ``access_size``, ``syscall`` and
+        ``syscall_name``.
         ``exc`` itself when it carries no pc (e.g. stopped by request).
     """
     pc = getattr(exc, "pc", None)
@@ -266,7 +276,7 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
         err = EmulationError(message, name=None, field=None, value=pc)
         err.name, err.field = file, import_name
     Exception.__init__(err, message)
-    for attr in ("fault", "fault_page", "fault_address", "access_size"):
+    for attr in _KEPT:
         if not stopped:
             setattr(err, attr, getattr(exc, attr, None))
     err.pc, err.report = pc, report

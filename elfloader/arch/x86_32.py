@@ -46,6 +46,9 @@ ARCH = Arch(
                     (0xC0FF, 0xC0C5, "AVX/AVX2 (VEX-encoded)"),
                     (0xC0FF, 0xC062, "AVX-512 (EVEX-encoded)")),
     ),
-    syscalls=SystemCalls(  # int 0x80 (CD 80), sysenter (0F 34)
-        instructions=("int", "sysenter"), number="eax", length=2, table="x86"),
+    # int 0x80 (CD 80), sysenter (0F 34); syscall (0F 05) enters the kernel
+    # from 32-bit code on AMD CPUs
+    syscalls=SystemCalls(
+        instructions=("int", "sysenter", "syscall"), number="eax", length=2,
+        table="x86"),
 )

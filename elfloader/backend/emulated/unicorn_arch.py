@@ -3,7 +3,8 @@ per-architecture table.
 
 Each row names unicorn's architecture, mode and CPU model and what must be
 switched on in a fresh CPU before compiled code runs (FP/SIMD units that
-reset disabled, the x86_32 translation workaround). Register ids are derived
+reset disabled, the x86_32 translation workaround), and how unicorn reports
+a system-call instruction (:class:`UcSyscalls`). Register ids are derived
 from the psABI calling convention of :mod:`elfloader.arch` by name, so the
 calling convention is described once. Only the emulated backend imports
 this module (and unicorn).
@@ -64,6 +65,41 @@ def _riscv_init(uc) -> None:
 
 
 @dataclass(frozen=True)
+class UcSyscalls:
+    """How unicorn stops at the system-call instructions of one architecture
+    (measured on unicorn 2.1). Neither hook costs anything per instruction:
+    unicorn calls them only when such an instruction runs.
+
+    Attributes:
+        insns: ``UC_X86_INS_*`` instructions hooked with ``UC_HOOK_INSN``
+            (x86 ``syscall``, ``sysenter``); in the hook the pc is the
+            instruction's own address.
+        intnos: interrupt numbers that are system calls, from
+            ``UC_HOOK_INTR`` (``int 0x80``: 0x80; ``svc``: ``EXCP_SWI``, 2;
+            ``ecall``: the cause of an ecall); in the hook the pc is the
+            next instruction's. With such a hook every other exception the
+            CPU raises reaches it too (page faults, ``brk``, ``int3``...):
+            those stop the call as an unhandled CPU exception, as unicorn
+            does when no hook catches them.
+        thumb: ``(register, bit)`` whose bit is set in Thumb state (arm32:
+            ``cpsr`` T), the state the pc's bit 0 marks; None elsewhere.
+    """
+
+    insns: tuple[int, ...] = ()
+    intnos: frozenset[int] = frozenset()
+    thumb: tuple[str, int] | None = None
+
+
+_CPSR_T = 1 << 5
+_ARM_EXCP_SWI = 2
+#: riscv exception causes of an ecall from U, S and M mode: unicorn 2.1
+#: reports 8 (U) whatever the mode (it calls the hook before QEMU adds the
+#: privilege level; its CPU runs in M mode), the others are kept in case a
+#: version reports the final cause.
+_RISCV_ECALLS = frozenset((8, 9, 11))
+
+
+@dataclass(frozen=True)
 class UcModel:
     """unicorn's view of one architecture.
 
@@ -75,6 +111,7 @@ class UcModel:
         page_size: the CPU's page size, set before it starts (unicorn's
             ARM CPUs default to 1 KiB pages: four times the TLB fills of
             4 KiB ones), or None for unicorn's default.
+        syscalls: how unicorn reports a system-call instruction.
     """
 
     uc_arch: int
@@ -84,6 +121,7 @@ class UcModel:
     cpu: int | None = None
     init: Callable[[object], None] | None = None
     page_size: int | None = None
+    syscalls: UcSyscalls = UcSyscalls()
 
     def reg(self, name: str) -> int:
         """unicorn register id of psABI register ``name`` (``rdi``, ``x0``)."""
@@ -91,18 +129,30 @@ class UcModel:
 
 
 MODELS: dict[str, UcModel] = {
-    "x86_64": UcModel(UC.UC_ARCH_X86, UC.UC_MODE_64, x86_const, "UC_X86_REG_"),
+    # syscall; unicorn runs it as a no-op without the hook.
+    "x86_64": UcModel(UC.UC_ARCH_X86, UC.UC_MODE_64, x86_const, "UC_X86_REG_",
+                      syscalls=UcSyscalls(insns=(x86_const.UC_X86_INS_SYSCALL,))),
+    # int 0x80, sysenter; and syscall (AMD's 32-bit entry), which unicorn
+    # too runs as a no-op without the hook.
     "x86_32": UcModel(UC.UC_ARCH_X86, UC.UC_MODE_32, x86_const, "UC_X86_REG_",
-                      init=_x86_32_init),
+                      init=_x86_32_init, syscalls=UcSyscalls(
+                          insns=(x86_const.UC_X86_INS_SYSENTER,
+                                 x86_const.UC_X86_INS_SYSCALL),
+                          intnos=frozenset((0x80,)))),
     "aarch64": UcModel(UC.UC_ARCH_ARM64, UC.UC_MODE_ARM, arm64_const,
-                       "UC_ARM64_REG_", page_size=4096),
+                       "UC_ARM64_REG_", page_size=4096,
+                       syscalls=UcSyscalls(intnos=frozenset((_ARM_EXCP_SWI,)))),
     "arm32": UcModel(UC.UC_ARCH_ARM, UC.UC_MODE_ARM, arm_const, "UC_ARM_REG_",
                      cpu=arm_const.UC_CPU_ARM_CORTEX_A15, init=_arm32_init,
-                     page_size=4096),
+                     page_size=4096, syscalls=UcSyscalls(
+                         intnos=frozenset((_ARM_EXCP_SWI,)),
+                         thumb=("cpsr", _CPSR_T))),
     "riscv64": UcModel(UC.UC_ARCH_RISCV, UC.UC_MODE_RISCV64, riscv_const,
-                       "UC_RISCV_REG_", init=_riscv_init),
+                       "UC_RISCV_REG_", init=_riscv_init,
+                       syscalls=UcSyscalls(intnos=_RISCV_ECALLS)),
     "riscv32": UcModel(UC.UC_ARCH_RISCV, UC.UC_MODE_RISCV32, riscv_const,
-                       "UC_RISCV_REG_", init=_riscv_init),
+                       "UC_RISCV_REG_", init=_riscv_init,
+                       syscalls=UcSyscalls(intnos=_RISCV_ECALLS)),
 }
 
 
@@ -112,7 +162,9 @@ class UcRegisters:
 
     Attributes:
         args: ids of the integer argument registers; result, sp, pc: ids;
-        link: id of the return-address register, or None (pushed).
+        link: id of the return-address register, or None (pushed);
+        syscall: id of the register holding a system call's number
+        (:attr:`elfloader.arch.SystemCalls.number`).
     """
 
     args: tuple[int, ...]
@@ -120,6 +172,7 @@ class UcRegisters:
     sp: int
     pc: int
     link: int | None
+    syscall: int
 
 
 def model(arch: Arch) -> UcModel:
@@ -127,12 +180,13 @@ def model(arch: Arch) -> UcModel:
 
 
 def registers(arch: Arch) -> UcRegisters:
-    """Register ids derived from ``arch.cc`` by name."""
+    """Register ids derived from ``arch.cc`` and ``arch.syscalls`` by name."""
     m, cc = MODELS[arch.name], arch.cc
     return UcRegisters(
         args=tuple(m.reg(r) for r in cc.int_args), result=m.reg(cc.int_result),
         sp=m.reg(cc.stack_pointer), pc=m.reg(cc.program_counter),
-        link=m.reg(cc.return_address) if cc.return_address else None)
+        link=m.reg(cc.return_address) if cc.return_address else None,
+        syscall=m.reg(arch.syscalls.number))
 
 
 def virtual_tlb(uc) -> None:

@@ -19,6 +19,15 @@ data pages not executable, stores stay on the fast path. A refused fill
 stops the CPU with a generic exception; the hook notes the page and the
 kind of access, so the fault is reported by kind.
 
+A system call is a fault (:mod:`.syscalls`): the system-call instruction
+of each architecture (``syscall``, ``int 0x80``, ``sysenter``, ``svc``,
+``ecall``) is caught by an interrupt or instruction hook, which costs
+nothing per instruction (:class:`.unicorn_arch.UcSyscalls`); the call
+stops there and raises :class:`~elfloader.errors.EmulationError` with
+``fault`` ``"syscall"`` at the instruction's own address. Without the
+hooks unicorn would skip an x86 ``syscall`` as if it did nothing and
+report ``svc`` and ``ecall`` as an unhandled CPU exception after them.
+
 unicorn 2.1 is QEMU 5.0: it has no AVX/AVX2/FMA, no RVV 1.0 and no SVE
 (:attr:`fatelf.arches.Profile.unicorn` says which profiles it runs).
 """
@@ -39,7 +48,7 @@ from fatelf.cstruct import pack_array, unpack_array
 
 from ...errors import BackendError, EmulationError
 from ..base import PROT_EXEC, PROT_READ, PROT_WRITE, prot_str
-from . import unicorn_arch
+from . import syscalls, unicorn_arch
 from .engine import FAULTS as _FAULTS
 from .engine import Cpu, Engine
 from .pages import lookup
@@ -138,7 +147,8 @@ class UnicornCpu(Cpu):
     Made by :meth:`EmulatedBackend.fork_cpu` (the backend's own CPU is
     :attr:`EmulatedBackend.cpu`). Different CPUs may run :meth:`call`
     at the same time from different threads; one CPU runs one call at a
-    time.
+    time. A system call made by the guest ends the call with a ``"syscall"``
+    fault (see the module docstring); the CPU stays usable.
     """
 
     def __init__(self, space: "EmulatedBackend"):
@@ -157,6 +167,9 @@ class UnicornCpu(Cpu):
         self._tlb_warm = False
         self._view = ([], [])            # the PageMap state this CPU maps
         self._pending: BaseException | None = None
+        # What stopped this call at an interrupt or system-call hook:
+        # ("syscall", number, pc of the instruction) or ("interrupt", intno).
+        self._trapped: tuple | None = None
         try:
             self.uc = Uc(model.uc_arch, model.uc_mode)
             if model.cpu is not None:
@@ -168,6 +181,7 @@ class UnicornCpu(Cpu):
             self.page_size = self.uc.ctl_get_page_size()
             self._fill_hook = self._add_tlb_fill_hook()
             self._add_trap_hook()
+            self._add_syscall_hooks(model)
             if model.init is not None:
                 model.init(self.uc)
         except UcError as exc:
@@ -260,6 +274,48 @@ class UnicornCpu(Cpu):
         self.uc.hook_add(UCC.UC_HOOK_MEM_READ_UNMAPPED
                          | UCC.UC_HOOK_MEM_WRITE_UNMAPPED, trapped,
                          begin=_TRAP_START, end=_TRAP_END - 1)
+
+    # --- system calls -----------------------------------------------------------
+    def _add_syscall_hooks(self, model) -> None:
+        """Hook the architecture's system-call instructions
+        (:attr:`.unicorn_arch.UcModel.syscalls`): each notes the call's
+        number and the instruction's address and stops the CPU. An
+        interrupt hook sees every other exception too: it notes the
+        interrupt number and stops the CPU, as unicorn does when no hook
+        catches an exception (:meth:`call` reports it the same way)."""
+        facts = model.syscalls
+        arch, regs = self.arch, self._regs
+        thumb = None
+        if facts.thumb is not None:
+            thumb = (model.reg(facts.thumb[0]), facts.thumb[1])
+
+        def pc_now() -> int:
+            pc = self._reg_read(regs.pc)
+            if thumb is not None and self._reg_read(thumb[0]) & thumb[1]:
+                pc |= 1
+            return pc
+
+        def on_insn(uc, user_data):
+            # The pc is the instruction's own.
+            if self._trapped is None:
+                self._trapped = ("syscall", self._reg_read(regs.syscall),
+                                 pc_now())
+            uc.emu_stop()
+
+        def on_interrupt(uc, intno, user_data):
+            if self._trapped is None:
+                if intno in facts.intnos:
+                    # The pc is the next instruction's.
+                    self._trapped = ("syscall", self._reg_read(regs.syscall),
+                                     syscalls.start_of(arch, pc_now()))
+                else:
+                    self._trapped = ("interrupt", intno)
+            uc.emu_stop()
+
+        for insn in facts.insns:
+            self.uc.hook_add(UCC.UC_HOOK_INSN, on_insn, aux1=insn)
+        if facts.intnos:
+            self.uc.hook_add(UCC.UC_HOOK_INTR, on_interrupt)
 
     def _flush_tlb(self) -> None:
         """Drop every TLB entry (after a change of the memory map, or to let
@@ -395,6 +451,7 @@ class UnicornCpu(Cpu):
             self._prepare_call(args, sentinel)
             self._refused = None
             self._pending = None
+            self._trapped = None
             fills, filled = self._fills, self._filled
             before = fills[0]
             filled.clear()
@@ -405,6 +462,18 @@ class UnicornCpu(Cpu):
                 status = uclib.uc_emu_start(self._uch, address, sentinel,
                                             timeout, 0)
             self._size_tlb(fills[0] - before, len(filled))
+            trapped, self._trapped = self._trapped, None
+            if trapped is not None:
+                if trapped[0] == "syscall":
+                    self._refused = self._hit = None
+                    if self._traps:
+                        self._clear_traps()
+                    raise syscalls.fault(self.arch, trapped[1], trapped[2],
+                                         address)
+                if status == UCC.UC_ERR_OK:
+                    # Another exception, stopped by the interrupt hook: as
+                    # unicorn reports one that no hook catches.
+                    status = UCC.UC_ERR_EXCEPTION
             if self._traps:
                 err = (self._fault(UcError(status), address)
                        if status != UCC.UC_ERR_OK else None)
