@@ -319,7 +319,8 @@ def default_vlen(arch: Arch) -> int | None:
 def choose(arch: Arch, engine: str = "auto", cpu: str | None = None) -> str:
     """The engine that will run ``arch`` (profile ``cpu``):
     ``"qemu"`` or ``"unicorn"``. ``"auto"`` means ``$PKR_ENGINE`` when set,
-    else qemu-user where it is installed, else unicorn.
+    else qemu-user where it is installed and its sandbox can be made
+    (:mod:`.sandbox`), else unicorn.
 
     Raises:
         EngineError: unknown engine or profile; ``"qemu"`` asked for
@@ -355,7 +356,13 @@ def _choose(arch: Arch, engine: str, profile: arches.Profile | None,
                               f"{how}", field="cpu", value=profile.name)
         return "unicorn"
     if have_qemu:
-        return "qemu"
+        # qemu-user runs guest code only in its sandbox: without one, auto
+        # means unicorn unless the profile needs qemu (whose engine then
+        # says why it cannot start).
+        from . import sandbox
+        if sandbox.status()["seccomp"] or (profile is not None
+                                           and not profile.unicorn):
+            return "qemu"
     if profile is not None and not profile.unicorn:
         raise EngineError(f"CPU profile {profile.name} ({profile.summary}) "
                           f"needs the qemu engine, and "

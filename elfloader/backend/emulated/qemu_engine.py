@@ -20,6 +20,16 @@ another worker's fault) is ``SIGUSR1``: the agent leaves the call and
 reports where it was. An agent that dies or does not answer is killed;
 the next call starts a new one with the same memory.
 
+Every agent runs in the sandbox of :mod:`.sandbox` (system-call filter,
+Landlock, its own network namespace, bounded memory): guest code reaches
+nothing on the host, and a system call it makes is a fault of the call
+(``SIGSYS`` from the filter, reported by the agent). Every byte from an
+agent is untrusted input, since guest code shares the agent's process and
+may write to its pipes or over its code: a reply must have a known kind
+and that kind's length, nothing may arrive unasked, and a reply that
+breaks these rules is an :class:`EmulationError` (``fault``
+``"agent_protocol"``) and ends the agent.
+
 qemu-user does not see writes the host makes to a page whose code it has
 already translated. Every change that may put new code on a page ("map",
 "invalidate" in the log) therefore first makes the page writable in the
@@ -49,6 +59,7 @@ from ...errors import BackendError, EmulationError
 from ..base import PROT_EXEC, PROT_READ, PROT_WRITE, prot_str
 from .engine import (FAULTS, INSTALL_HINT, QEMU_PROGRAMS, Cpu, Engine,
                      EngineError, qemu_program)
+from . import sandbox, syscalls
 from .pages import lookup
 
 if TYPE_CHECKING:
@@ -77,6 +88,13 @@ MAX_MODELS = {
 _MAP, _PROTECT, _CALL, _RETURN, _EXIT, _CALLBACKS, _ABORT = 1, 2, 3, 4, 5, 6, 7
 _OK, _DONE, _CALLBACK, _FAULT, _STOPPED, _ERROR = 1, 2, 3, 4, 5, 6
 _MAX_WORDS = 4096
+#: Words of each reply kind (None: the request says; see _Agent.request).
+_REPLY_WORDS = {_OK: None, _DONE: 1, _CALLBACK: 9, _FAULT: 5, _STOPPED: 2,
+                _ERROR: 3}
+_REQUEST_NAMES = {_MAP: "map", _PROTECT: "protect", _CALLBACKS: "callbacks"}
+_SIGSYS = 31
+_F_SEAL_SEAL, _F_SEAL_SHRINK, _F_SEAL_GROW, _F_SEAL_WRITE = 1, 2, 4, 8
+_F_ADD_SEALS = 1033
 _SI_KERNEL = 0x80         # si_code of a signal the kernel sent for a #GP
 _START_TIMEOUT = 30.0     # seconds for a new agent to answer
 _STOP_TIMEOUT = 5.0       # seconds for a stopped call to report
@@ -90,6 +108,19 @@ _SIGNALS = {
                     "mapped object)"),
     signal.SIGTRAP: ("trap", "trap or breakpoint instruction"),
 }
+
+
+class ProtocolError(EngineError):
+    """A guest agent's reply broke the wire format (guest code wrote to
+    the agent's pipe or over the agent)."""
+
+
+def _seal(fd: int, seals: int) -> None:
+    """Add ``seals`` to memfd ``fd`` for every holder of the file (a guest
+    that reaches the descriptor can then neither resize it nor, with
+    ``F_SEAL_WRITE``, change it)."""
+    import fcntl
+    fcntl.fcntl(fd, _F_ADD_SEALS, seals)
 
 #: Mnemonic starts of instructions that store, per architecture: a data
 #: fault's direction where the signal context does not record it.
@@ -159,8 +190,10 @@ def agent_fd(arch: Arch) -> int:
             raise EngineError(f"no guest agent for {arch.name} in "
                               f"{AGENT_BUNDLE}: {exc}", field="agent",
                               value=arch.name) from None
-        fd = os.memfd_create(f"agent_{arch.name}", os.MFD_CLOEXEC)
+        fd = os.memfd_create(f"agent_{arch.name}",
+                             os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         os.write(fd, elf)
+        _seal(fd, _F_SEAL_WRITE | _F_SEAL_SHRINK | _F_SEAL_GROW | _F_SEAL_SEAL)
         _agent_files[arch.name] = fd
         return fd
 
@@ -191,11 +224,10 @@ class _Agent:
         argv = [engine.program, "-cpu", engine.cpu_option,
                 f"/proc/self/fd/{exe}", str(req_r), str(rep_w)]
         try:
-            self.proc = subprocess.Popen(
+            self.proc = sandbox.spawn(
                 argv, pass_fds=(req_r, rep_w, engine.memfd, exe),
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=self.stderr, start_new_session=True)
-        except OSError as exc:
+                stderr=self.stderr)
+        except (OSError, subprocess.SubprocessError, EngineError) as exc:
             for fd in (req_r, rep_w, self.req_w, self.rep_r):
                 os.close(fd)
             self.stderr.close()
@@ -221,15 +253,22 @@ class _Agent:
 
     def recv(self, deadline: float | None = None):
         """The next reply as ``(kind, words)``; None when ``deadline``
-        (``time.monotonic()``) passes first.
+        (``time.monotonic()``) passes first. The kind is known and the
+        count is that kind's (or at most ``_MAX_WORDS`` for ``OK``).
 
         Raises:
+            ProtocolError: the reply breaks the wire format.
             EngineError: the agent died.
         """
         buf = self._buf
         while True:
             if len(buf) >= 8:
                 kind, count = _HEAD.unpack_from(buf)
+                if kind not in _REPLY_WORDS or count != (
+                        _REPLY_WORDS[kind] if _REPLY_WORDS[kind] is not None
+                        else min(count, _MAX_WORDS)):
+                    raise self.broken(f"a reply of kind {kind} with {count} "
+                                      "words", kind)
                 end = 8 + 8 * count
                 if len(buf) >= end:
                     words = struct.unpack_from(f"<{count}Q", buf, 8)
@@ -250,13 +289,42 @@ class _Agent:
                 raise self.died()
             buf += chunk
 
-    def request(self, kind: int, words=(), timeout: float = _START_TIMEOUT):
-        """Send a request that is answered at once; returns the reply's
-        words.
+    def broken(self, what: str, value) -> ProtocolError:
+        """End the agent: it sent ``what``, which the wire format does not
+        allow."""
+        self.kill()
+        return ProtocolError(f"the {self.engine.arch.name} guest agent sent "
+                             f"{what}, which its wire format does not allow "
+                             "(guest code wrote to the agent's pipe or over "
+                             "the agent); the agent was ended",
+                             field="agent", value=value)
+
+    def expect_quiet(self) -> None:
+        """Check that nothing arrived unasked before a new request.
 
         Raises:
+            ProtocolError: bytes are waiting on the reply pipe.
+        """
+        if self.closed:
+            return
+        if self._buf or select.select([self.rep_r], [], [], 0)[0]:
+            try:
+                extra = len(self._buf) + len(os.read(self.rep_r, 65536))
+            except OSError:
+                extra = len(self._buf)
+            if extra:
+                raise self.broken(f"{extra} bytes nobody asked for", extra)
+
+    def request(self, kind: int, words=(), timeout: float = _START_TIMEOUT,
+                count: int | None = None):
+        """Send a request that is answered at once; returns the reply's
+        words (``count`` of them, when given).
+
+        Raises:
+            ProtocolError: the reply breaks the wire format.
             EngineError: the agent died, did not answer, or refused.
         """
+        self.expect_quiet()
         self.send(kind, words)
         reply = self.recv(time.monotonic() + timeout)
         if reply is None:
@@ -267,12 +335,16 @@ class _Agent:
         got, out = reply
         if got == _ERROR:
             errno_, what, index = out
-            raise EngineError(f"the guest agent's request {what} failed at "
+            if what != kind or not 0 < errno_ < 4096:
+                raise self.broken(f"an error reply {out!r} to request {kind}",
+                                  got)
+            raise EngineError(f"the guest agent's request "
+                              f"{_REQUEST_NAMES.get(kind, kind)} failed at "
                               f"item {index}: {os.strerror(errno_)}",
-                              field="agent", value=what)
-        if got != _OK:
-            raise EngineError(f"the guest agent answered {got} to request "
-                              f"{kind}", field="agent", value=got)
+                              field="agent", value=kind)
+        if got != _OK or (count is not None and len(out) != count):
+            raise self.broken(f"reply {got} with {len(out)} words to request "
+                              f"{_REQUEST_NAMES.get(kind, kind)}", got)
         return out
 
     def died(self) -> EngineError:
@@ -285,11 +357,13 @@ class _Agent:
         status = self.proc.returncode
         how = (f"killed by signal {-status}" if status is not None and status < 0
                else f"exit status {status}")
-        return EngineError(f"the {self.engine.arch.name} guest agent "
-                           f"({self.engine.program} -cpu "
-                           f"{self.engine.cpu_option}) died ({how})"
-                           + (f": {said}" if said else ""), field="agent",
-                           value=self.pid)
+        err = EngineError(f"the {self.engine.arch.name} guest agent "
+                          f"({self.engine.program} -cpu "
+                          f"{self.engine.cpu_option}) died ({how})"
+                          + (f": {said}" if said else ""), field="agent",
+                          value=self.pid)
+        err.signal = -status if status is not None and status < 0 else None
+        return err
 
     def signal(self, sig: int) -> None:
         if self.closed:
@@ -356,12 +430,14 @@ class QemuCpu(Cpu):
         agent = _Agent(engine)
         try:
             start, end = engine.arena
-            base, = agent.request(_MAP, (engine.memfd, end - start, start, 1))
+            base, = agent.request(_MAP, (engine.memfd, end - start, start, 1),
+                                  count=1)
             if base != start:
                 raise EngineError(f"the guest agent mapped guest memory at "
                                   f"{base:#x}, not {start:#x}", field="agent",
                                   value=base)
-            slots = agent.request(_CALLBACKS)
+            slots = agent.request(_CALLBACKS, count=256)
+            sandbox.bound_memory(agent.pid)
             if engine.slots is None:
                 engine.slots = list(slots)
             elif list(slots) != engine.slots:
@@ -413,7 +489,7 @@ class QemuCpu(Cpu):
         agent = self._agent
         step = (_MAX_WORDS // 3) * 3
         for i in range(0, len(words), step):
-            agent.request(_PROTECT, words[i:i + step])
+            agent.request(_PROTECT, words[i:i + step], count=0)
 
     def _sync(self) -> None:
         space = self._space
@@ -468,6 +544,7 @@ class QemuCpu(Cpu):
         deadline = time.monotonic() + timeout if timeout else None
         try:
             agent = self._live_agent()
+            agent.expect_quiet()
             agent.send(_CALL, [address & mask, self._stack_top]
                        + [a & mask for a in args])
         except EngineError as exc:
@@ -491,7 +568,10 @@ class QemuCpu(Cpu):
             if kind == _DONE:
                 return words[0] & mask
             if kind == _CALLBACK:
-                self._serve(agent, words)
+                try:
+                    self._serve(agent, words)
+                except EngineError as exc:
+                    raise self._died(exc, address) from None
                 continue
             if kind == _FAULT:
                 raise self._fault(words, address)
@@ -501,14 +581,19 @@ class QemuCpu(Cpu):
                     raise exc
                 raise self._error("stopped", "stopped by request", address,
                                   words[0] or None)
-            agent.kill()
-            raise EmulationError(f"the guest agent sent reply {kind} during "
-                                 f"a call", field="call", value=address)
+            raise self._died(agent.broken(f"reply {kind} during a call", kind),
+                             address)
 
     def _serve(self, agent: _Agent, words) -> None:
-        """Run the Python callback the guest called and answer it."""
+        """Run the Python callback the guest called and answer it.
+
+        Raises:
+            ProtocolError: the slot is not one of the agent's entry points.
+        """
         space = self._space
         slot, args = words[0], words[1:]
+        if slot >= len(self._engine.slots or ()):
+            raise agent.broken(f"a callback from slot {slot}", slot)
         entry = None
         if slot < len(space._slots):
             entry = space._callbacks.get(space._slots[slot])
@@ -579,9 +664,27 @@ class QemuCpu(Cpu):
         return err
 
     def _died(self, exc: EngineError, address: int) -> EmulationError:
-        """The error for a call whose agent died or could not start."""
+        """The error for a call whose agent died, could not start or broke
+        the wire format (``fault`` ``"agent_protocol"``). An agent ended by
+        ``SIGSYS`` met the filter while qemu-user had signals blocked, as
+        it has while it creates a process for the guest: a ``syscall``
+        fault whose number is not known."""
+        if getattr(exc, "signal", None) == _SIGSYS:
+            what = ("system call creating a process (fork, vfork or clone "
+                    "without CLONE_THREAD)")
+            err = EmulationError(f"{what} while calling {address:#x}: the "
+                                 "sandbox refused it and ended the guest "
+                                 "agent; kernels and plugins run bare metal "
+                                 "and may not call the operating system",
+                                 field="call", value=address)
+            err.fault, err.what, err.pc = "syscall", what, None
+            err.syscall, err.syscall_name = None, None
+            err.fault_page = err.fault_address = err.access_size = None
+            return err
         err = EmulationError(exc.message, field="call", value=address)
-        err.fault, err.what, err.pc = "agent_died", exc.message, None
+        err.fault = ("agent_protocol" if isinstance(exc, ProtocolError)
+                     else "agent_died")
+        err.what, err.pc = exc.message, None
         err.fault_page = err.fault_address = err.access_size = None
         return err
 
@@ -589,6 +692,10 @@ class QemuCpu(Cpu):
         """The error for a call that stopped with a fault signal."""
         sig, code, data, pc, sp_bits = words
         mask = self._mask
+        if sig == _SIGSYS:
+            return _syscall_fault(self.arch, data,
+                                  syscalls.start_of(self.arch, pc & mask),
+                                  address)
         data &= mask
         # 0 unknown, 1 read, 2 write, 3 instruction fetch (x86 error code)
         kind = (sp_bits >> 62) & 3
@@ -650,6 +757,21 @@ class QemuCpu(Cpu):
             agent, self._agent = self._agent, None
         if agent is not None:
             agent.close()
+
+
+def _syscall_fault(arch: Arch, number: int, pc: int,
+                   address: int) -> EmulationError:
+    """The error for a system call the filter refused, from the number the
+    agent read in the guest's number register. Where that register is
+    also the result register (x86), qemu-user has already written the
+    host call's result there, which for a refused call is the host's
+    system call number: the name comes from the host's table."""
+    if arch.syscalls.number != arch.cc.int_result:
+        return syscalls.fault(arch, number, pc, address)
+    host = syscalls.host_table()
+    called = syscalls.name(host, number) if host else None
+    guest = syscalls.number(arch.syscalls.table, called) if called else None
+    return syscalls.fault(arch, guest, pc, address, called=called)
 
 
 def _is_fetch(pc: int, data: int, prot) -> bool:
@@ -721,14 +843,19 @@ class QemuEngine(Engine):
             self.cpu_option = MAX_MODELS[arch.name].format(
                 vlen=vlen or 128, vq=(vlen or 128) // 128,
                 vlenb=(vlen or 128) // 8)
+        sandbox.require()
         agent_fd(arch)
         self.forked = False
         self.arena = ARENAS[arch.pointer_size]
         self.slots: list[int] | None = None
         size = self.arena[1] - self.arena[0]
         try:
-            self.memfd = os.memfd_create(f"guest_{arch.name}", os.MFD_CLOEXEC)
+            self.memfd = os.memfd_create(f"guest_{arch.name}",
+                                         os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             os.ftruncate(self.memfd, size)
+            # Guest code reaches the file through the agent: it may not
+            # resize it (the host's mapping would fault).
+            _seal(self.memfd, _F_SEAL_SHRINK | _F_SEAL_GROW | _F_SEAL_SEAL)
             self.mm = mmap.mmap(self.memfd, size, mmap.MAP_SHARED)
         except OSError as exc:
             raise EngineError(f"cannot make guest memory: {exc}",

@@ -35,6 +35,35 @@ def name(table: str, number: int) -> str | None:
     return got.decode() if isinstance(got, bytes) else str(got)
 
 
+#: i386's direct socket system calls (Linux 4.3 and later), where
+#: libseccomp's table answers with its multiplexed ``socketcall`` number.
+_X86_SOCKET_CALLS = dict(zip(
+    ("socket", "socketpair", "bind", "connect", "listen", "accept4",
+     "getsockopt", "setsockopt", "getsockname", "getpeername", "sendto",
+     "sendmsg", "recvfrom", "recvmsg", "shutdown"), range(359, 374)))
+
+
+def number(table: str, called: str) -> int | None:
+    """The number of system call ``called`` in libseccomp's table
+    ``table``, or None."""
+    try:
+        import pyseccomp
+        got = int(pyseccomp.resolve_syscall(
+            getattr(pyseccomp.Arch, table.upper()), called))
+    except Exception:  # noqa: BLE001 - no library, no table, no such call
+        return None
+    if got < 0 and table == "x86":
+        return _X86_SOCKET_CALLS.get(called)
+    return got if got >= 0 else None
+
+
+def host_table() -> str | None:
+    """libseccomp's name of this host's system-call table, or None."""
+    import platform
+    return {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64",
+            "arm64": "aarch64", "riscv64": "riscv64"}.get(platform.machine().lower())
+
+
 def start_of(arch: Arch, pc: int) -> int:
     """The address of the system-call instruction whose next instruction
     is at ``pc`` (bit 0 of an arm32 pc marks Thumb code and is kept)."""
@@ -44,17 +73,25 @@ def start_of(arch: Arch, pc: int) -> int:
     return pc - facts.length
 
 
-def fault(arch: Arch, number: int, pc: int, address: int) -> EmulationError:
+def fault(arch: Arch, number: int | None, pc: int | None, address: int,
+          called: str | None = None) -> EmulationError:
     """The error for a system call made by the instruction at ``pc``
     during a call of ``address``: ``fault`` ``"syscall"``, ``syscall``
-    the number (as the guest's register held it), ``syscall_name`` its
-    name on ``arch`` (or None), ``pc`` the instruction's address, ``what``
-    the report's kind (``system call openat (56)``)."""
-    number &= arch.word_mask
-    called = name(arch.syscalls.table, number)
-    what = (f"system call {called} ({number})" if called
-            else f"system call {number} (no such call on {arch.name})")
-    err = EmulationError(f"{what} at pc={pc:#x} while calling {address:#x}: "
+    the number (as the guest's register held it; None when unknown),
+    ``syscall_name`` its name on ``arch`` (``called``, else looked up; or
+    None), ``pc`` the instruction's address, ``what`` the report's kind
+    (``system call openat (56)``)."""
+    if number is not None:
+        number &= arch.word_mask
+        called = called or name(arch.syscalls.table, number)
+    if number is None:
+        what = f"system call {called or '(unknown)'}"
+    elif called:
+        what = f"system call {called} ({number})"
+    else:
+        what = f"system call {number} (no such call on {arch.name})"
+    at = f" at pc={pc:#x}" if pc is not None else ""
+    err = EmulationError(f"{what}{at} while calling {address:#x}: "
                          "kernels and plugins run bare metal and may not "
                          "call the operating system", field="call",
                          value=address)
@@ -64,4 +101,4 @@ def fault(arch: Arch, number: int, pc: int, address: int) -> EmulationError:
     return err
 
 
-__all__ = ["name", "start_of", "fault"]
+__all__ = ["name", "number", "host_table", "start_of", "fault"]

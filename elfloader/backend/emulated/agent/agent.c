@@ -8,7 +8,9 @@
  * from a host callback. Guest code runs on this program's main thread; a
  * fault (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP) or a stop request
  * (SIGUSR1 from the host) ends the call with a report of the signal, the
- * data address, the pc and the stack pointer.
+ * data address, the pc and the stack pointer. A system call the host's
+ * filter refuses arrives as SIGSYS and is reported the same way, with the
+ * guest's system call number in place of the data address.
  *
  * Wire format, both directions, little endian: a header of two u32 words
  * (kind, count) followed by count u64 words.
@@ -128,6 +130,23 @@ static void context_pc_sp(void *uctx, u64 *pc, u64 *sp) {
 #endif
 }
 
+/* The system call number a SIGSYS refused, from the guest's registers
+ * (the signal's own si_syscall is the host's under qemu-user). */
+static u64 context_syscall(void *uctx) {
+  ucontext_t *uc = uctx;
+#if defined(__x86_64__)
+  return (u64)uc->uc_mcontext.gregs[REG_RAX];
+#elif defined(__i386__)
+  return (u64)(uint32_t)uc->uc_mcontext.gregs[REG_EAX];
+#elif defined(__aarch64__)
+  return uc->uc_mcontext.regs[8];
+#elif defined(__arm__)
+  return uc->uc_mcontext.arm_r7;
+#elif defined(__riscv)
+  return (u64)uc->uc_mcontext.__gregs[17]; /* a7 */
+#endif
+}
+
 /* The kind of a memory fault, where the context records it (the x86 page
  * fault error code): 0 read, 1 write, 2 instruction fetch, -1 not known. */
 static int64_t context_write(void *uctx) {
@@ -203,7 +222,7 @@ static void on_fault(int sig, siginfo_t *info, void *uctx) {
   if (sig == SIGSEGV && in_guest && soften((word)pc, (word)info->si_addr)) return;
   fault_info[0] = (u64)sig;
   fault_info[1] = (u64)(int64_t)info->si_code;
-  fault_info[2] = (u64)(word)info->si_addr;
+  fault_info[2] = sig == SIGSYS ? context_syscall(uctx) : (u64)(word)info->si_addr;
   fault_info[3] = pc;
   fault_info[4] = sp | ((u64)(context_write(uctx) + 1) << 62);
   siglongjmp(call_env, 1);
@@ -437,7 +456,7 @@ int main(int argc, char **argv) {
   sa.sa_sigaction = on_fault;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
-  int faults[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP};
+  int faults[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS};
   for (unsigned i = 0; i < sizeof faults / sizeof faults[0]; i++) sigaction(faults[i], &sa, 0);
   sa.sa_sigaction = on_stop;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK;

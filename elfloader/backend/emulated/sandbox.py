@@ -1,0 +1,297 @@
+"""The qemu engine's sandbox: what a guest agent's process may do.
+
+qemu-user turns every system call of the code it runs into the same call
+on the host. A kernel or plugin under emulation is untrusted input, so each
+agent process is confined before qemu-user starts, and the confinement
+holds for the process's life (qemu-user refuses a guest's own seccomp, so
+it cannot be installed later):
+
+* a **system-call filter** (seccomp, built with libseccomp through
+  ``pyseccomp``) whose default action is a trap: qemu-user hands the guest
+  a ``SIGSYS``, the agent reports it, and the call ends with an
+  :class:`~elfloader.errors.EmulationError` whose ``fault`` is
+  ``"syscall"``. Allowed are only the calls qemu-user and the agent make
+  (:data:`ALLOWED`), some with their arguments checked: ``openat`` only
+  without write, create, truncate or append flags; ``clone`` only for a
+  thread; ``kill``/``tgkill`` only of the agent itself; ``execve`` only of
+  the one path this module passes (its address is checked, so the guest
+  cannot start a program); ``prlimit64`` only to read; ``fcntl`` only for
+  descriptor flags. No sockets, no ``ptrace``, no ``process_vm_*``, no
+  ``pidfd_*``, no files made, changed, renamed or removed.
+* ``PR_SET_NO_NEW_PRIVS``.
+* **Landlock** where the kernel has it: reading and executing beneath
+  ``/usr`` and qemu's own directory, reading ``/etc/ld.so.cache``, the
+  agent's own ``/proc/<pid>``, ``/proc/sys/vm/mmap_min_addr`` and
+  ``/sys/devices/system`` (what qemu-user reads to start); no TCP bind or
+  connect (ABI 4+); no signals to processes outside the sandbox and no
+  abstract unix sockets (ABI 6+).
+* a **new network namespace** where namespaces can be made (as root, or
+  inside a new user namespace): no interface but a down loopback.
+* an empty environment, ``/`` as working directory, no core files, files
+  it writes (its stderr) bounded to :data:`STDERR_LIMIT` bytes, and, once
+  started, its address space bounded to what it mapped to start plus
+  :data:`MEMORY_LIMIT` bytes (``RLIMIT_AS``), so a guest cannot exhaust
+  host memory.
+
+:func:`status` says which layers this machine has; without seccomp the
+qemu engine refuses to start.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import resource
+import subprocess
+
+#: Bytes a guest agent may add to its address space after it started.
+MEMORY_LIMIT = 1 << 30
+#: Bytes an agent may write to a file (its stderr, which the host reads).
+STDERR_LIMIT = 1 << 20
+
+#: System calls the filter allows without conditions: those qemu-user 7.2
+#: and the guest agent make after ``execve`` (seen with ``strace -f``),
+#: none of which reaches a file, a process or the network.
+ALLOWED = (
+    "read", "write", "readv", "writev", "pread64", "lseek", "close",
+    "fstat", "newfstatat", "statx", "getdents64", "access", "faccessat",
+    "faccessat2", "readlink", "readlinkat",
+    "mmap", "munmap", "mprotect", "mremap", "madvise", "brk",
+    "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "sigaltstack",
+    "rt_sigsuspend", "rt_sigtimedwait", "rt_sigpending", "restart_syscall",
+    "futex", "set_robust_list", "get_robust_list", "rseq",
+    "set_tid_address", "gettid", "getpid", "getppid", "getuid", "geteuid",
+    "getgid", "getegid", "getresuid", "getresgid", "getrandom", "uname",
+    "sysinfo", "sched_getaffinity", "sched_yield", "get_mempolicy",
+    "set_mempolicy", "membarrier", "clock_gettime", "clock_getres",
+    "clock_nanosleep", "nanosleep", "gettimeofday", "poll", "ppoll",
+    "exit", "exit_group", "arch_prctl", "dup", "dup3", "getcwd",
+)
+
+# Flags the checked calls look at (asm-generic values, the same on every
+# host the qemu engine runs on: x86_64 and aarch64).
+_O_WRITES = 0o3 | 0o100 | 0o1000 | 0o2000 | 0o20000000  # ACCMODE CREAT TRUNC APPEND __TMPFILE
+_CLONE_THREAD = 0x10000
+_F_DUPFD, _F_GETFD, _F_SETFD, _F_GETFL, _F_DUPFD_CLOEXEC = 0, 1, 2, 3, 1030
+_ENOSYS = 38
+_PR_SET_NO_NEW_PRIVS = 38
+_CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
+
+# Landlock (include/uapi/linux/landlock.h); the system call numbers are
+# the same on every architecture.
+_LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446
+_LL_VERSION = 1
+_LL_PATH_BENEATH = 1
+_FS_EXECUTE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 2, 1 << 3
+#: Every file-system right each Landlock ABI version knows (index: ABI).
+_FS_HANDLED = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1,
+               4: (1 << 15) - 1, 5: (1 << 16) - 1}
+_NET_TCP = 0b11               # BIND_TCP | CONNECT_TCP (ABI 4+)
+_SCOPES = 0b11                # ABSTRACT_UNIX_SOCKET | SIGNAL (ABI 6+)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64),
+                ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64),
+                ("parent_fd", ctypes.c_int32)]
+
+
+@functools.lru_cache(maxsize=None)
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 when it has none."""
+    got = _syscall(ctypes.c_long(_LL_CREATE), None, ctypes.c_size_t(0),
+                   ctypes.c_uint32(_LL_VERSION))
+    return max(int(got), 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _seccomp() -> tuple[object | None, str]:
+    try:
+        import pyseccomp
+        pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    except Exception as exc:  # noqa: BLE001 - module, library or kernel
+        return None, (f"no system-call filter: pyseccomp with the system's "
+                      f"libseccomp.so.2 is needed ({exc})")
+    return pyseccomp, ""
+
+
+def status() -> dict[str, object]:
+    """What confines a guest agent on this machine: ``seccomp`` (bool),
+    ``landlock`` (ABI version, 0: none), ``netns`` (bool, decided when an
+    agent starts: namespaces may be refused) and ``problem`` (why seccomp
+    is missing, or "")."""
+    lib, problem = _seccomp()
+    return {"seccomp": lib is not None, "landlock": landlock_abi(),
+            "problem": problem}
+
+
+def require() -> None:
+    """Raise when a guest agent cannot be confined.
+
+    Raises:
+        EngineError: no seccomp filter can be made (pyseccomp or
+            libseccomp missing, or a kernel without seccomp).
+    """
+    from .engine import EngineError
+    lib, problem = _seccomp()
+    if lib is None:
+        raise EngineError(f"the qemu engine runs guest code only in a "
+                          f"sandbox and cannot make one here: {problem}",
+                          field="engine", value="sandbox")
+
+
+def _filter(pid: int, exec_path: int):
+    """The system-call filter of agent process ``pid`` whose one
+    ``execve`` passes the path at host address ``exec_path``."""
+    sc, _ = _seccomp()
+    f = sc.SyscallFilter(sc.TRAP)
+    for name in ALLOWED:
+        try:
+            f.add_rule(sc.ALLOW, name)
+        except Exception:  # noqa: BLE001 - not a call of this host
+            pass
+    try:
+        f.add_rule(sc.ALLOW, "open", sc.Arg(1, sc.MASKED_EQ, _O_WRITES, 0))
+    except Exception:  # noqa: BLE001 - aarch64 hosts have only openat
+        pass
+    f.add_rule(sc.ALLOW, "openat", sc.Arg(2, sc.MASKED_EQ, _O_WRITES, 0))
+    f.add_rule(sc.ALLOW, "clone",
+               sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD, _CLONE_THREAD))
+    # glibc falls back to clone, whose flags the filter can read.
+    f.add_rule(sc.ERRNO(_ENOSYS), "clone3")
+    f.add_rule(sc.ALLOW, "kill", sc.Arg(0, sc.EQ, pid))
+    f.add_rule(sc.ALLOW, "tgkill", sc.Arg(0, sc.EQ, pid))
+    f.add_rule(sc.ALLOW, "execve", sc.Arg(0, sc.EQ, exec_path))
+    f.add_rule(sc.ALLOW, "prlimit64", sc.Arg(2, sc.EQ, 0))
+    for cmd in (_F_DUPFD, _F_GETFD, _F_SETFD, _F_GETFL, _F_DUPFD_CLOEXEC):
+        f.add_rule(sc.ALLOW, "fcntl", sc.Arg(1, sc.EQ, cmd))
+    return f
+
+
+def _landlock(program: str) -> None:
+    """Restrict this process's file system, TCP and signals (see the
+    module docstring); does nothing without Landlock."""
+    abi = landlock_abi()
+    if not abi:
+        return
+    attr = _RulesetAttr(_FS_HANDLED.get(abi, _FS_HANDLED[5]),
+                        _NET_TCP if abi >= 4 else 0,
+                        _SCOPES if abi >= 6 else 0)
+    size = 8 if abi < 4 else 16 if abi < 6 else 24
+    ruleset = _syscall(ctypes.c_long(_LL_CREATE), ctypes.byref(attr),
+                       ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
+    read = _FS_READ_FILE | _FS_READ_DIR
+    rules = [("/usr", read | _FS_EXECUTE),
+             (os.path.dirname(os.path.realpath(program)), read | _FS_EXECUTE),
+             ("/etc/ld.so.cache", _FS_READ_FILE),
+             ("/proc/self/", read),
+             ("/proc/sys/vm/mmap_min_addr", _FS_READ_FILE),
+             ("/sys/devices/system", read)]
+    for lib in ("/lib", "/lib64", "/lib32"):
+        if os.path.isdir(lib) and not os.path.islink(lib):
+            rules.append((lib, read | _FS_EXECUTE))
+    try:
+        for path, rights in rules:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            if not os.path.isdir(path):
+                rights &= _FS_READ_FILE | _FS_EXECUTE   # file rights only
+            rule = _PathBeneath(rights, fd)
+            got = _syscall(ctypes.c_long(_LL_ADD_RULE), ctypes.c_int(ruleset),
+                           ctypes.c_int(_LL_PATH_BENEATH), ctypes.byref(rule),
+                           ctypes.c_uint32(0))
+            os.close(fd)
+            if got < 0:
+                raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
+        if _syscall(ctypes.c_long(_LL_RESTRICT), ctypes.c_int(ruleset),
+                    ctypes.c_uint32(0)) < 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+
+
+def _new_network() -> None:
+    """A network namespace of the agent's own, where one can be made."""
+    for flags in (_CLONE_NEWNET, _CLONE_NEWUSER | _CLONE_NEWNET):
+        if _libc.unshare(ctypes.c_int(flags)) == 0:
+            return
+
+
+def _confine_and_exec(argv: list[str], keep) -> None:
+    """In the forked child: confine the process, then ``execve`` qemu-user
+    (see the module docstring) with only descriptors 0-2 and ``keep``
+    open. Returns only by raising."""
+    program = argv[0]
+    keep = set(keep) | {0, 1, 2}
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) not in keep:
+            try:
+                os.set_inheritable(int(name), False)
+            except OSError:
+                pass
+    path = ctypes.create_string_buffer(os.fsencode(program))
+    args = [ctypes.create_string_buffer(os.fsencode(a)) for a in argv]
+    argp = (ctypes.c_char_p * (len(args) + 1))(
+        *[ctypes.cast(a, ctypes.c_char_p) for a in args], None)
+    envp = (ctypes.c_char_p * 1)(None)
+    _new_network()
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (STDERR_LIMIT, STDERR_LIMIT))
+    if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
+    _landlock(program)
+    seccomp_filter = _filter(os.getpid(), ctypes.addressof(path))
+    seccomp_filter.load()
+    _libc.execve(path, argp, envp)
+    raise OSError(ctypes.get_errno(), f"execve {program}")
+
+
+def spawn(argv: list[str], pass_fds, stderr) -> subprocess.Popen:
+    """Start ``argv`` (qemu-user and its arguments) confined, with
+    ``pass_fds`` open, stdin and stdout on ``/dev/null`` and stderr on
+    ``stderr``, in a session of its own.
+
+    Raises:
+        EngineError: no sandbox can be made on this machine.
+        OSError: the process could not start.
+    """
+    require()
+    return subprocess.Popen(
+        argv, pass_fds=pass_fds, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+        cwd="/", env={}, preexec_fn=lambda: _confine_and_exec(argv, pass_fds))
+
+
+def bound_memory(pid: int, limit: int = MEMORY_LIMIT) -> None:
+    """Bound agent ``pid``'s address space to its present size plus
+    ``limit`` bytes (``RLIMIT_AS``). Does nothing if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmSize:"):
+                    size = int(line.split()[1]) * 1024
+                    break
+            else:
+                return
+        resource.prlimit(pid, resource.RLIMIT_AS, (size + limit, size + limit))
+    except (OSError, ValueError):
+        pass
+
+
+__all__ = ["ALLOWED", "MEMORY_LIMIT", "STDERR_LIMIT", "status", "require",
+           "spawn", "bound_memory", "landlock_abi"]
