@@ -26,8 +26,9 @@ nothing on the host, and a system call it makes is a fault of the call
 (``SIGSYS`` from the filter, reported by the agent). Every byte from an
 agent is untrusted input, since guest code shares the agent's process and
 may write to its pipes or over its code: a reply must have a known kind
-and that kind's length, nothing may arrive unasked, and a reply that
-breaks these rules is an :class:`EmulationError` (``fault``
+and that kind's length, a reply during a call must carry that call's
+sequence number, nothing may arrive unasked, and a reply that breaks
+these rules is an :class:`EmulationError` (``fault``
 ``"agent_protocol"``) and ends the agent.
 
 qemu-user does not see writes the host makes to a page whose code it has
@@ -89,7 +90,8 @@ _MAP, _PROTECT, _CALL, _RETURN, _EXIT, _CALLBACKS, _ABORT = 1, 2, 3, 4, 5, 6, 7
 _OK, _DONE, _CALLBACK, _FAULT, _STOPPED, _ERROR = 1, 2, 3, 4, 5, 6
 _MAX_WORDS = 4096
 #: Words of each reply kind (None: the request says; see _Agent.request).
-_REPLY_WORDS = {_OK: None, _DONE: 1, _CALLBACK: 9, _FAULT: 5, _STOPPED: 2,
+#: Replies during a call end with the call's sequence number.
+_REPLY_WORDS = {_OK: None, _DONE: 2, _CALLBACK: 10, _FAULT: 6, _STOPPED: 3,
                 _ERROR: 3}
 _REQUEST_NAMES = {_MAP: "map", _PROTECT: "protect", _CALLBACKS: "callbacks"}
 _SIGSYS = 31
@@ -420,6 +422,7 @@ class QemuCpu(Cpu):
         self._mask = space.arch.word_mask
         self._agent: _Agent | None = None
         self._pending: BaseException | None = None
+        self._sequence = 0                # of the last call sent
         self._lock = threading.Lock()     # guards _agent against stop()
         self._spawn()
 
@@ -545,7 +548,8 @@ class QemuCpu(Cpu):
         try:
             agent = self._live_agent()
             agent.expect_quiet()
-            agent.send(_CALL, [address & mask, self._stack_top]
+            self._sequence = sequence = (self._sequence + 1) & (2**64 - 1)
+            agent.send(_CALL, [address & mask, self._stack_top, sequence]
                        + [a & mask for a in args])
         except EngineError as exc:
             raise self._died(exc, address) from None
@@ -565,6 +569,11 @@ class QemuCpu(Cpu):
                     "timeout", f"stopped after the {timeout:g} s time limit",
                     address, pc)
             kind, words = reply
+            if kind != _OK and words[-1] != sequence:
+                raise self._died(agent.broken(
+                    f"a reply for call {words[-1]} during call {sequence}",
+                    words[-1]), address)
+            words = words[:-1]
             if kind == _DONE:
                 return words[0] & mask
             if kind == _CALLBACK:
@@ -635,6 +644,9 @@ class QemuCpu(Cpu):
                 agent.kill()
                 return None
             kind, words = reply
+            if kind != _OK and words[-1] != self._sequence:
+                agent.kill()
+                return None
             if kind == _CALLBACK:
                 agent.send(_ABORT)
                 continue

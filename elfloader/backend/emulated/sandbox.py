@@ -15,8 +15,8 @@ it cannot be installed later):
   without write, create, truncate or append flags; ``clone`` only for a
   thread; ``kill``/``tgkill`` only of the agent itself; ``execve`` only of
   the one path this module passes (its address is checked, so the guest
-  cannot start a program); ``prlimit64`` only to read; ``fcntl`` only for
-  descriptor flags. No sockets, no ``ptrace``, no ``process_vm_*``, no
+  cannot start a program); ``prlimit64`` only to read, or to set its own
+  core size (to 0: the hard limit); ``fcntl`` only for descriptor flags. No sockets, no ``ptrace``, no ``process_vm_*``, no
   ``pidfd_*``, no files made, changed, renamed or removed.
 * ``PR_SET_NO_NEW_PRIVS``.
 * **Landlock** where the kernel has it: reading and executing beneath
@@ -75,6 +75,7 @@ _O_WRITES = 0o3 | 0o100 | 0o1000 | 0o2000 | 0o20000000  # ACCMODE CREAT TRUNC AP
 _CLONE_THREAD = 0x10000
 _F_DUPFD, _F_GETFD, _F_SETFD, _F_GETFL, _F_DUPFD_CLOEXEC = 0, 1, 2, 3, 1030
 _ENOSYS = 38
+_RLIMIT_CORE = 4
 _PR_SET_NO_NEW_PRIVS = 38
 _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
 
@@ -174,6 +175,14 @@ def _filter(pid: int, exec_path: int):
     f.add_rule(sc.ALLOW, "tgkill", sc.Arg(0, sc.EQ, pid))
     f.add_rule(sc.ALLOW, "execve", sc.Arg(0, sc.EQ, exec_path))
     f.add_rule(sc.ALLOW, "prlimit64", sc.Arg(2, sc.EQ, 0))
+    # qemu-user sets its own core size to 0 before it dies of a guest's
+    # fatal signal (the hard limit is 0 already).
+    f.add_rule(sc.ALLOW, "prlimit64", sc.Arg(0, sc.EQ, 0),
+               sc.Arg(1, sc.EQ, _RLIMIT_CORE))
+    try:
+        f.add_rule(sc.ALLOW, "setrlimit", sc.Arg(0, sc.EQ, _RLIMIT_CORE))
+    except Exception:  # noqa: BLE001 - aarch64 hosts have only prlimit64
+        pass
     for cmd in (_F_DUPFD, _F_GETFD, _F_SETFD, _F_GETFL, _F_DUPFD_CLOEXEC):
         f.add_rule(sc.ALLOW, "fcntl", sc.Arg(1, sc.EQ, cmd))
     return f
@@ -249,13 +258,14 @@ def _confine_and_exec(argv: list[str], keep) -> None:
     argp = (ctypes.c_char_p * (len(args) + 1))(
         *[ctypes.cast(a, ctypes.c_char_p) for a in args], None)
     envp = (ctypes.c_char_p * 1)(None)
+    # Built before Landlock, which leaves the Python library unreadable.
+    seccomp_filter = _filter(os.getpid(), ctypes.addressof(path))
     _new_network()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (STDERR_LIMIT, STDERR_LIMIT))
     if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
     _landlock(program)
-    seccomp_filter = _filter(os.getpid(), ctypes.addressof(path))
     seccomp_filter.load()
     _libc.execve(path, argp, envp)
     raise OSError(ctypes.get_errno(), f"execve {program}")

@@ -13,7 +13,9 @@
  * guest's system call number in place of the data address.
  *
  * Wire format, both directions, little endian: a header of two u32 words
- * (kind, count) followed by count u64 words.
+ * (kind, count) followed by count u64 words. Every reply during a call
+ * ends with the call's sequence number, so the host can tell the agent's
+ * replies from stale or forged bytes on the pipe.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -34,7 +36,7 @@ typedef uintptr_t word;
 enum {
   REQ_MAP = 1,      /* memfd, size, address hint, fixed -> OK(base) */
   REQ_PROTECT = 2,  /* (address, size, prot) triples -> OK */
-  REQ_CALL = 3,     /* function, stack top, args... -> DONE(result) | CALLBACK | FAULT | STOPPED */
+  REQ_CALL = 3,     /* function, stack top, sequence, args... -> DONE | CALLBACK | FAULT | STOPPED */
   REQ_RETURN = 4,   /* value: the result of the callback being served */
   REQ_EXIT = 5,
   REQ_CALLBACKS = 6, /* -> OK(address of every callback slot) */
@@ -42,10 +44,10 @@ enum {
 };
 enum {
   REP_OK = 1,
-  REP_DONE = 2,     /* result */
-  REP_CALLBACK = 3, /* slot, arguments[NCBARGS] */
-  REP_FAULT = 4,    /* signal, code, data address, pc, sp */
-  REP_STOPPED = 5,  /* pc, sp */
+  REP_DONE = 2,     /* result, sequence */
+  REP_CALLBACK = 3, /* slot, arguments[NCBARGS], sequence */
+  REP_FAULT = 4,    /* signal, code, data address, pc, sp, sequence */
+  REP_STOPPED = 5,  /* pc, sp, sequence */
   REP_ERROR = 6,    /* errno, request kind, index */
 };
 
@@ -58,6 +60,7 @@ static u64 words[MAXWORDS];
 static sigjmp_buf call_env;
 static volatile sig_atomic_t in_guest, in_call, stop_pending;
 static volatile u64 fault_info[5];
+static u64 call_sequence;
 
 static void die(void) { _exit(3); }
 
@@ -263,11 +266,11 @@ static word callback(unsigned name, word a0, word a1, word a2, word a3,
   /* The slot's name is its base-4 digits written as an octal literal. */
   unsigned slot = (name & 7) | ((name >> 3) & 7) << 2 | ((name >> 6) & 7) << 4 |
                   ((name >> 9) & 7) << 6;
-  u64 msg[1 + NCBARGS] = {slot, a0, a1, a2, a3, a4, a5, a6, a7};
+  u64 msg[2 + NCBARGS] = {slot, a0, a1, a2, a3, a4, a5, a6, a7, call_sequence};
   uint32_t count;
   word result = 0;
   in_guest = 0;
-  reply(REP_CALLBACK, msg, 1 + NCBARGS);
+  reply(REP_CALLBACK, msg, 2 + NCBARGS);
   for (;;) {
     uint32_t kind = request(&count);
     if (kind == REQ_RETURN && count == 1) {
@@ -382,12 +385,14 @@ static void set_inexact(void) {
 #endif
 }
 
-/* words: function, stack top (0: this program's stack), arguments... */
+/* words: function, stack top (0: this program's stack), sequence,
+ * arguments... */
 static void do_call(uint32_t count) {
-  u64 result;
+  u64 result[2];
   word top = (word)words[1];
   call_fn = (fn16)(word)words[0];
-  for (uint32_t i = 0; i < NARGS; i++) call_args[i] = i + 2 < count ? (word)words[i + 2] : 0;
+  call_sequence = words[2];
+  for (uint32_t i = 0; i < NARGS; i++) call_args[i] = i + 3 < count ? (word)words[i + 3] : 0;
   stop_pending = 0;
   in_call = 1;
   int how = sigsetjmp(call_env, 1);
@@ -399,20 +404,22 @@ static void do_call(uint32_t count) {
     in_guest = 0;
     in_call = 0;
     harden();
-    result = (u64)call_result;
-    reply(REP_DONE, &result, 1);
+    result[0] = (u64)call_result;
+    result[1] = call_sequence;
+    reply(REP_DONE, result, 2);
     return;
   }
   in_guest = 0;
   in_call = 0;
   harden();
   if (how == 1) {
-    u64 out[5];
+    u64 out[6];
     for (int i = 0; i < 5; i++) out[i] = fault_info[i];
-    reply(REP_FAULT, out, 5);
+    out[5] = call_sequence;
+    reply(REP_FAULT, out, 6);
   } else {
-    u64 out[2] = {fault_info[3], fault_info[4]};
-    reply(REP_STOPPED, out, 2);
+    u64 out[3] = {fault_info[3], fault_info[4], call_sequence};
+    reply(REP_STOPPED, out, 3);
   }
 }
 
@@ -486,7 +493,7 @@ int main(int argc, char **argv) {
         protect(count);
         break;
       case REQ_CALL:
-        if (count < 2) die();
+        if (count < 3) die();
         do_call(count);
         break;
       case REQ_CALLBACKS: {
