@@ -49,6 +49,24 @@ def timed_out(exc: EmulationError) -> bool:
     return getattr(exc, "fault", None) == "timeout"
 
 
+def _without_pc(exc: EmulationError, file: str, arch: str,
+                where: str) -> EmulationError:
+    """``exc`` when it carries no pc (stopped by request, an agent that
+    died); a system call whose pc died with the qemu engine's agent (a
+    process creation) gets a one-line report naming the file and the
+    function instead."""
+    if getattr(exc, "fault", None) != "syscall":
+        return exc
+    message = (f"{file}: {arch}: {where}: {exc.what} (the sandbox ended "
+               "the guest agent; its pc is not known)")
+    err = EmulationError(message, name=None, field=None, value=None)
+    err.name, err.field = file, "call"
+    Exception.__init__(err, message)
+    for attr in _KEPT + ("pc", "what"):
+        setattr(err, attr, getattr(exc, attr, None))
+    return err
+
+
 def _thumb(arch, pc: int) -> bool:
     """Whether ``pc`` is Thumb code (bit 0 set on an architecture whose
     code addresses carry the instruction set there)."""
@@ -76,7 +94,8 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
     past the start)."""
     pc = getattr(exc, "pc", None)
     if pc is None:
-        return exc
+        return _without_pc(exc, exe.path, exe.arch.name,
+                           f"export {export.label}")
     be = exe.backend
     worker = getattr(exc, "worker", 0) or 0
     if not 0 <= worker < len(layout.workgroup_states):
@@ -237,7 +256,9 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
     """
     pc = getattr(exc, "pc", None)
     if pc is None:
-        return exc
+        file = modules[0].name if modules else "(plugin)"
+        return _without_pc(exc, file, backend.arch.name,
+                           f"import {import_name}")
     arch = backend.arch
     stopped = timed_out(exc)
     if seconds is None:
@@ -280,6 +301,36 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
         if not stopped:
             setattr(err, attr, getattr(exc, attr, None))
     err.pc, err.report = pc, report
+    return err
+
+
+class _NoArrays:
+    """No guarded test arrays: for calls that take none."""
+
+    def regions(self, names=None) -> list:
+        return []
+
+    def near(self, address):
+        return None
+
+
+def call_fault(exc: EmulationError, backend, modules, function: str,
+               function_kind: str) -> EmulationError:
+    """The error for ``exc``, raised by a call into a loaded module that is
+    not a dispatch (a plugin's query, load, resolve or unload; an
+    executable library's query): its message is the fault report against
+    the module in ``modules`` that owns the pc, naming ``function`` as a
+    ``function_kind`` (e.g. ``plugin load``). Keeps ``exc``'s fault
+    attributes (``fault``, ``syscall``, ...) and adds ``report``; ``exc``
+    itself when it carries no pc. Call it before the modules' memory is
+    released."""
+    err = import_fault(exc, backend, modules, function, _NoArrays())
+    report = getattr(err, "report", None)
+    if report is not None and report.function_kind == "import":
+        report.function_kind = function_kind
+        message = report.format(backend.pointer_size)
+        err.message = message
+        Exception.__init__(err, message)
     return err
 
 

@@ -386,7 +386,14 @@ class Executable:
         view.check_code(query, abi.LIBRARY_QUERY)
         env_layout = abi.ENVIRONMENT.layout(*be.arch.c_abi)
         self._env = self._alloc(bytes(env_layout.size))
-        result = be.call(query, abi.LIBRARY_VERSION, self._env)
+        try:
+            result = be.call(query, abi.LIBRARY_VERSION, self._env)
+        except elfloader.EmulationError as exc:
+            from .faults import call_fault
+            raise call_fault(exc, be, [mod] + [
+                p.module for p in getattr(plugins, "plugins", ())
+                if getattr(p, "module", None) is not None],
+                abi.LIBRARY_QUERY, "library function") from None
         if result == 0:
             raise LibraryError(
                 f"{abi.LIBRARY_QUERY} returned NULL for version "

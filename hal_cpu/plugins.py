@@ -230,7 +230,7 @@ class NativeAbiPlugin(Plugin):
         self.manager, self.label, self.params = manager, label, list(params)
         be = manager.backend
         self.self_ptr = None
-        result = be.call(query, abi.PLUGIN_VERSION, 0)
+        result = self._call(query, "query", abi.PLUGIN_VERSION, 0)
         if result == 0:
             raise PluginError(f"{abi.PLUGIN_QUERY} returned NULL for version "
                               f"{abi.PLUGIN_VERSION:#x}", name=label,
@@ -259,6 +259,25 @@ class NativeAbiPlugin(Plugin):
         self._load(lib["load"])
 
 
+    def _call(self, function: int, what: str, *args: int) -> int:
+        """Call one of the plugin's functions (``what``: ``query``,
+        ``load``, ``resolve``, ``unload``). An emulated fault becomes the
+        fault report against the plugin (see
+        :func:`hal_cpu.faults.call_fault`)."""
+        try:
+            return self.manager.backend.call(function, *args)
+        except elfloader.EmulationError as exc:
+            module = getattr(self, "module", None)
+            if module is None:
+                raise
+            from .faults import call_fault
+            others = [p.module for p in self.manager.plugins
+                      if getattr(p, "module", None) is not None]
+            raise call_fault(exc, self.manager.backend, [module] + others,
+                             f"{abi.PLUGIN_QUERY if what == 'query' else what}"
+                             f" of plugin {self.label}",
+                             "plugin function") from None
+
     def _load(self, load_fn: int) -> None:
         be, ps = self.manager.backend, self.manager.backend.pointer_size
         temps = []
@@ -279,8 +298,9 @@ class NativeAbiPlugin(Plugin):
                 detail = ("; parameters " + "&".join(f"{k}={v}" for k, v in self.params)
                           if self.params else "")
                 PluginStatusError.check(
-                    be.call(load_fn, self.manager.allocator.environment,
-                            len(self.params), pairs_addr, out_self),
+                    self._call(load_fn, "load",
+                               self.manager.allocator.environment,
+                               len(self.params), pairs_addr, out_self),
                     "load", self.label, detail)
             self.self_ptr = unpack_array("ptr", ps, be.read(out_self, ps))[0]
         finally:
@@ -294,7 +314,8 @@ class NativeAbiPlugin(Plugin):
             out_fn_ptrs=batch.fns_addr, out_fn_contexts=batch.ctx_addr))
         out = be.alloc_bytes(bytes(4))
         try:
-            status = be.call(self._resolve, self.self_ptr, params, out)
+            status = self._call(self._resolve, "resolve", self.self_ptr,
+                                params, out)
             resolution = unpack_array("u32", 4, be.read(out, 4))[0]
         finally:
             be.release(params)
@@ -304,7 +325,7 @@ class NativeAbiPlugin(Plugin):
     def unload(self) -> None:
         if self.self_ptr is not None and self._unload:
             ptr, self.self_ptr = self.self_ptr, None
-            self.manager.backend.call(self._unload, ptr)
+            self._call(self._unload, "unload", ptr)
 
 
 class EmbeddedPlugin(NativeAbiPlugin):
