@@ -12,6 +12,10 @@ Convention (also what a README author needs to know):
 * Commands are split at top-level ``&&``; installation (``pip install ...``)
   and the whole test suite (``python -m pytest`` without a path) are not
   run, the other parts of the same line are.
+* A command that needs the qemu engine (``--engine=qemu``, ``--vlen``, or
+  a ``--cpu`` profile unicorn cannot run) runs in a test of its own, which
+  is skipped, with the reason, on a machine without qemu-user or its
+  sandbox (not with ``CI=true``, where that is a failure).
 * ``hal-cpu``, ``fatelf`` and ``python`` are this checkout's (the running
   interpreter with the repository first on ``PYTHONPATH``), and ``/tmp/`` in
   a command is replaced by a fresh temporary directory, so runs never
@@ -26,6 +30,8 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -93,6 +99,30 @@ def runnable(command: str) -> tuple[str, int] | None:
     return " && ".join(keep), status
 
 
+def needs_qemu(command: str) -> bool:
+    """Whether a README command runs only on the qemu engine (see the
+    module docstring)."""
+    from fatelf import arches
+    if "--engine=qemu" in command or "--vlen" in command:
+        return True
+    for name in re.findall(r"--cpu[= ](\S+)", command):
+        if any(p.name == name.lower() and not p.unicorn
+               for p in arches.PROFILES):
+            return True
+    return False
+
+
+def qemu_engine_missing() -> str | None:
+    """Why the qemu engine cannot run here, or None when it can."""
+    from elfloader.backend.emulated import qemu_program, sandbox
+    import elfloader
+    if not all(qemu_program(a) for a in elfloader.arch.ARCHES):
+        return "qemu-user is not installed"
+    if not sandbox.status()["seccomp"]:
+        return sandbox.status()["problem"]
+    return None
+
+
 def _tools(bin_dir: Path) -> None:
     """hal-cpu, fatelf and python for this checkout, in ``bin_dir``."""
     for name, target in (("hal-cpu", "-m hal_cpu"), ("fatelf", "-m fatelf"),
@@ -117,7 +147,22 @@ def test_readme_blocks_are_found():
                      ) == [["a    b", "c # d"]]
 
 
-def test_readme_shell_examples_run(tmp_path):
+def test_readme_qemu_commands_are_found():
+    assert needs_qemu("hal-cpu run-module x.mlir --arch=riscv64 --cpu=rv64gcv "
+                      "--vlen=512")
+    assert needs_qemu("hal-cpu run k.so --cpu=sve --vlen=256")
+    assert needs_qemu("hal-cpu run k.so --engine=qemu")
+    assert not needs_qemu("hal-cpu run k.so --arch=aarch64 --backend=emulated")
+    assert any(needs_qemu(c) for block in sh_blocks(README.read_text())
+               for c in block)
+
+
+@pytest.mark.parametrize("qemu", [False, True], ids=["portable", "qemu"])
+def test_readme_shell_examples_run(tmp_path, qemu):
+    if qemu:
+        missing = qemu_engine_missing()
+        if missing and os.environ.get("CI") != "true":
+            pytest.skip(f"README commands for the qemu engine: {missing}")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     _tools(bin_dir)
@@ -133,7 +178,7 @@ def test_readme_shell_examples_run(tmp_path):
         script = ["set -u"]
         for command in block:
             job = runnable(command)
-            if job is None:
+            if job is None or needs_qemu(command) != qemu:
                 continue
             text, status = job
             text = text.replace("/tmp/", f"{scratch}/")
@@ -146,7 +191,7 @@ def test_readme_shell_examples_run(tmp_path):
                               timeout=300)
         assert proc.returncode == 0, (f"README sh block {number + 1}:\n"
                                       f"{proc.stderr}\n{proc.stdout[-2000:]}")
-    assert ran >= 10
+    assert ran >= (1 if qemu else 10)
 
 
 def test_readme_plugin_testing_example_is_the_tested_code():
