@@ -10,13 +10,21 @@ and finalizer lists. Every address it hands out (exports, initializers,
 finalizers, relocation places) has been shown to lie in a segment with the
 permission it will be used with. Looking at a file therefore never maps it
 or runs its code; :class:`elfloader.ElfModule` loads a verified image.
+
+An entry of ``DT_INIT_ARRAY`` or ``DT_FINI_ARRAY`` is the word the array
+holds *after relocation*: on RELA architectures the file holds 0 there and
+the address is the addend of an ``R_*_RELATIVE`` relocation. The image
+applies the relocations that touch the array, with the architecture's
+formulas, at two load biases: an entry that follows the bias is the
+function at that image address, verified like every other address before
+anything is mapped; the loader calls exactly that address.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fatelf.cstruct import unpack_array
+from fatelf.cstruct import pack_array, unpack_array
 
 from . import arch as arch_registry
 from .arch import Arch
@@ -72,6 +80,24 @@ class RelocationEntry:
     addend: int | None
 
 
+@dataclass(frozen=True)
+class InitFunction:
+    """An initializer or finalizer the loader calls.
+
+    Attributes:
+        where: the dynamic entry it comes from: ``DT_INIT``,
+            ``DT_INIT_ARRAY[i]``, ``DT_FINI_ARRAY[i]`` or ``DT_FINI``
+            (``i`` the slot's index in the array).
+        vaddr: the function (unbiased vaddr, in an executable segment):
+            the entry's value after relocation, less the load bias.
+        slot: unbiased vaddr of the array slot holding the entry, or None
+            for ``DT_INIT`` and ``DT_FINI``.
+    """
+    where: str
+    vaddr: int
+    slot: int | None = None
+
+
 class ElfImage:
     """A verified, not yet loaded, ELF shared object.
 
@@ -92,9 +118,11 @@ class ElfImage:
         exports: defined GLOBAL/WEAK symbol name -> unbiased vaddr.
         unreferenced_undefined: undefined symbol names no relocation uses.
         relocations: every :class:`RelocationEntry` to apply, in order.
-        initializers, finalizers: unbiased vaddrs to call, in call order
-            (``DT_INIT`` then ``DT_INIT_ARRAY``; ``DT_FINI_ARRAY`` reversed
-            then ``DT_FINI``), each in an executable segment.
+        initializers, finalizers: the :class:`InitFunction` objects to
+            call, in call order (``DT_INIT`` then ``DT_INIT_ARRAY``;
+            ``DT_FINI_ARRAY`` reversed then ``DT_FINI``), each in an
+            executable segment; array entries that are 0 or all ones after
+            relocation are terminators, skipped.
         relro: (vaddr, memsz) ranges made read-only after relocation.
 
     Raises:
@@ -104,6 +132,10 @@ class ElfImage:
         UndefinedSymbolError: a relocation binds an undefined symbol.
         RelocationError: a relocation of an unknown type, naming a symbol
             that does not exist, or placed outside writable image memory.
+        ElfFormatError: also an initializer or finalizer, after relocation,
+            outside every executable segment or not an address of the image
+            (``field`` ``DT_INIT``, ``DT_INIT_ARRAY[i]``...; ``value`` the
+            address).
     """
 
     def __init__(self, data: bytes, name: str = "<memory>"):
@@ -347,6 +379,24 @@ class ElfImage:
             raise self._err(ElfFormatError, "unterminated string", field, index)
         return self._strtab[index:end].decode("utf-8", "replace")
 
+    def relocation_value(self, r: RelocationEntry, bias: int,
+                         place: bytes) -> int:
+        """The value relocation ``r`` computes with load bias ``bias``, by
+        its formula in the architecture's table, before it is fitted to
+        its place: S is the symbol's address (0 without one), A the addend
+        (REL: the word ``place`` holds, the place's bytes before this
+        relocation), P the place's address, B the bias."""
+        arch = self.arch
+        rel = arch.relocations[r.type]
+        S = ((bias + self.symbols[r.symbol]["st_value"]) & arch.word_mask
+             if r.symbol else 0)
+        if r.addend is None:
+            A = unpack_array("u32" if rel.size == 4 else "u64",
+                             arch.pointer_size, place, 0, 1)[0]
+        else:
+            A = r.addend
+        return rel.formula(S, A, bias + r.offset, bias)
+
     def _parse_relocations(self) -> None:
         arch, cls = self.arch, self.cls
         kind = arch.rel_tags
@@ -415,28 +465,88 @@ class ElfImage:
         self.unreferenced_undefined = sorted(undefined.values())
 
     # --- initializers and finalizers --------------------------------------------
-    def _pointer_array(self, tag: str) -> list[int]:
+    #: Two load biases the array entries are relocated with: an entry that
+    #: moves with the bias is an address of the image (the value at bias 0).
+    _BIASES = (0, 0x5555_5555_5555_5000)
+
+    def _loaded_bytes(self, vaddr: int, size: int) -> bytearray:
+        """The ``size`` bytes at ``vaddr`` as copied in before relocation:
+        file bytes of the segments, zero elsewhere."""
+        out = bytearray(size)
+        for seg in self.segments:
+            lo, hi = max(vaddr, seg.vaddr), min(vaddr + size, seg.vaddr + seg.filesz)
+            if lo < hi:
+                start = seg.offset + lo - seg.vaddr
+                out[lo - vaddr:hi - vaddr] = self.data[start:start + hi - lo]
+        return out
+
+    def _relocated_words(self, vaddr: int, count: int, bias: int) -> list[int]:
+        """The ``count`` words at ``vaddr`` after the relocations that touch
+        them are applied, in the loader's order, with load bias ``bias``
+        (each value truncated to its place)."""
+        arch, word = self.arch, self.cls.word
+        end = vaddr + count * word
+        sizes = ((r, arch.relocations[r.type].size) for r in self.relocations)
+        rows = [(r, n) for r, n in sizes if r.offset < end and vaddr < r.offset + n]
+        lo = min([vaddr] + [r.offset for r, _ in rows])
+        hi = max([end] + [r.offset + n for r, n in rows])
+        buf = self._loaded_bytes(lo, hi - lo)
+        for r, n in rows:
+            at = r.offset - lo
+            value = self.relocation_value(r, bias, bytes(buf[at:at + n]))
+            buf[at:at + n] = pack_array("u32" if n == 4 else "u64",
+                                        arch.pointer_size, [value])
+        return unpack_array("ptr", word, buf, vaddr - lo, count)
+
+    def _pointer_array(self, tag: str) -> list[InitFunction]:
+        """The functions of ``DT_<tag>`` (``INIT_ARRAY`` or ``FINI_ARRAY``)
+        in array order, each entry's value after relocation, verified."""
         addr, size = self._get(tag), self._get(tag + "SZ") or 0
         if not addr or not size:
             return []
-        word = self.cls.word
+        word, mask = self.cls.word, self.arch.word_mask
         if size % word or size // word > MAX_TABLE_ENTRIES:
             raise self._err(ElfFormatError, f"{size} is not a whole number of "
                             f"{word}-byte entries (at most {MAX_TABLE_ENTRIES})",
                             f"DT_{tag}SZ", size)
-        raw = self.read(addr, size, "DT_" + tag)
-        return [w for w in unpack_array("ptr", word, raw)
-                if w not in (0, self.arch.word_mask)]
+        self.require(addr, size, PF_R, "DT_" + tag)
+        count = size // word
+        b0, b1 = (b & mask for b in self._BIASES)
+        at0 = self._relocated_words(addr, count, b0)
+        at1 = self._relocated_words(addr, count, b1)
+        out = []
+        for i, (v0, v1) in enumerate(zip(at0, at1)):
+            where = f"DT_{tag}[{i}]"
+            if v0 == v1:
+                if v0 in (0, mask):
+                    continue    # a terminator: skipped
+                raise self._err(ElfFormatError, f"{v0:#x} is an absolute "
+                                "address (no relocation moves it with the load "
+                                "address): it lies in no PT_LOAD segment of the "
+                                "loaded image", where, v0)
+            vaddr = (v0 - b0) & mask
+            if (v1 - b1) & mask != vaddr:
+                raise self._err(ElfFormatError, f"{v0:#x} is not an address of "
+                                f"the image: its relocations make it {v1:#x} "
+                                f"at load bias {b1:#x}", where, v0)
+            self.require(vaddr, 1, PF_X, where)
+            out.append(InitFunction(where, vaddr, addr + i * word))
+        return out
+
+    def _single(self, tag: str) -> list[InitFunction]:
+        """``DT_INIT`` or ``DT_FINI`` (an address the loader biases), verified."""
+        vaddr = self._get(tag)
+        if not vaddr:
+            return []
+        self.require(vaddr, 1, PF_X, "DT_" + tag)
+        return [InitFunction("DT_" + tag, vaddr)]
 
     def _parse_init_fini(self) -> None:
-        init = [self._get("INIT")] if self._get("INIT") else []
-        fini = [self._get("FINI")] if self._get("FINI") else []
-        self.initializers = init + self._pointer_array("INIT_ARRAY")
-        self.finalizers = list(reversed(self._pointer_array("FINI_ARRAY"))) + fini
-        for what, addrs in (("initializer", self.initializers),
-                            ("finalizer", self.finalizers)):
-            for i, vaddr in enumerate(addrs):
-                self.require(vaddr, 1, PF_X, f"{what}[{i}]")
+        self.initializers: list[InitFunction] = (
+            self._single("INIT") + self._pointer_array("INIT_ARRAY"))
+        self.finalizers: list[InitFunction] = (
+            list(reversed(self._pointer_array("FINI_ARRAY")))
+            + self._single("FINI"))
 
     def __repr__(self):
         return f"<ElfImage {self.name} {self.arch.name}>"

@@ -5,9 +5,18 @@ The steps follow IREE's platform-agnostic loader
 address range, copy the PT_LOAD segments in (zero-filled past
 ``p_filesz``), apply the relocations the verified image lists with the
 architecture's table, set each page's final protection, and run the
-initializers. The image is assembled and relocated in host memory and
-copied into the backend once, so both backends share every step. Parsing
-and checking belong to :class:`elfloader.image.ElfImage`.
+initializers (``DT_INIT``, then ``DT_INIT_ARRAY`` in order; at unload
+``DT_FINI_ARRAY`` in reverse, then ``DT_FINI``). The image is assembled
+and relocated in host memory and copied into the backend once, so both
+backends share every step. Parsing and checking belong to
+:class:`elfloader.image.ElfImage`, which also computes each initializer's
+address after relocation: the loader calls those verified addresses.
+
+An initializer or finalizer that faults on the emulated backend raises an
+:class:`~elfloader.EmulationError` whose message is a debugger-style report
+(:func:`elfloader.diagnose.fault_report`): the function (``initializer
+DT_INIT_ARRAY[1]``), the symbol and source line of the pc, the instruction,
+the data address; it keeps the backend error's fault attributes.
 """
 
 from __future__ import annotations
@@ -15,10 +24,15 @@ from __future__ import annotations
 from fatelf.cstruct import pack_array, unpack_array
 
 from .backend import PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE, Backend
+from .diagnose import INSTRUCTION_FAULTS, Region, Symbolizer, fault_report
 from .elf import PF_R, PF_W, PF_X
-from .errors import (ArchitectureMismatchError, RelocationError,
-                     SymbolNotFoundError, UnsupportedElfError)
-from .image import ElfImage
+from .errors import (ArchitectureMismatchError, EmulationError,
+                     RelocationError, SymbolNotFoundError, UnsupportedElfError)
+from .image import ElfImage, InitFunction
+
+#: Attributes of the contract (:class:`fatelf.errors.PortableKernelError`)
+#: that an initializer's fault error sets itself rather than keeping.
+_CONTRACT = ("name", "field", "value", "message")
 
 
 class ElfModule:
@@ -40,7 +54,10 @@ class ElfModule:
         RelocationError: a relocation value does not fit its place.
         UnsupportedElfError: a page would be writable and executable.
         BackendError, EmulationError: mapping failed or an initializer
-            faulted. On any failure nothing stays mapped in the backend.
+            faulted (emulated: the message is the fault report, ``report``
+            the :class:`~elfloader.diagnose.FaultReport`, ``field`` the
+            initializer, e.g. ``DT_INIT_ARRAY[0]``). On any failure nothing
+            stays mapped in the backend.
     """
 
     def __init__(self, image: ElfImage, backend: Backend, *,
@@ -54,7 +71,7 @@ class ElfModule:
         self.name = image.name
         self.arch = image.arch
         self.backend = backend
-        self._fini: list[int] = []
+        self._fini: list[InitFunction] = []
         page = backend.page_size
         self.size = -(-image.size // page) * page
         self._reservation = backend.reserve(self.size, image.align)
@@ -87,12 +104,82 @@ class ElfModule:
         self._protect()
         mask = self.arch.word_mask
         self.exports = {n: (self.base + v) & mask for n, v in img.exports.items()}
-        self._fini = [self.base + v for v in img.finalizers]
         if initialize:
-            for vaddr in img.initializers:
-                self.backend.call(self.base + vaddr)
+            self._check_slots()
+            for fn in img.initializers:
+                self._run(fn, "initializer")
+            self._fini = list(img.finalizers)
+
+    def _check_slots(self) -> None:
+        """Every DT_INIT_ARRAY / DT_FINI_ARRAY slot the loader uses holds,
+        after relocation, the address the image verified, so what is called
+        is what the array holds (as IREE's loader reads it)."""
+        img, mask = self.image, self.arch.word_mask
+        ps = self.arch.pointer_size
+        for fn in img.initializers + img.finalizers:
+            if fn.slot is None:
+                continue
+            raw = self.backend.read(self.base + fn.slot, ps)
+            held = unpack_array("ptr", ps, raw)[0]
+            want = (self.base + fn.vaddr) & mask
+            if held != want:
+                raise self._err(RelocationError, f"holds {held:#x} after "
+                                f"relocation, not the verified {want:#x}",
+                                fn.where, held)
+
+    def _run(self, fn: InitFunction, kind: str) -> None:
+        """Call initializer or finalizer ``fn`` (``kind`` says which), its
+        fault turned into a report while the module is still mapped."""
+        try:
+            self.backend.call((self.base + fn.vaddr) & self.arch.word_mask)
+        except EmulationError as exc:
+            raise self._fault(exc, fn.where, kind) from None
+
+    def _fault(self, exc: EmulationError, where: str,
+               kind: str) -> EmulationError:
+        """The :class:`EmulationError` for ``exc``, raised by initializer or
+        finalizer ``where``: its message is the fault report (the pc's
+        symbol and source line in this image, the instruction, the data
+        address); ``report`` is the :class:`~elfloader.diagnose.
+        FaultReport`, ``field`` ``where``; the backend's attributes
+        (``fault``, ``pc``, ``fault_address``, ``syscall``...) are kept.
+        ``exc`` itself when it carries no pc."""
+        pc = getattr(exc, "pc", None)
+        if pc is None:
+            return exc
+        be, arch = self.backend, self.arch
+        thumb = arch.disassembly.thumb_modes is not None and bool(pc & 1)
+        pc = pc & ~1 if thumb else pc
+        fault = getattr(exc, "fault", None)
+        if fault == "timeout":
+            what = (f"still running at the time limit of "
+                    f"{be.timeout_us / 1e6:g} s (stopped; an endless loop?)")
+            address = None
         else:
-            self._fini = []
+            what = getattr(exc, "what", None) or exc.message
+            address = getattr(exc, "fault_address", None)
+            if address is None:
+                address = getattr(exc, "fault_page", None)
+        regions = [Region("the stack", start, size, offsets=False)
+                   for start, size in be.stacks()[:1]]
+        engine = None
+        if be.kind == "emulated":   # the emulator and its CPU model
+            describe = getattr(be, "describe", None)
+            engine = describe() if callable(describe) else getattr(be, "engine", None)
+        report = fault_report(
+            file=self.name, arch=arch.name, kind=what, pc=pc,
+            symbolizers=[Symbolizer(self.image, self.base)], read=be.read,
+            function=where, function_kind=kind, data_address=address,
+            regions=regions, thumb=thumb,
+            instruction_fault=fault in INSTRUCTION_FAULTS, engine=engine)
+        message = report.format(arch.pointer_size)
+        err = EmulationError(message, name=self.name, field=where, value=pc)
+        err.__dict__.update({k: v for k, v in exc.__dict__.items()
+                             if k not in _CONTRACT})
+        # The report is the whole message: no "name: field:" before it.
+        Exception.__init__(err, message)
+        err.report = report
+        return err
 
     def _relocate(self, pieces) -> list[tuple[int, bytes]]:
         """Apply the relocations to ``pieces`` ((image offset, bytearray)
@@ -100,7 +187,6 @@ class ElfModule:
         those placed outside every piece."""
         img, arch = self.image, self.arch
         vmin, B, ps = img.vaddr_min, self.base, arch.pointer_size
-        syms = img.symbols
         extra: dict[int, bytes] = {}
         for r in img.relocations:
             rel = arch.relocations[r.type]
@@ -112,14 +198,12 @@ class ElfModule:
                     buf, at = piece, place - offset
                     break
             inside = buf is not None
-            S = (B + syms[r.symbol]["st_value"]) & arch.word_mask if r.symbol else 0
-            if r.addend is None:
-                old = (buf[at:at + rel.size] if inside
-                       else extra.get(place, bytes(rel.size)))
-                A = unpack_array(ctype, ps, old, 0, 1)[0]
+            if r.addend is not None:
+                old = b""       # RELA: the place's bytes are not read
             else:
-                A = r.addend
-            value = rel.formula(S, A, B + r.offset, B)
+                old = bytes(buf[at:at + rel.size] if inside
+                            else extra.get(place, bytes(rel.size)))
+            value = img.relocation_value(r, B, old)
             bits = 8 * rel.size
             if rel.check == "signed":
                 v = value if value < (1 << 63) else value - (1 << 64)
@@ -200,8 +284,8 @@ class ElfModule:
         if self._reservation is None:
             return
         try:
-            for address in self._fini:
-                self.backend.call(address)
+            for fn in self._fini:
+                self._run(fn, "finalizer")
         finally:
             self.backend.release(self._reservation)
             self._reservation = None

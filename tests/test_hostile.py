@@ -134,10 +134,10 @@ def test_initializer_outside_code(arch, kind, where):
     s = Sample(arch)
     target = {"data": s.data_vaddr + 16, "rodata": 0x40, "outside": 1 << 20,
               "top": s.top}[where]
-    words = {"data": ("initializer[0]", "which is not x"),
-             "rodata": ("initializer[0]", "which is not x"),
-             "outside": ("initializer[0]", "no PT_LOAD segment"),
-             "top": ("initializer[0]", "no PT_LOAD segment")}[where]
+    words = {"data": ("DT_INIT: ", "which is not x"),
+             "rodata": ("DT_INIT: ", "which is not x"),
+             "outside": ("DT_INIT: ", "no PT_LOAD segment"),
+             "top": ("DT_INIT: ", "no PT_LOAD segment")}[where]
     refused(arch, kind, s.with_init(target), ElfFormatError, *words)
 
 
