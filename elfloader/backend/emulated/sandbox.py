@@ -129,9 +129,10 @@ def _seccomp() -> tuple[object | None, str]:
 
 def status() -> dict[str, object]:
     """What confines a guest agent on this machine: ``seccomp`` (bool),
-    ``landlock`` (ABI version, 0: none), ``netns`` (bool, decided when an
-    agent starts: namespaces may be refused) and ``problem`` (why seccomp
-    is missing, or "")."""
+    ``landlock`` (ABI version, 0: none) and ``problem`` (why seccomp is
+    missing, or ""). Whether a network namespace can be made is found
+    when an agent starts (the agent goes on without one where the kernel
+    refuses it)."""
     lib, problem = _seccomp()
     return {"seccomp": lib is not None, "landlock": landlock_abi(),
             "problem": problem}
