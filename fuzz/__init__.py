@@ -9,5 +9,7 @@ and classifies what happened (:mod:`fuzz.runner`): accepted, a typed
 :class:`fatelf.PortableKernelError`, an escaped exception, a crash (and
 whether it was inside the file's own code running natively), a hang or a
 resource blowup. Problem cases are saved for ``python -m fuzz --replay
-FILE`` and reduced to fewer byte operations.
+FILE`` and reduced to fewer byte operations. ``--target code``
+(:mod:`fuzz.code`) plants hostile machine code in the dispatched export
+and checks after each case that the host's canaries are untouched.
 """

@@ -5,6 +5,8 @@
   ``close()``;
 * ``plugin``: ``PluginManager(arch, backend).register_embedded(data)``, a
   resolve of the sample plugin's import names, then ``close()``;
+* ``code``: as ``elf`` (the file's export 0 has hostile code; emulated
+  only), recording the engine, and for a fault its kind and system call;
 * ``fatelf``: ``fatelf.FatElf.parse(data)``, ``elfloader.read_image(data,
   arch=...)``, then what the bundle is for: the plugin bundles are
   registered like a plugin, the runtime bundle is loaded with
@@ -22,6 +24,9 @@ the event happens, so a process killed by a signal has said where it was:
 * ``M <lo> <hi> <name>``: a module's address range, once reserved;
 * ``G+ <address>`` / ``G-``: a call into guest code starts / returned;
 * ``C+`` / ``C-``: guest code called back into the host / it returned;
+* ``P <pid>``: a guest agent process started (qemu engine);
+* ``K <stage>``: the process kills itself now, on purpose (``code`` cases
+  with ``kill_host_after``);
 * ``R <json>``: the outcome (``accepted``, ``typed``, ``escape``,
   ``blowup``) with the error's class, field, message and traceback.
 
@@ -38,6 +43,7 @@ import faulthandler
 import functools
 import json
 import os
+import re
 import resource
 import sys
 import traceback
@@ -148,6 +154,25 @@ def instrument(rep: Reporter) -> None:
 
     for cls in (NativeBackend, EmulatedBackend):
         _wrap_calls(cls, rep)
+    _wrap_spawn(rep)
+
+
+def _wrap_spawn(rep: Reporter) -> None:
+    """Report each guest agent process the qemu engine starts."""
+    try:
+        from elfloader.backend.emulated import sandbox
+    except ImportError:
+        return
+    orig = getattr(sandbox, "spawn", None)
+    if orig is None:
+        return
+
+    @functools.wraps(orig)
+    def spawn(*args, **kwargs):
+        proc = orig(*args, **kwargs)
+        rep.send("P", proc.pid)
+        return proc
+    sandbox.spawn = spawn
 
 
 def _wrap_calls(cls, rep: Reporter) -> None:
@@ -405,7 +430,28 @@ def run_files(case, data, rep, opts):
         raise first_typed[0]
 
 
-RUNNERS = {"elf": run_executable, "plugin": run_plugin, "fatelf": run_bundle,
+def run_code(case, data, rep, opts):
+    """An executable whose export 0 has hostile code, dispatched on the
+    emulated backend (never natively: the code would run on this host)."""
+    if case["backend"] != "emulated":
+        raise SystemExit("the code target runs only on the emulated backend")
+    delay = case.get("kill_host_after")
+    if delay:
+        # the host process dies mid-run, as a crashing or killed program
+        # would: whatever the guest code did must end with it
+        import signal
+        import threading
+        import time
+
+        def die():
+            time.sleep(delay)
+            rep.send("K", rep.stage_name)
+            os.kill(os.getpid(), signal.SIGKILL)
+        threading.Thread(target=die, daemon=True).start()
+    run_executable(case, data, rep, opts)
+
+
+RUNNERS = {"code": run_code, "elf": run_executable, "plugin": run_plugin, "fatelf": run_bundle,
            "threads": run_threads, "files": run_files}
 
 
@@ -416,18 +462,47 @@ def _frames(tb, limit=12):
 
 def describe_error(exc: BaseException) -> dict:
     value = getattr(exc, "value", None)
-    return {
+    out = {
         "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
         "message": str(exc)[:500],
         "field": getattr(exc, "field", None),
         "value": repr(value)[:200] if value is not None else None,
         "traceback": _frames(exc.__traceback__),
     }
+    # an emulated CPU's fault: its kind, and the system call it made
+    fault = getattr(exc, "fault", None)
+    if isinstance(fault, str):
+        out["fault"] = fault
+        if fault == "syscall":
+            number = getattr(exc, "syscall", None)
+            out["syscall"] = number if isinstance(number, int) else None
+            out["syscall_name"] = getattr(exc, "syscall_name", None)
+    m = _RETURNED.search(out["message"])
+    if m and out["field"] == "workgroup_id":
+        out["status"] = int(m.group(1))
+    return out
+
+
+_RETURNED = re.compile(r" returned (-?\d+) in workgroup ")
+
+
+def engine_of(arch: str) -> str | None:
+    """The engine an emulated backend of ``arch`` gets here (``auto``:
+    ``$PKR_ENGINE``, else qemu-user where it can run)."""
+    try:
+        import elfloader
+        from elfloader.backend.emulated import engine
+        return engine.choose(elfloader.arch.by_name(arch))
+    except Exception as exc:  # noqa: BLE001 - only a label
+        return f"? ({type(exc).__name__})"
 
 
 def run(case: dict, data: bytes, rep: Reporter, opts: dict) -> dict:
     """Run one case in this process; returns the outcome record."""
     from fatelf import PortableKernelError
+    engine = None
+    if case["target"] == "code":
+        engine = engine_of(case["arch"])
     try:
         RUNNERS[case["target"]](case, data, rep, opts)
         result = {"outcome": "accepted", "stage": rep.stage_name}
@@ -439,6 +514,8 @@ def run(case: dict, data: bytes, rep: Reporter, opts: dict) -> dict:
         result = {"outcome": "escape", "error": describe_error(exc)}
     if result["outcome"] != "accepted":
         result["stage"] = rep.failed_stage or rep.stage_name
+    if engine is not None:
+        result["engine"] = engine
     for exc in rep.cleanup_errors:
         if isinstance(exc, MemoryError) and result["outcome"] in ("accepted", "typed"):
             result.update(outcome="blowup", reason="MemoryError while closing",

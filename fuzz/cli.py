@@ -35,11 +35,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("native", "emulated", "both"), default="both",
                    help="backends to fuzz (default both)")
     p.add_argument("--target", choices=("elf", "fatelf", "plugin", "threads", "files",
-                                        "all"), default="all",
+                                        "code", "all"), default="all",
                    help="inputs: IREE executables, FatELF bundles, plugins, "
                         "executables dispatched from threads while closed "
                         "(threads), executables given as FIFOs, directories, "
-                        "devices or huge sparse files (files), or all (default all)")
+                        "devices or huge sparse files (files), or all (default all); "
+                        "code: executables whose dispatched export has hostile "
+                        "machine code (planted system calls aimed at canaries, "
+                        "random instructions), emulated only, never part of all")
+    p.add_argument("--kill-host", type=float, default=0.0, metavar="FRACTION",
+                   help="code target: the fraction of cases whose child process kills "
+                        "itself (SIGKILL) 0.05-1 s into the run, as a crashing program "
+                        "would; nothing the guest code started may outlive it (counted "
+                        "as killed; default 0)")
+    p.add_argument("--engine", choices=("auto", "qemu", "unicorn"), default="auto",
+                   help="emulation engine of the emulated backend (sets PKR_ENGINE "
+                        "for the children; default auto: PKR_ENGINE if set, else "
+                        "qemu-user where its sandbox can be made, else unicorn)")
     p.add_argument("--jobs", type=int, default=2, help="children at once (default 2)")
     p.add_argument("--report", type=Path, help="write the JSON report here")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT,
@@ -67,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replay", type=Path, metavar="FILE",
                    help="run a saved case (its .bin or .json) again and print the "
                         "outcome; with --backend native|emulated, on that backend")
+    p.add_argument("--control", action="store_true",
+                   help="code target's positive control: run each planted call aimed at "
+                        "a canary with qemu-user *without* the sandbox (six "
+                        "architectures) and check that the canaries see it; exit "
+                        "status 1 when one is not seen")
     p.add_argument("--inline", action="store_true",
                    help="with --replay: run in this process (a crash kills it; for "
                         "debuggers)")
@@ -85,7 +102,7 @@ def child_opts(args, backend: str) -> dict:
 def case_opts(base: dict, case: dict, manifest: dict) -> dict:
     from .corpus import dispatch_spec
     opts = dict(base)
-    if case["target"] in ("elf", "threads", "files"):
+    if case["target"] in ("elf", "threads", "files", "code"):
         opts["dispatch"] = dispatch_spec(manifest, case["kernel"], case["arch"])
     return opts
 
@@ -94,18 +111,51 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.replay:
         return replay(args)
+    if args.control:
+        from .code import run_control
+        results = run_control()
+        missed = [f"{a}/{c}" for a, calls in results.items() for c, seen in calls.items()
+                  if not seen]
+        total = sum(len(calls) for calls in results.values())
+        print(f"\n{total - len(missed)} of {total} planted calls changed a canary when "
+              f"run without the sandbox" + (f"; not seen: {missed}" if missed else ""))
+        if args.report:
+            args.report.parent.mkdir(parents=True, exist_ok=True)
+            args.report.write_text(json.dumps(results, indent=1) + "\n")
+        return 1 if missed or not total else 0
     from . import corpus as corpus_mod
-    from . import report
-    from .runner import run_cases
-
     from .child import preload
     t0 = time.monotonic()
+    targets = corpus_mod.TARGETS if args.target == "all" else (args.target,)
+    backends = corpus_mod.BACKENDS if args.backend == "both" else (args.backend,)
+    if "code" in targets:
+        if args.backend == "native":
+            print("fuzz: the code target runs only on the emulated backend (on the "
+                  "native one the hostile code would run on this host)", file=sys.stderr)
+            return 2
+        backends = ("emulated",)
+    if args.engine != "auto":
+        os.environ["PKR_ENGINE"] = args.engine      # the children inherit it
     source = _source_state()   # the code the children run: imported now
     preload()
     corpus = corpus_mod.Corpus()
-    targets = corpus_mod.TARGETS if args.target == "all" else (args.target,)
-    backends = corpus_mod.BACKENDS if args.backend == "both" else (args.backend,)
     opts = {b: child_opts(args, b) for b in backends}
+    canary = None
+    if "code" in targets:
+        from .code import Canary
+        canary = Canary()
+    try:
+        return _campaign(args, argv, t0, source, corpus, targets, backends, opts, canary)
+    finally:
+        if canary is not None:
+            canary.close()
+
+
+def _campaign(args, argv, t0, source, corpus, targets, backends, opts, canary) -> int:
+    from . import corpus as corpus_mod
+    from . import report
+    from .child import engine_of
+    from .runner import run_cases
     total = args.cases * len(backends)
     cases_dir = args.out / "cases"
     records: list[dict] = []
@@ -114,7 +164,11 @@ def main(argv=None) -> int:
     def items():
         for backend in backends:
             for i in range(args.cases):
-                case = corpus_mod.make_case(corpus, args.seed, backend, i, targets)
+                case = corpus_mod.make_case(corpus, args.seed, backend, i, targets,
+                                            env=canary.env if canary else None,
+                                            kill_host=args.kill_host)
+                if case["target"] == "code":
+                    case["engine"] = engine_of(case["arch"])
                 data = corpus_mod.case_data(corpus, case)
                 yield dict(case, _opts=case_opts(opts[backend], case, corpus.manifest)), data
 
@@ -137,7 +191,7 @@ def main(argv=None) -> int:
             cases_by_id[case["id"]] = case
             yield case, data
 
-    run_cases(with_opts(), args.jobs, on_result)
+    run_cases(with_opts(), args.jobs, on_result, hooks=canary)
     elapsed = time.monotonic() - t0
     records.sort(key=lambda r: r["id"])
     for rec in records:
@@ -150,7 +204,7 @@ def main(argv=None) -> int:
     if not args.no_minimize:
         for key, recs in problems.items():
             first = recs[0]
-            m = minimize(corpus, cases_by_id[first["id"]], first, cases_dir)
+            m = minimize(corpus, cases_by_id[first["id"]], first, cases_dir, hooks=canary)
             if m is not None:
                 minimized[key] = m
     summary = report.counts(records)
@@ -159,6 +213,7 @@ def main(argv=None) -> int:
         "source": source,
         "config": {"cases_per_backend": args.cases, "seed": args.seed,
                    "backends": list(backends), "targets": list(targets), "jobs": args.jobs,
+                   "engine": os.environ.get("PKR_ENGINE") or "auto",
                    "limits": {b: {k: v for k, v in o.items() if k != "dispatch"}
                               for b, o in opts.items()}},
         "elapsed_s": round(elapsed, 1),
@@ -170,11 +225,19 @@ def main(argv=None) -> int:
                                 mutators=report.mutator_kinds(recs))
                                 for key, recs in guest.items()],
         "typed": report.typed_breakdown(records),
+        "faults": report.fault_breakdown(records),
         "stages": report.stage_breakdown(records),
         "cases": [_compact(r) for r in sorted(records, key=lambda r: r["id"])],
     }
     print(report.table(summary))
     print(f"\n{len(records)} cases in {elapsed:.0f} s (seed {args.seed}, jobs {args.jobs})")
+    faults = out["faults"]
+    for key, f in faults.items():
+        if f["syscall"]:
+            print(f"{key}: {f['syscall']} case(s) ended in a 'syscall' fault; most seen: "
+                  + ", ".join(f"{n} {c}" for n, c in list(f["syscall_names"].items())[:12]))
+        if f.get("breach_kinds"):
+            print(f"{key}: breaches: {f['breach_kinds']}")
     if guest:
         print(f"\nnative crashes and hangs of guest code (the file's own code, run on "
               f"this CPU): {sum(len(v) for v in guest.values())} in {len(guest)} kinds")
@@ -194,7 +257,8 @@ def main(argv=None) -> int:
                 print(f"    minimized: {'; '.join(m['mutations'])}\n"
                       f"    replay: python -m fuzz --replay {m['saved']}")
     else:
-        print("no escapes, no crashes or hangs outside guest code, no blow-ups")
+        print("no escapes, no crashes or hangs outside guest code, no blow-ups"
+              + (", no breaches of the canaries" if canary else ""))
     if any(r.get("saved") for r in records):
         print(f"\nsaved cases: {cases_dir}")
     if args.report:
@@ -227,6 +291,14 @@ def _compact(rec: dict) -> dict:
     if rec.get("error"):
         out["error"] = rec["error"]["type"].rsplit(".", 1)[-1]
         out["field"] = rec["error"].get("field")
+        for k in ("fault", "syscall", "syscall_name", "status"):
+            if k in rec["error"]:
+                out[k] = rec["error"][k]
+    for k in ("engine", "breaches", "was"):
+        if k in rec:
+            out[k] = rec[k]
+    if rec.get("target") == "code":
+        out["mutations"] = rec.get("mutations")
     if rec["outcome"] not in ("accepted", "typed"):
         out["mutations"] = rec.get("mutations")
     if rec["outcome"] in ("crash", "hang"):
@@ -285,7 +357,7 @@ def triage(rec: dict, case: dict, args, corpus) -> bool:
 
 
 def minimize(corpus, case: dict, rec: dict, directory: Path, budget: int = 48,
-             seconds: float = 90.0):
+             seconds: float = 90.0, hooks=None):
     """Fewest byte operations of ``case`` reproducing the same problem
     (ddmin over the operations, at most ``budget`` child runs and about
     ``seconds``); None when the case has a single operation or nothing
@@ -308,7 +380,7 @@ def minimize(corpus, case: dict, rec: dict, directory: Path, budget: int = 48,
         sub = [ops[i] for i in idx]
         c = dict(case, ops=mutate.ops_to_json(sub),
                  mutations=sorted({case["mutations"][owner[i]] for i in idx}))
-        r = run_one(c, mutate.apply(seed_data, sub))
+        r = run_one(c, mutate.apply(seed_data, sub), hooks)
         return problem_key(r) == want, c, r
 
     current = list(range(len(ops)))
@@ -362,17 +434,47 @@ def replay(args) -> int:
         print(f"  mutation: {m}")
     if "result" in meta:
         print(f"recorded: {meta['result'].get('outcome')} at {meta['result'].get('stage')}")
-    if args.inline:
-        from .child import Reporter, instrument, run
-        rep = Reporter(os.dup(2))
-        instrument(rep)
-        rec = run(case, data, rep, opts)
-    else:
-        rec = run_one(dict(case, _opts=opts), data)
+    canary = None
+    if case.get("target") == "code":
+        if case["backend"] != "emulated":
+            print("fuzz: the code target runs only on the emulated backend", file=sys.stderr)
+            return 2
+        if args.engine != "auto":
+            os.environ["PKR_ENGINE"] = args.engine
+        # new canaries (directory, port, process): the planted code is
+        # planned again against them
+        from .code import Canary
+        from .corpus import Corpus, case_data, replan
+        from .child import preload
+        preload()
+        corpus = Corpus()
+        canary = Canary()
+        case = replan(corpus, dict(case, id=case["id"]), canary.env(case.get("index", 0)))
+        data = case_data(corpus, case)
+        print(f"  canaries: {case['canary']}")
+    try:
+        if args.inline:
+            from .child import Reporter, instrument, run
+            rep = Reporter(os.dup(2))
+            instrument(rep)
+            if canary is not None:
+                canary.prepare(case)
+            rec = run(case, data, rep, opts)
+            if canary is not None:
+                found = canary.check(case, [], {}, set())
+                if found:
+                    rec.update(was=rec["outcome"], outcome="breach", breaches=found)
+        else:
+            rec = run_one(dict(case, _opts=opts), data, canary)
+    finally:
+        if canary is not None:
+            canary.close()
     from .report import column, describe
     rec.setdefault("id", case["id"])
     for k in ("backend", "arch", "seed", "target", "mutations"):
         rec.setdefault(k, case.get(k))
+    for b in rec.get("breaches", []):
+        print(f"  breach: {b}")
     print(f"now: {column(rec)} at {rec.get('stage')}"
           + (f" (peak RSS {rec['maxrss_mb']} MiB, CPU {rec['cpu_s']} s)"
              if "maxrss_mb" in rec else ""))
@@ -381,6 +483,10 @@ def replay(args) -> int:
     err = rec.get("error")
     if err:
         print(f"error: {err['type']}: {err['message']}")
+        if err.get("fault"):
+            print(f"fault: {err['fault']}"
+                  + (f", system call {err.get('syscall_name')} ({err.get('syscall')})"
+                     if err["fault"] == "syscall" else ""))
         for f in err.get("traceback", []):
             print(f"  at {f}")
     return 0

@@ -35,10 +35,13 @@ PREBUILT = ROOT / "sample_plugins" / "prebuilt"
 RUNTIME_BUNDLE = ROOT / "hal_cpu" / "runtime" / "runtime.sos"
 
 TARGETS = ("elf", "fatelf", "plugin", "threads", "files")
+#: Targets run only when named (not part of ``--target all``): ``code``,
+#: hostile machine code in a valid executable, emulated only.
+EXTRA_TARGETS = ("code",)
 #: Targets whose cases are mutated executables (``threads``: dispatched
 #: from several threads while another closes it; ``files``: given as a
 #: path that is a FIFO, a directory, a device, a huge sparse file...).
-EXECUTABLE_TARGETS = ("elf", "threads", "files")
+EXECUTABLE_TARGETS = ("elf", "threads", "files", "code")
 #: What the path of a ``files`` case is.
 FILE_KINDS = ("fifo", "directory", "device", "sparse", "plain")
 BACKENDS = ("native", "emulated")
@@ -94,7 +97,7 @@ class Corpus:
 
     def __init__(self, with_sites: bool = True):
         self.manifest = load_manifest()
-        self.seeds: dict[str, list[Seed]] = {t: [] for t in TARGETS}
+        self.seeds: dict[str, list[Seed]] = {t: [] for t in TARGETS + EXTRA_TARGETS}
         by_file = {}
         for kernel, spec in self.manifest["kernels"].items():
             for arch, info in spec["per_arch"].items():
@@ -116,6 +119,7 @@ class Corpus:
                 model.sites = _sites(model, "plugin")
             self.seeds["plugin"].append(Seed(_rel(path), "plugin", data, arch, None, model))
         self.seeds["threads"] = self.seeds["files"] = self.seeds["elf"]
+        self.seeds["code"] = self.seeds["elf"]
         plugin_sites = {s.data: s.model.sites for s in self.seeds["plugin"]}
         bundles = sorted(PREBUILT.glob("*.sos")) + [RUNTIME_BUNDLE]
         for path in bundles:
@@ -132,6 +136,11 @@ class Corpus:
 
     def eligible(self, target: str, backend: str) -> list[Seed]:
         seeds = self.seeds[target]
+        if target == "code":
+            # hostile code never runs natively: it would run on this host;
+            # and export 0 must be known
+            return [] if backend == "native" else [s for s in seeds if any(
+                x.name == "library.exports.ptrs[0]" for x in s.model.sites)]
         if backend == "native":
             host = elfloader.arch.host()
             host_name = host.name if host else None
@@ -163,23 +172,39 @@ def case_rng(seed: int, backend: str, index: int) -> random.Random:
 
 
 def make_case(corpus: Corpus, seed: int, backend: str, index: int,
-              targets: tuple[str, ...]) -> dict:
-    """Case ``index`` of ``backend`` for run ``seed`` (deterministic)."""
+              targets: tuple[str, ...], env=None, kill_host: float = 0.0) -> dict:
+    """Case ``index`` of ``backend`` for run ``seed`` (deterministic).
+    ``env`` (target ``code``): a function of the index giving the canary
+    values the planted code aims at (:meth:`fuzz.code.Canary.env`);
+    without it, placeholders. ``kill_host`` (target ``code``): the
+    fraction of cases whose child kills itself mid-run (after a delay of
+    0.05 to 1 s drawn per case, ``kill_host_after``)."""
     rng = case_rng(seed, backend, index)
     target = targets[index % len(targets)]
     eligible = corpus.eligible(target, backend)
     if not eligible:
         raise SystemExit(f"fuzz: no {target} seed for the {backend} backend")
     s = rng.choice(eligible)
+    extra = {}
     if target == "fatelf":
         host = elfloader.arch.host()
         arch = host.name if backend == "native" else rng.choice(s.arches)
         muts = mutate.mutate_fatelf(rng, s.model)
+    elif target == "code":
+        from . import code
+        arch = s.arch
+        extra["plan"] = code.plan(rng)
+        extra["canary"] = env(index) if env is not None else code.placeholder_env(index)
+        extra["region"] = list(code.export_range(s.model))
+        muts = code.materialize(extra["plan"], arch, tuple(extra["region"]), extra["canary"])
+        if kill_host:
+            k = random.Random(f"pkr-fuzz-kill:{seed}:{backend}:{index}")
+            if k.random() < kill_host:
+                extra["kill_host_after"] = round(k.uniform(0.05, 1.0), 3)
     else:
         arch = s.arch
         muts = mutate.mutate_elf(rng, s.model)
     ops = [op for _, m_ops in muts for op in m_ops]
-    extra = {}
     if target == "files":
         extra["file_kind"] = rng.choice(FILE_KINDS)
     if target == "threads":
@@ -206,3 +231,15 @@ def dispatch_spec(manifest: dict, kernel: str, arch: str) -> dict:
     return {"bindings": [b["length"] for b in spec["bindings"]],
             "roles": [b["role"] for b in spec["bindings"]],
             "workgroup_count": per["workgroup_count"], "constants": per["constants"]}
+
+
+def replan(corpus: Corpus, case: dict, env: dict) -> dict:
+    """A ``code`` case planned again against canaries ``env`` (a replay
+    has new ones: another directory, port and process)."""
+    from . import code
+    s = corpus.seed(case["seed"])
+    region = tuple(case.get("region") or code.export_range(s.model))
+    muts = code.materialize(case["plan"], case["arch"], region, env)
+    return dict(case, canary=env, mutations=[d for d, _ in muts],
+                groups=[len(m_ops) for _, m_ops in muts],
+                ops=mutate.ops_to_json([op for _, m_ops in muts for op in m_ops]))

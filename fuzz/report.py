@@ -7,7 +7,9 @@ from collections import Counter, defaultdict
 
 #: Table columns, in order.
 COLUMNS = ("accepted", "typed", "escape", "crash(guest)", "crash(host)", "hang(guest)",
-           "hang", "blowup")
+           "hang", "blowup", "breach", "killed")
+#: Columns of the ``code`` target only, left out of a table where all are 0.
+CODE_COLUMNS = ("breach", "killed")
 PROJECT_DIRS = ("elfloader/", "hal_cpu/", "fatelf/")
 
 
@@ -22,8 +24,9 @@ def column(rec: dict) -> str:
 
 
 def is_problem(rec: dict) -> bool:
-    """Escapes, blow-ups, and crashes and hangs outside guest code."""
-    return column(rec) in ("escape", "crash(host)", "hang", "blowup")
+    """Escapes, blow-ups, breaches of the canaries, and crashes and hangs
+    outside guest code."""
+    return column(rec) in ("escape", "crash(host)", "hang", "blowup", "breach")
 
 
 def is_guest(rec: dict) -> bool:
@@ -35,22 +38,68 @@ def counts(records) -> dict:
     out: dict = {}
     for rec in records:
         row = out.setdefault(rec["target"], {}).setdefault(
-            rec["backend"], {c: 0 for c in COLUMNS})
+            backend_label(rec), {c: 0 for c in COLUMNS})
         row[column(rec)] += 1
     return {t: {b: out[t][b] for b in sorted(out[t])} for t in sorted(out)}
 
 
+def backend_label(rec: dict) -> str:
+    """The backend, with the engine for ``code`` cases (``emulated/qemu``)."""
+    if rec.get("target") == "code" and rec.get("engine"):
+        return f"{rec['backend']}/{rec['engine']}"
+    return rec["backend"]
+
+
+_CALLED = re.compile(r"system call (.+?)(?: \(|$)")
+
+
+def syscall_label(err: dict) -> str:
+    """The name of the system call a ``syscall`` fault reports; without a
+    name its number, or the report's own words (``creating a process``)."""
+    if err.get("syscall_name"):
+        return err["syscall_name"]
+    if err.get("syscall") is not None:
+        return f"#{err['syscall']}"
+    m = _CALLED.search(err.get("message") or "")
+    return f"({m.group(1)})" if m else "(unknown)"
+
+
+def fault_breakdown(records) -> dict:
+    """Per target and backend (with engine): cases ending in each kind of
+    emulated fault, those ending in a ``syscall`` fault and the system
+    calls' names, most seen first, and the kinds of breaches."""
+    out: dict = {}
+    for rec in records:
+        err = rec.get("error") or {}
+        key = f"{rec['target']}/{backend_label(rec)}"
+        row = out.setdefault(key, {"faults": Counter(), "syscall": 0,
+                                   "syscall_names": Counter(), "breach_kinds": Counter()})
+        if err.get("fault"):
+            row["faults"][err["fault"]] += 1
+        if err.get("fault") == "syscall":
+            row["syscall"] += 1
+            row["syscall_names"][syscall_label(err)] += 1
+        for b in rec.get("breaches", []):
+            row["breach_kinds"][b.split(":", 1)[0]] += 1
+    return {k: {"faults": dict(v["faults"].most_common()), "syscall": v["syscall"],
+                "syscall_names": dict(v["syscall_names"].most_common()),
+                "breach_kinds": dict(v["breach_kinds"].most_common())}
+            for k, v in sorted(out.items())}
+
+
 def table(summary: dict) -> str:
-    head = ["target", "backend", "cases", *COLUMNS]
+    cols = [k for k in COLUMNS if k not in CODE_COLUMNS or "code" in summary or any(
+        c.get(k) for per in summary.values() for c in per.values())]
+    head = ["target", "backend", "cases", *cols]
     rows = []
     total = Counter()
     for target, per in summary.items():
         for backend, c in per.items():
             n = sum(c.values())
-            rows.append([target, backend, str(n), *(str(c[k]) for k in COLUMNS)])
+            rows.append([target, backend, str(n), *(str(c[k]) for k in cols)])
             total.update(c)
             total["cases"] += n
-    rows.append(["total", "", str(total["cases"]), *(str(total[k]) for k in COLUMNS)])
+    rows.append(["total", "", str(total["cases"]), *(str(total[k]) for k in cols)])
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     fmt = lambda r: "  ".join(v.ljust(w) if i < 2 else v.rjust(w)  # noqa: E731
                               for i, (v, w) in enumerate(zip(r, widths)))
@@ -81,6 +130,9 @@ def problem_key(rec: dict) -> tuple:
     if col == "hang":
         frame = (rec.get("frames") or [None])[0]
         return ("hang", rec["backend"], stage, rec.get("in_guest"), frame)
+    if col == "breach":
+        kinds = tuple(sorted({b.split(":", 1)[0] for b in rec.get("breaches", [])}))
+        return ("breach", backend_label(rec), kinds)
     if col == "blowup":
         reason = rec.get("reason", "")
         kind = ("MemoryError" if "MemoryError" in reason else
@@ -146,7 +198,7 @@ def group_problems(records) -> tuple[dict, dict]:
 def describe(rec: dict) -> str:
     """One paragraph about a problem case."""
     col = column(rec)
-    lines = [f"{col}: {rec['id']} ({rec['backend']}, {rec['arch']}, seed {rec['seed']}), "
+    lines = [f"{col}: {rec['id']} ({backend_label(rec)}, {rec['arch']}, seed {rec['seed']}), "
              f"stage {rec.get('stage')}"]
     for m in rec.get("mutations", []):
         lines.append(f"    mutation: {m}")
@@ -165,6 +217,12 @@ def describe(rec: dict) -> str:
             lines.append(f"      at {f}")
         if rec.get("harness_error"):
             lines.append("    harness: " + rec["harness_error"].strip().splitlines()[-1])
+    elif col == "breach":
+        for b in rec.get("breaches", []):
+            lines.append(f"    {b}")
+        lines.append(f"    the child's own outcome: {rec.get('was')}"
+                     + (f" ({rec['error']['type']}: {rec['error']['message'][:200]})"
+                        if rec.get("error") else ""))
     elif col == "blowup":
         lines.append(f"    {rec.get('reason')} (peak RSS {rec.get('maxrss_mb')} MiB, "
                      f"CPU {rec.get('cpu_s')} s, was {rec.get('was', '-')})")

@@ -21,7 +21,14 @@ and classifies the case:
   on the real CPU (see also :func:`fuzz.cli.triage`);
 * ``hang``: killed at the wall-clock limit (the stacks dumped shortly
   before are recorded); in guest code under the same rule as crashes;
-* ``blowup``: MemoryError, or peak RSS or CPU time above the limits.
+* ``blowup``: MemoryError, or peak RSS or CPU time above the limits;
+* ``killed`` (target ``code`` with ``kill_host_after``): the child
+  killed itself mid-run on purpose, as a crashing program would;
+* ``breach`` (target ``code``): the case reached the host: a canary of
+  :class:`fuzz.code.Canary` changed (a file made, changed or removed, a
+  connection accepted, the ``sleep`` process signalled or traced, a
+  process left behind). The outcome the child reported is kept as
+  ``was``.
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ class Trace:
     guest_calls: int = 0
     guest_address: str | None = None
     modules: list = field(default_factory=list)
+    agents: list = field(default_factory=list)
+    self_killed: str | None = None
     notes: list = field(default_factory=list)
     dump: list = field(default_factory=list)
     result: dict | None = None
@@ -87,6 +96,13 @@ def parse_events(raw: bytes) -> Trace:
             t.modules.append((lo, hi, name))
         elif kind == "N":
             t.notes.append(rest)
+        elif kind == "K":
+            t.self_killed = rest or "?"
+        elif kind == "P":
+            try:
+                t.agents.append(int(rest))
+            except ValueError:
+                t.dump.append(line)
         elif kind == "R":
             try:
                 t.result = json.loads(rest)
@@ -143,8 +159,16 @@ def classify(case: dict, status: int, rusage, trace: Trace, killed: bool,
             "arch": case["arch"], "seed": case["seed"], "mutations": case["mutations"],
             "maxrss_mb": round(maxrss_kb / 1024, 1), "cpu_s": round(cpu, 3),
             "wall_s": round(elapsed, 3)}
+    if case.get("engine"):
+        base["engine"] = case["engine"]
     if trace.notes:
         base["notes"] = trace.notes
+    if (trace.self_killed and not killed and trace.result is None and os.WIFSIGNALED(status)
+            and os.WTERMSIG(status) == signal.SIGKILL):
+        # it killed itself on purpose mid-run (what matters is what its
+        # guest code left behind: see the canaries)
+        return {**base, "outcome": "killed", "stage": trace.self_killed,
+                "guest_calls": trace.guest_calls}
     if (killed and trace.result is None) or os.WIFSIGNALED(status) or trace.result is None:
         hang = killed and trace.result is None
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) and not hang else None
@@ -199,10 +223,35 @@ def _spawn(case: dict, data: bytes, opts: dict, others: list[int]) -> Running:
     return Running(pid, r, case, now, now + opts["timeout"])
 
 
-def run_cases(items, jobs: int, on_result) -> None:
+def _agents(raw: bytes) -> list[int]:
+    return [int(line[2:]) for line in raw.split(b"\n")
+            if line.startswith(b"P ") and line[2:].isdigit()]
+
+
+def check_host(hooks, run: Running, rec: dict, trace: Trace,
+               running: dict[int, Running]) -> None:
+    """Let ``hooks.check`` look at the host after ``run`` ended; a change
+    makes the case a ``breach``."""
+    others = {r.case["id"]: r.pid for r in running.values()}
+    all_agents = set(trace.agents)
+    for r in running.values():
+        all_agents.update(_agents(bytes(r.buf)))
+    found = hooks.check(run.case, trace.agents, others, all_agents)
+    if trace.agents:
+        rec["agents"] = len(trace.agents)
+    if found:
+        rec["was"] = rec["outcome"]
+        rec["outcome"] = "breach"
+        rec["breaches"] = found
+
+
+def run_cases(items, jobs: int, on_result, hooks=None) -> None:
     """Run ``items`` (an iterator of ``(case, data)``; each case carries its
     child options under ``_opts``) with at most ``jobs`` children at once;
-    ``on_result(record, data)`` gets each outcome."""
+    ``on_result(record, data)`` gets each outcome. ``hooks`` (optional,
+    for cases with a ``canary``): ``prepare(case)`` before a case starts,
+    ``check(case, agents, running, all_agents)`` after it ended, returning
+    what it changed on the host (see :class:`fuzz.code.Canary`)."""
     items = iter(items)
     running: dict[int, Running] = {}
     exhausted = False
@@ -214,6 +263,8 @@ def run_cases(items, jobs: int, on_result) -> None:
                 except StopIteration:
                     exhausted = True
                     break
+                if hooks is not None and case.get("canary"):
+                    hooks.prepare(case)
                 run = _spawn(case, data, case["_opts"], [r.fd for r in running.values()])
                 run.data = data
                 running[run.fd] = run
@@ -244,6 +295,8 @@ def run_cases(items, jobs: int, on_result) -> None:
                     trace = parse_events(bytes(run.buf))
                     rec = classify(run.case, status, rusage, trace, run.killed,
                                    run.case["_opts"], now - run.start)
+                    if hooks is not None and run.case.get("canary"):
+                        check_host(hooks, run, rec, trace, running)
                     on_result(rec, run.data)
     finally:
         for run in running.values():
@@ -255,8 +308,8 @@ def run_cases(items, jobs: int, on_result) -> None:
             os.close(run.fd)
 
 
-def run_one(case: dict, data: bytes) -> dict:
+def run_one(case: dict, data: bytes, hooks=None) -> dict:
     """Run one case (with its ``_opts``) in a child; its outcome record."""
     out = []
-    run_cases(iter([(case, data)]), 1, lambda rec, _: out.append(rec))
+    run_cases(iter([(case, data)]), 1, lambda rec, _: out.append(rec), hooks)
     return out[0]

@@ -5,7 +5,14 @@ accepted or rejected with a typed error. No other exception may escape, no
 case may hang or exceed the memory and CPU limits, and the only crashes
 allowed are native ones inside the file's own code (initializers, query,
 dispatch, resolve, finalizers), which no verifier can judge: each is
-recorded with its stage."""
+recorded with its stage.
+
+The ``code`` target (hostile machine code planted in a valid kernel's
+dispatched export, run emulated) has a slice of its own per engine: no
+case may change a canary of the host (a file, a listener, a process), and
+the planted system calls must end in ``syscall`` faults. A positive
+control runs the same planted calls with qemu-user outside the sandbox and
+checks that the canaries see every one."""
 
 from __future__ import annotations
 
@@ -56,7 +63,8 @@ def test_slice_covers_every_target_and_backend(slice_report):
     assert totals["accepted"] > 0 and totals["typed"] > 0
 
 
-@pytest.mark.parametrize("column", ["escape", "crash(host)", "hang", "hang(guest)", "blowup"])
+@pytest.mark.parametrize("column", ["escape", "crash(host)", "hang", "hang(guest)", "blowup",
+                                    "breach"])
 def test_slice_has_no(slice_report, column):
     report, proc = slice_report
     assert _totals(report["summary"])[column] == 0, proc.stdout
@@ -86,3 +94,127 @@ def test_cases_are_deterministic():
             b = corpus.make_case(c, 1, backend, i, corpus.TARGETS)
             assert a == b
             assert corpus.case_data(c, a) == corpus.case_data(c, b)
+
+
+# --- target code: hostile machine code, emulated --------------------------------------
+CODE_CASES = 30
+
+
+def _qemu_ready() -> bool:
+    from elfloader.backend.emulated import sandbox
+    import elfloader
+    from elfloader.backend.emulated import engine
+    return bool(sandbox.status()["seccomp"]) and all(
+        engine.qemu_program(elfloader.arch.by_name(a)) for a in
+        ("x86_64", "x86_32", "aarch64", "arm32", "riscv64", "riscv32"))
+
+
+ENGINES = [pytest.param("unicorn"),
+           pytest.param("qemu", marks=pytest.mark.skipif(
+               not _qemu_ready(), reason="qemu-user or its sandbox missing"))]
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def code_report(request, tmp_path_factory):
+    engine = request.param
+    out = tmp_path_factory.mktemp(f"fuzz-code-{engine}")
+    report = out / "report.json"
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "fuzz", "--target", "code", "--engine", engine,
+         "--cases", str(CODE_CASES), "--seed", "1", "--jobs", "2", "--report", str(report),
+         "--out", str(out / "cases"), "--quiet", "--no-minimize"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert report.exists(), proc.stdout + proc.stderr
+    return engine, json.loads(report.read_text()), proc
+
+
+def test_code_slice_leaves_the_host_alone(code_report):
+    engine, report, proc = code_report
+    rows = report["summary"]["code"]
+    assert list(rows) == [f"emulated/{engine}"], rows
+    row = rows[f"emulated/{engine}"]
+    assert sum(row.values()) == CODE_CASES
+    for column in ("breach", "escape", "crash(host)", "hang", "hang(guest)", "blowup"):
+        assert row[column] == 0, (column, proc.stdout)
+    assert report["problem_count"] == 0, proc.stdout
+    assert proc.returncode == 0, proc.stdout
+    assert all(c["engine"] == engine for c in report["cases"])
+
+
+def test_code_slice_makes_system_calls(code_report):
+    """The planted sequences run: many cases end in a 'syscall' fault,
+    with the call's name."""
+    engine, report, _ = code_report
+    faults = report["faults"][f"code/emulated/{engine}"]
+    assert faults["syscall"] >= CODE_CASES // 5, faults
+    names = faults["syscall_names"]
+    assert any(n in names for n in ("openat", "open", "execve", "socket", "kill",
+                                    "unlinkat", "mkdirat", "clone")), names
+
+
+def test_code_cases_are_deterministic_and_stay_in_the_export():
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from fuzz import code, corpus
+    c = corpus.Corpus()
+    arches = set()
+    for i in range(60):
+        a = corpus.make_case(c, 3, "emulated", i, ("code",))
+        assert a == corpus.make_case(c, 3, "emulated", i, ("code",))
+        start, end, _ = a["region"]
+        seed = c.seed(a["seed"]).data
+        data = corpus.case_data(c, a)
+        assert len(data) == len(seed)
+        changed = [k for k in range(len(seed)) if seed[k] != data[k]]
+        assert all(start <= k < end for k in changed), a["mutations"]
+        arches.add(a["arch"])
+        # the same plan against other canaries: other bytes, same shape
+        b = corpus.replan(c, a, code.placeholder_env(i + 1000))
+        assert b["plan"] == a["plan"] and len(b["ops"]) == len(a["ops"])
+    assert len(arches) == 6
+    assert corpus.make_case(c, 3, "native", 0, ("elf",))["backend"] == "native"
+    with pytest.raises(SystemExit):
+        corpus.make_case(c, 3, "native", 0, ("code",))
+
+
+@pytest.mark.skipif(not _qemu_ready(), reason="qemu-user missing")
+def test_code_positive_control():
+    """Outside the sandbox the planted calls do reach the host, on all six
+    architectures, and the canaries see each of them."""
+    proc = subprocess.run([sys.executable, "-m", "fuzz", "--control"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "90 of 90 planted calls changed a canary" in proc.stdout, proc.stdout
+
+
+#: A known gap of the qemu engine (see the test below).
+ORPHAN_AGENT = (
+    "known: a guest can make its qemu agent deaf to its host (signals blocked with "
+    "rt_sigprocmask, the request pipe replaced by /dev/null with dup3, both allowed by "
+    "the filter), so when the host process dies mid-call the agent keeps running, "
+    "orphaned, for ever")
+
+
+@pytest.mark.skipif(not _qemu_ready(), reason="qemu-user or its sandbox missing")
+def test_code_agent_ends_with_a_killed_host(tmp_path):
+    """A host process killed during a call of hostile code leaves no agent."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from fuzz import cli, code, corpus
+    c = corpus.Corpus()
+    case = corpus.make_case(c, 1, "emulated", 0, ("code",))
+    seed = next(s for s in c.seeds["code"] if s.arch == "x86_64" and s.kernel == "mul_add")
+    case = dict(case, seed=seed.path, arch="x86_64", kernel="mul_add", engine="qemu",
+                plan=[{"kind": "plant", "seed": 1, "call": "orphan", "at": "entry"}],
+                region=list(code.export_range(seed.model)), kill_host_after=0.5)
+    case = corpus.replan(c, case, code.placeholder_env(0))
+    args = cli.build_parser().parse_args([])
+    case["_opts"] = cli.case_opts(cli.child_opts(args, "emulated"), case, c.manifest)
+    saved = cli.save_case(tmp_path, case, {"outcome": "?"}, corpus.case_data(c, case))
+    proc = subprocess.run([sys.executable, "-m", "fuzz", "--replay", str(saved),
+                           "--engine", "qemu"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    assert "now: killed" in proc.stdout or "now: breach" in proc.stdout, \
+        proc.stdout + proc.stderr
+    if "outlived its case" in proc.stdout:
+        pytest.xfail(ORPHAN_AGENT)
+    assert "breach:" not in proc.stdout, proc.stdout
