@@ -264,7 +264,15 @@ class RiscV(Asm):
             value &= 0xFFFFFFFF
             if value >= 1 << 31:
                 value -= 1 << 32
-        assert -(1 << 31) <= value < (1 << 31), value
+        else:
+            value &= (1 << 64) - 1
+            if value >= 1 << 63:
+                value -= 1 << 64
+        if self.ptr == 8 and not -(1 << 31) <= value < (1 << 31) - 0x800:
+            # rv64: the upper bits first, then shift in the low 12
+            lo = ((value & 0xFFF) ^ 0x800) - 0x800
+            return self.li(reg, (value - lo) >> 12) + _w(_i(12, reg, 1, reg, 0x13)) + \
+                (_w(_i(lo, reg, 0, reg, 0x13)) if lo else b"")
         if -2048 <= value < 2048:
             return _w(_i(value, 0, 0, reg, 0x13))
         hi = ((value + 0x800) >> 12) & 0xFFFFF

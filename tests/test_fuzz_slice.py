@@ -218,3 +218,36 @@ def test_code_agent_ends_with_a_killed_host(tmp_path):
     if "outlived its case" in proc.stdout:
         pytest.xfail(ORPHAN_AGENT)
     assert "breach:" not in proc.stdout, proc.stdout
+
+
+def test_code_assembler_loads_constants():
+    """fuzz.asm's constant loads give the value on each architecture
+    (run on unicorn)."""
+    import random
+
+    import unicorn as uc
+    from unicorn import arm64_const, arm_const, riscv_const, x86_const
+
+    from fuzz.asm import ASSEMBLERS
+    cpus = {"x86_64": (uc.UC_ARCH_X86, uc.UC_MODE_64, 10, x86_const.UC_X86_REG_R10),
+            "x86_32": (uc.UC_ARCH_X86, uc.UC_MODE_32, 6, x86_const.UC_X86_REG_ESI),
+            "aarch64": (uc.UC_ARCH_ARM64, uc.UC_MODE_ARM, 3, arm64_const.UC_ARM64_REG_X3),
+            "arm32": (uc.UC_ARCH_ARM, uc.UC_MODE_ARM, 3, arm_const.UC_ARM_REG_R3),
+            "riscv64": (uc.UC_ARCH_RISCV, uc.UC_MODE_RISCV64, 10,
+                        riscv_const.UC_RISCV_REG_A0),
+            "riscv32": (uc.UC_ARCH_RISCV, uc.UC_MODE_RISCV32, 10,
+                        riscv_const.UC_RISCV_REG_A0)}
+    rng = random.Random(5)
+    values = [0, 1, -1, -100, 2047, 2048, 0xFFFF, 0x10000, (1 << 31) - 1, 1 << 31,
+              (1 << 31) - 0x800, 1 << 32, 0xFFFFFFFFFF600000, 1 << 63]
+    values += [rng.getrandbits(64) for _ in range(40)] + [rng.getrandbits(24) for _ in range(20)]
+    for arch, (a, mode, reg, reg_id) in cpus.items():
+        asm = ASSEMBLERS[arch]
+        mask = (1 << (8 * asm.ptr)) - 1
+        for v in values:
+            raw = asm.li(reg, v)
+            cpu = uc.Uc(a, mode)
+            cpu.mem_map(0x1000, 0x1000)
+            cpu.mem_write(0x1000, raw)
+            cpu.emu_start(0x1000, 0x1000 + len(raw))
+            assert cpu.reg_read(reg_id) & mask == v & mask, (arch, hex(v))
