@@ -8,16 +8,22 @@ the same natively and emulated::
     | guard page | gap below | array | gap above | guard page |
       PROT_NONE    canary            canary        PROT_NONE
 
-* By default the array starts 64-byte aligned (as IREE aligns its heap
-  buffers) and ends at most 63 bytes before the upper guard page.
-* Strict placement (``strict=True``) puts the array's end flush against
-  the upper guard page, its start aligned only as its dtype needs
-  (``dtype.alignment``): even a one-element read past the end touches the
-  guard page.
+* By default the array ends flush against the upper guard page, its start
+  aligned only as its dtype needs (``dtype.alignment``): there is no gap
+  above it, so even a one-element read past the end touches the guard
+  page, whatever the vector length of the code reading it.
+* ``align=N`` (a power of two, at most a page) starts the array N-byte
+  aligned; its end then lies up to N - 1 bytes before the upper guard page.
+  ``padded=True`` is ``align=64``: the start aligned as IREE aligns its
+  heap buffers, up to 63 bytes of canary after the end (a read of them goes
+  unseen).
+* ``slack`` (of :class:`GuardedArrays`, normally 0) keeps that many bytes of
+  canary after every array: :func:`qemu_overread` sets it for x86 code
+  that qemu-user reads past its operands (see there).
 * Any access to a guard page faults (emulated: the CPU stops with the
   exact address; native: the process gets SIGSEGV). A write into a gap
   (between an array and a guard page) changes its canary, which
-  :meth:`GuardedArrays.check` finds after the call.
+  :meth:`GuardedArrays.changed` finds after the call.
 
 :class:`GuestArray` is what a test holds: it stands for the array's guest
 address wherever an integer is expected (``__index__``), and reads back
@@ -26,6 +32,9 @@ as a numpy array (``numpy()``, ``np.asarray``).
 
 from __future__ import annotations
 
+import functools
+import re
+
 import numpy as np
 
 from elfloader.backend import PROT_NONE, PROT_READ, PROT_WRITE
@@ -33,7 +42,7 @@ from elfloader.diagnose import Region
 
 from .memory import GuestMemory
 
-#: Default alignment of an array's start, bytes (IREE's heap buffers).
+#: Alignment of a padded array's start, bytes (IREE's heap buffers).
 ALIGNMENT = 64
 #: Start of the byte pattern of the gaps between arrays and guard pages;
 #: each array's pattern also depends on its address, so that bytes copied
@@ -54,6 +63,109 @@ def _canary(size: int, at: int) -> bytes:
                            for i in range(at, at + size)))
 
 
+#: How reports count elements of common dtypes ("8 floats past the end"):
+#: singular and plural.
+_UNITS = {"float32": ("float", "floats"), "float64": ("double", "doubles"),
+          "float16": ("half", "halves")}
+
+
+def elements(count: int, dtype) -> str:
+    """``8 floats``, ``1 double``, ``3 int16 elements``: ``count`` elements
+    of ``dtype`` in words."""
+    dtype = np.dtype(dtype)
+    kind = dtype.name if dtype.names is None else "struct"
+    one, many = _UNITS.get(kind, (f"{kind} element", f"{kind} elements"))
+    return f"{count} {one if count == 1 else many}"
+
+
+def overrun_elements(array: "GuestArray", first: int, last: int) -> str:
+    """Where bytes ``first`` to ``last`` (offsets from ``array``'s start,
+    all outside it) lie, counted in its elements: ``8 floats past the
+    end`` (the elements from the array's end to the one holding ``last``)
+    or ``1 float before the start``."""
+    size = max(1, array.dtype.itemsize)
+    if first >= array.nbytes:
+        count = (last - array.nbytes) // size + 1
+        return f"{elements(count, array.dtype)} past the end"
+    count = -(first // size)          # first < 0: elements from it to 0
+    return f"{elements(count, array.dtype)} before the start"
+
+
+#: x86 instructions whose memory operand qemu-user (7.2) loads in the full
+#: width of the destination register: (mnemonic, operand size as capstone
+#: spells it, bytes loaded past the operand). A correct load of an array's
+#: last element by one of them reaches that far past the array's end.
+QEMU_X86_OVERREADS = (
+    (re.compile(r"vfn?m(?:add|sub)(?:132|213|231)ss"), "dword ptr", 12),
+    (re.compile(r"vfn?m(?:add|sub)(?:132|213|231)sd"), "qword ptr", 8),
+    (re.compile(r"v?cvtdq2pd"), "qword ptr", 8),
+    (re.compile(r"vcvtdq2pd"), "xmmword ptr", 16),
+)
+
+
+def qemu_overread_of(instruction: str | None) -> int:
+    """Bytes qemu-user loads past the memory operand of x86 instruction
+    ``instruction`` (its text, e.g. ``vfmadd213ss xmm1, xmm0, dword ptr
+    [rdx]``): 0 for the instructions it loads exactly."""
+    if not instruction:
+        return 0
+    mnemonic, _, operands = instruction.strip().partition(" ")
+    for pattern, size, extra in QEMU_X86_OVERREADS:
+        if pattern.fullmatch(mnemonic) and size + " [" in operands:
+            return extra
+    return 0
+
+
+def qemu_overread(backend, modules) -> int:
+    """Bytes of canary to keep after every array for code of ``modules``
+    run on ``backend``: on the qemu engine for x86, the most any
+    instruction in the modules' executable segments loads past its memory
+    operand (:data:`QEMU_X86_OVERREADS`), so that their correct loads of an
+    array's last element do not reach the guard page, while one element
+    further still does (qemu loads it with the same excess); else 0."""
+    arch = backend.arch.name
+    if arch not in ("x86_64", "x86_32") or backend.kind != "emulated":
+        return 0
+    describe = getattr(backend, "describe", None)
+    if describe is None or not describe().startswith("qemu"):
+        return 0
+    most = 0
+    for module in modules:
+        image = getattr(module, "image", None)
+        for seg in getattr(image, "segments", ()):
+            if seg.flags & 1:               # PF_X
+                most = max(most, _code_overread(
+                    arch == "x86_64",
+                    bytes(image.data[seg.offset:seg.offset + seg.filesz])))
+    return most
+
+
+@functools.lru_cache(maxsize=64)
+def _code_overread(wide: bool, code: bytes) -> int:
+    """The most bytes qemu-user loads past a memory operand of x86 machine
+    code ``code`` (64-bit when ``wide``), decoded from its start."""
+    import capstone
+    md = capstone.Cs(capstone.CS_ARCH_X86,
+                     capstone.CS_MODE_64 if wide else capstone.CS_MODE_32)
+    md.skipdata = True
+    most = 0
+    for _, _, mnemonic, operands in md.disasm_lite(code, 0):
+        if "ptr [" in operands and ("cvtdq2pd" in mnemonic
+                                    or mnemonic.startswith("vf")):
+            most = max(most, qemu_overread_of(f"{mnemonic} {operands}"))
+    return most
+
+
+def _padded(padded: bool | None, strict: bool | None) -> bool:
+    """``padded`` from the ``padded``/``strict`` pair (``strict`` is its
+    older, inverted spelling); both given must agree."""
+    if strict is None:
+        return bool(padded)
+    if padded is not None and bool(padded) == bool(strict):
+        raise ValueError(f"padded={padded!r} contradicts strict={strict!r}")
+    return not strict
+
+
 class GuestArray:
     """An array in guest memory, placed by :class:`GuardedArrays`.
 
@@ -66,13 +178,15 @@ class GuestArray:
             as, else ``array N``).
         address: guest address of element 0.
         dtype, shape: numpy dtype and shape; nbytes: size in bytes.
-        strict: placed flush against the upper guard page.
+        align: alignment of its start, bytes.
+        strict: placed flush against the upper guard page (no gap after
+            it).
         index: order of placement among the arrays of its owner (from 0).
     """
 
     def __init__(self, owner: "GuardedArrays", name: str | None, index: int,
                  dtype, shape, address: int, base: int, span: int,
-                 strict: bool, explicit_name: bool):
+                 align: int, explicit_name: bool):
         self._owner = owner
         self.name = name or f"array {index}"
         self.index = index
@@ -80,12 +194,22 @@ class GuestArray:
         self.shape = tuple(shape)
         self.nbytes = self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64))
         self.address = address
-        self.strict = strict
+        self.align = align
         self.explicit_name = explicit_name
         page = owner.page_size
         #: reservation start (the lower guard page) and size in bytes
         self.base, self.span = base, span
         self.body = (base + page, base + span - page)   # between the guards
+
+    @property
+    def strict(self) -> bool:
+        """Whether the array ends flush against its upper guard page."""
+        return self.end == self.body[1]
+
+    @property
+    def padding(self) -> int:
+        """Canary bytes between the array's end and its upper guard page."""
+        return self.body[1] - self.end
 
     @property
     def size(self) -> int:
@@ -116,7 +240,8 @@ class GuestArray:
 
     def __repr__(self):
         return (f"<GuestArray {self.name} {self.dtype}{list(self.shape)} at "
-                f"{self.address:#x}{' strict' if self.strict else ''}>")
+                f"{self.address:#x}"
+                f"{f', {self.padding} bytes padded' if self.padding else ''}>")
 
 
 class GuardedArrays:
@@ -124,19 +249,46 @@ class GuardedArrays:
 
     Args:
         memory: the guest memory (its backend reserves and protects).
-        strict: default placement of new arrays (see the module docstring).
+        padded: default placement of new arrays: False (default) flush
+            against the guard page after them, True 64-byte aligned with
+            up to 63 bytes of canary after them (see the module docstring).
+        strict: the older spelling: ``strict=False`` is ``padded=True``.
     """
 
-    def __init__(self, memory: GuestMemory, strict: bool = False):
+    def __init__(self, memory: GuestMemory, padded: bool = False, *,
+                 strict: bool | None = None):
         self.memory = memory
         self.backend = memory.backend
         self.page_size = self.backend.page_size
-        self.strict = strict
+        self.padded = _padded(padded, strict)
+        #: canary bytes kept after every new array (see :func:`qemu_overread`)
+        self.slack = 0
         self.arrays: list[GuestArray] = []
         self._count = 0
 
+    def alignment(self, dtype, align: int | None = None,
+                  padded: bool | None = None, strict: bool | None = None) -> int:
+        """Alignment in bytes of the start of a new array of ``dtype``:
+        ``align`` when given, else 64 when padded (``padded``, or this
+        object's default), else the dtype's.
+
+        Raises:
+            ValueError: ``align`` is not a power of two up to a page.
+        """
+        if align is not None:
+            if (isinstance(align, bool) or int(align) != align or align < 1
+                    or align & (align - 1) or align > self.page_size):
+                raise ValueError(f"align={align!r}: an array's alignment is a "
+                                 "power of two from 1 to the page size "
+                                 f"({self.page_size})")
+            return int(align)
+        padded = (self.padded if padded is None and strict is None
+                  else _padded(padded, strict))
+        return ALIGNMENT if padded else max(1, np.dtype(dtype).alignment)
+
     def place(self, data: np.ndarray | None, *, dtype=None, shape=(),
-              name: str | None = None, strict: bool | None = None,
+              name: str | None = None, align: int | None = None,
+              padded: bool | None = None, strict: bool | None = None,
               fill: int | None = None) -> GuestArray:
         """Put an array in guest memory between two guard pages.
 
@@ -145,22 +297,27 @@ class GuardedArrays:
                 an array of ``dtype`` and ``shape`` filled with byte
                 ``fill`` (0 when None).
             name: how reports name it.
-            strict: flush against the upper guard page (default: this
-                object's ``strict``).
+            align: start the array ``align``-byte aligned (a power of two up
+                to a page); its end then lies up to ``align - 1`` bytes
+                before the guard page.
+            padded: True: 64-byte aligned (``align=64``); False: flush
+                against the guard page after it, aligned as its dtype needs
+                (default: this object's ``padded``).
+            strict: the older spelling: ``strict=True`` is ``padded=False``.
 
         Raises:
+            ValueError: a bad ``align``.
             elfloader.BackendError: the backend cannot map the memory.
         """
-        strict = self.strict if strict is None else strict
         if data is not None:
             data = np.ascontiguousarray(data)
             dtype, shape = data.dtype, data.shape
         dtype = np.dtype(dtype)
         nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
         page = self.page_size
-        align = max(1, dtype.alignment) if strict else ALIGNMENT
+        align = self.alignment(dtype, align, padded, strict)
         # bytes from the array's start to the upper guard page
-        tail = -(-nbytes // align) * align
+        tail = -(-(nbytes + self.slack) // align) * align
         body = -(-tail // page) * page
         span = body + 2 * page
         base = self.backend.reserve(span)
@@ -173,7 +330,7 @@ class GuardedArrays:
         upper = base + span - page
         address = upper - tail
         array = GuestArray(self, name, self._count, dtype, shape, address,
-                           base, span, strict, explicit_name=name is not None)
+                           base, span, align, explicit_name=name is not None)
         self._count += 1
         low, high = address - array.body[0], upper - array.end
         if data is not None and nbytes:
