@@ -879,7 +879,11 @@ class Canary:
                         os.waitpid(pid, os.WNOHANG)
                     except ChildProcessError:
                         pass
-                    if pid not in self.known_agents and pid not in self.ended:
+                    # an agent leads a session of its own (started with
+                    # one); a process forked from one shares its session
+                    agent = pid in self.known_agents or (
+                        sid == pid and comm.startswith("qemu-"))
+                    if not agent and pid not in self.ended:
                         out.append(f"a process that was not a guest agent ended under "
                                    f"the fuzzer: pid {pid} ({comm}), session {sid}")
                     continue
