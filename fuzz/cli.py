@@ -294,7 +294,7 @@ def _compact(rec: dict) -> dict:
         for k in ("fault", "syscall", "syscall_name", "status"):
             if k in rec["error"]:
                 out[k] = rec["error"][k]
-    for k in ("engine", "breaches", "was"):
+    for k in ("engine", "breaches", "was", "note", "kill_host_after"):
         if k in rec:
             out[k] = rec[k]
     if rec.get("target") == "code":

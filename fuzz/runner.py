@@ -159,16 +159,22 @@ def classify(case: dict, status: int, rusage, trace: Trace, killed: bool,
             "arch": case["arch"], "seed": case["seed"], "mutations": case["mutations"],
             "maxrss_mb": round(maxrss_kb / 1024, 1), "cpu_s": round(cpu, 3),
             "wall_s": round(elapsed, 3)}
-    if case.get("engine"):
-        base["engine"] = case["engine"]
+    for k in ("engine", "kill_host_after"):
+        if case.get(k):
+            base[k] = case[k]
     if trace.notes:
         base["notes"] = trace.notes
-    if (trace.self_killed and not killed and trace.result is None and os.WIFSIGNALED(status)
-            and os.WTERMSIG(status) == signal.SIGKILL):
+    delay = case.get("kill_host_after")
+    if (delay and not killed and trace.result is None and os.WIFSIGNALED(status)
+            and os.WTERMSIG(status) == signal.SIGKILL
+            and (trace.self_killed or elapsed >= delay)):
         # it killed itself on purpose mid-run (what matters is what its
         # guest code left behind: see the canaries)
-        return {**base, "outcome": "killed", "stage": trace.self_killed,
-                "guest_calls": trace.guest_calls}
+        rec = {**base, "outcome": "killed", "stage": trace.self_killed or trace.stage,
+               "guest_calls": trace.guest_calls}
+        if not trace.self_killed:
+            rec["note"] = "SIGKILL at its kill time without its own word for it"
+        return rec
     if (killed and trace.result is None) or os.WIFSIGNALED(status) or trace.result is None:
         hang = killed and trace.result is None
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) and not hang else None
