@@ -189,10 +189,10 @@ def test_code_positive_control():
 
 #: A known gap of the qemu engine (see the test below).
 ORPHAN_AGENT = (
-    "known: a guest can make its qemu agent deaf to its host (signals blocked with "
-    "rt_sigprocmask, the request pipe replaced by /dev/null with dup3, both allowed by "
-    "the filter), so when the host process dies mid-call the agent keeps running, "
-    "orphaned, for ever")
+    "known: a guest can make its qemu agent deaf to its host (its request pipe, which "
+    "the agent's watchdog polls for the host's end, replaced by /dev/null with dup3, "
+    "which the filter allows), so when the host process dies mid-call the agent keeps "
+    "running guest code, orphaned, for ever")
 
 
 @pytest.mark.skipif(not _qemu_ready(), reason="qemu-user or its sandbox missing")
