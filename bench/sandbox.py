@@ -7,7 +7,8 @@ Every guest agent of the qemu engine starts confined
 (``elfloader/backend/emulated/sandbox.py``: seccomp filter, Landlock, a
 network namespace, resource limits). The peer here is the same engine with
 agents started the way they were before the sandbox existed (a plain
-``subprocess.Popen`` of qemu-user, same pipes, same memory file): this
+``subprocess.Popen`` of qemu-user, same pipes, same memory file, only
+the descriptors renumbered as the engine expects): this
 script swaps ``sandbox.spawn`` for that while it opens the peer's
 executables, and only here.
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -49,11 +51,16 @@ from hal_cpu import Executable  # noqa: E402
 SAMPLES = ROOT / "hal_cpu" / "samples"
 
 
-def _plain_spawn(argv, pass_fds, stderr):
-    """How agents started before the sandbox: no confinement at all."""
-    return subprocess.Popen(argv, pass_fds=pass_fds, stdin=subprocess.DEVNULL,
+def _plain_spawn(argv, fds, stderr):
+    """An agent with no confinement at all: only its descriptors moved to
+    the numbers the engine gave them (as the sandbox does)."""
+    def renumber():
+        for number, fd in fds.items():
+            os.dup2(fd, number, inheritable=True)
+    return subprocess.Popen(argv, pass_fds=tuple(fds.values()),
+                            stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=stderr,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=renumber)
 
 
 @contextlib.contextmanager

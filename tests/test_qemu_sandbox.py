@@ -48,9 +48,9 @@ TRAMPOLINES = {
 }
 NUMBERS = {
     "aarch64": {"openat": 56, "write": 64, "mmap": 222, "munmap": 215,
-                "clone": 220, "getpid": 172},
+                "clone": 220, "getpid": 172, "dup3": 24, "close": 57},
     "x86_64": {"openat": 257, "write": 1, "mmap": 9, "munmap": 11,
-               "clone": 56, "getpid": 39},
+               "clone": 56, "getpid": 39, "dup3": 292, "close": 3},
 }
 ARCHES = list(TRAMPOLINES)
 AT_FDCWD = -100
@@ -191,6 +191,20 @@ def test_guest_that_unmaps_the_agent_is_a_typed_error(guest):
     assert info.value.fault in ("agent_died", "agent_protocol")
     assert time.monotonic() - start < 15
     assert guest.syscall("getpid") > 0
+
+
+def test_the_agents_own_descriptors_are_out_of_reach(guest):
+    """Guest code may not close or replace the agent's pipes or memory
+    file (the agent's watchdog polls its request pipe to end with its
+    host); its other descriptors it may."""
+    guest.syscall("getpid")
+    for fd in sandbox.agent_fds(4):
+        for call, args in (("dup3", (0, fd, 0)), ("close", (fd,))):
+            with pytest.raises(elfloader.EmulationError) as info:
+                guest.syscall(call, *args)
+            assert info.value.syscall_name == call
+    assert guest.syscall("dup3", 0, 50, 0) == 50
+    assert guest.syscall("close", 50) == 0
 
 
 def test_stderr_is_bounded(guest):

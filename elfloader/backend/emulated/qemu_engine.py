@@ -223,12 +223,16 @@ class _Agent:
         self.rep_r, rep_w = os.pipe()
         exe = agent_fd(engine.arch)
         self.stderr = tempfile.TemporaryFile(prefix="qemu_agent_")
+        # In the agent the descriptors have numbers of the sandbox's
+        # protected range, which guest code cannot close or dup over.
+        mine = (exe, req_r, rep_w, engine.memfd)
+        theirs = sandbox.agent_fds(len(mine))
+        self.memfd = theirs[3]
         argv = [engine.program, "-cpu", engine.cpu_option,
-                f"/proc/self/fd/{exe}", str(req_r), str(rep_w)]
+                f"/proc/self/fd/{theirs[0]}", str(theirs[1]), str(theirs[2])]
         try:
-            self.proc = sandbox.spawn(
-                argv, pass_fds=(req_r, rep_w, engine.memfd, exe),
-                stderr=self.stderr)
+            self.proc = sandbox.spawn(argv, dict(zip(theirs, mine)),
+                                      stderr=self.stderr)
         except (OSError, subprocess.SubprocessError, EngineError) as exc:
             for fd in (req_r, rep_w, self.req_w, self.rep_r):
                 os.close(fd)
@@ -433,7 +437,7 @@ class QemuCpu(Cpu):
         agent = _Agent(engine)
         try:
             start, end = engine.arena
-            base, = agent.request(_MAP, (engine.memfd, end - start, start, 1),
+            base, = agent.request(_MAP, (agent.memfd, end - start, start, 1),
                                   count=1)
             if base != start:
                 raise EngineError(f"the guest agent mapped guest memory at "

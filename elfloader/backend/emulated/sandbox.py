@@ -13,7 +13,9 @@ it cannot be installed later):
   ``"syscall"``. Allowed are only the calls qemu-user and the agent make
   (:data:`ALLOWED`), some with their arguments checked: ``openat`` only
   without write, create, truncate or append flags; ``clone`` only for a
-  thread; ``kill``/``tgkill`` only of the agent itself; ``execve`` only of
+  thread; ``kill``/``tgkill`` only of the agent itself; ``close``,
+  ``dup2`` and ``dup3`` not on the agent's own descriptors (numbered from
+  :data:`PROTECTED_FDS`); ``execve`` only of
   the one path this module passes (its address is checked, so the guest
   cannot start a program); ``prlimit64`` only to read, or to set its own
   core size (to 0: the hard limit); ``fcntl`` only for descriptor flags. No sockets, no ``ptrace``, no ``process_vm_*``, no
@@ -45,6 +47,10 @@ import os
 import resource
 import subprocess
 
+#: First descriptor number of the agent's own files (its program, pipes and
+#: guest memory): guest code may not close them or ``dup`` over them, so
+#: the agent's watchdog always sees its host go.
+PROTECTED_FDS = 1000
 #: Bytes a guest agent may add to its address space after it started.
 MEMORY_LIMIT = 1 << 30
 #: Bytes an agent may write to a file (its stderr, which the host reads).
@@ -54,7 +60,7 @@ STDERR_LIMIT = 1 << 20
 #: and the guest agent make after ``execve`` (seen with ``strace -f``),
 #: none of which reaches a file, a process or the network.
 ALLOWED = (
-    "read", "write", "readv", "writev", "pread64", "lseek", "close",
+    "read", "write", "readv", "writev", "pread64", "lseek",
     "fstat", "newfstatat", "statx", "getdents64", "access", "faccessat",
     "faccessat2", "readlink", "readlinkat",
     "mmap", "munmap", "mprotect", "mremap", "madvise", "brk",
@@ -66,7 +72,7 @@ ALLOWED = (
     "sysinfo", "sched_getaffinity", "sched_yield", "get_mempolicy",
     "set_mempolicy", "membarrier", "clock_gettime", "clock_getres",
     "clock_nanosleep", "nanosleep", "gettimeofday", "poll", "ppoll",
-    "exit", "exit_group", "arch_prctl", "dup", "dup3", "getcwd",
+    "exit", "exit_group", "arch_prctl", "dup", "getcwd",
 )
 
 # Flags the checked calls look at (asm-generic values, the same on every
@@ -175,6 +181,13 @@ def _filter(pid: int, exec_path: int):
     f.add_rule(sc.ALLOW, "kill", sc.Arg(0, sc.EQ, pid))
     f.add_rule(sc.ALLOW, "tgkill", sc.Arg(0, sc.EQ, pid))
     f.add_rule(sc.ALLOW, "execve", sc.Arg(0, sc.EQ, exec_path))
+    # Descriptors below the protected range only.
+    f.add_rule(sc.ALLOW, "close", sc.Arg(0, sc.LT, PROTECTED_FDS))
+    f.add_rule(sc.ALLOW, "dup3", sc.Arg(1, sc.LT, PROTECTED_FDS))
+    try:
+        f.add_rule(sc.ALLOW, "dup2", sc.Arg(1, sc.LT, PROTECTED_FDS))
+    except Exception:  # noqa: BLE001 - aarch64 hosts have only dup3
+        pass
     f.add_rule(sc.ALLOW, "prlimit64", sc.Arg(2, sc.EQ, 0))
     # qemu-user sets its own core size to 0 before it dies of a guest's
     # fatal signal (the hard limit is 0 already).
@@ -242,14 +255,27 @@ def _new_network() -> None:
             return
 
 
-def _confine_and_exec(argv: list[str], keep) -> None:
-    """In the forked child: confine the process, then ``execve`` qemu-user
-    (see the module docstring) with only descriptors 0-2 and ``keep``
-    open. Returns only by raising."""
+def agent_fds(count: int) -> list[int]:
+    """The descriptor numbers an agent's ``count`` own files get (see
+    :data:`PROTECTED_FDS`)."""
+    return list(range(PROTECTED_FDS, PROTECTED_FDS + count))
+
+
+def _confine_and_exec(argv: list[str], fds: dict[int, int]) -> None:
+    """In the forked child: give descriptor ``fds[n]`` the number ``n``
+    (numbers of :func:`agent_fds`), confine the process, then ``execve``
+    qemu-user (see the module docstring) with only descriptors 0-2 and
+    those open. Returns only by raising."""
     program = argv[0]
-    keep = set(keep) | {0, 1, 2}
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft <= max(fds):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(fds) + 64),
+                                                    hard))
+    for number, fd in fds.items():
+        os.dup2(fd, number, inheritable=True)
+    keep = set(fds) | {0, 1, 2}
     for name in os.listdir("/proc/self/fd"):
-        if int(name) not in keep:
+        if int(name) not in keep and int(name) not in fds.values():
             try:
                 os.set_inheritable(int(name), False)
             except OSError:
@@ -272,9 +298,10 @@ def _confine_and_exec(argv: list[str], keep) -> None:
     raise OSError(ctypes.get_errno(), f"execve {program}")
 
 
-def spawn(argv: list[str], pass_fds, stderr) -> subprocess.Popen:
-    """Start ``argv`` (qemu-user and its arguments) confined, with
-    ``pass_fds`` open, stdin and stdout on ``/dev/null`` and stderr on
+def spawn(argv: list[str], fds: dict[int, int], stderr) -> subprocess.Popen:
+    """Start ``argv`` (qemu-user and its arguments) confined, with this
+    process's descriptor ``fds[n]`` open as number ``n`` (numbers of
+    :func:`agent_fds`), stdin and stdout on ``/dev/null`` and stderr on
     ``stderr``, in a session of its own.
 
     Raises:
@@ -283,9 +310,9 @@ def spawn(argv: list[str], pass_fds, stderr) -> subprocess.Popen:
     """
     require()
     return subprocess.Popen(
-        argv, pass_fds=pass_fds, stdin=subprocess.DEVNULL,
+        argv, pass_fds=tuple(fds.values()), stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
-        cwd="/", env={}, preexec_fn=lambda: _confine_and_exec(argv, pass_fds))
+        cwd="/", env={}, preexec_fn=lambda: _confine_and_exec(argv, fds))
 
 
 def bound_memory(pid: int, limit: int = MEMORY_LIMIT) -> None:
@@ -304,5 +331,6 @@ def bound_memory(pid: int, limit: int = MEMORY_LIMIT) -> None:
         pass
 
 
-__all__ = ["ALLOWED", "MEMORY_LIMIT", "STDERR_LIMIT", "status", "require",
-           "spawn", "bound_memory", "landlock_abi"]
+__all__ = ["ALLOWED", "MEMORY_LIMIT", "STDERR_LIMIT", "PROTECTED_FDS",
+           "status", "require", "agent_fds", "spawn", "bound_memory",
+           "landlock_abi"]
