@@ -57,10 +57,10 @@ def _plain_spawn(argv, fds, stderr):
     def renumber():
         for number, fd in fds.items():
             os.dup2(fd, number, inheritable=True)
-    return subprocess.Popen(argv, pass_fds=tuple(fds.values()),
-                            stdin=subprocess.DEVNULL,
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=stderr,
-                            start_new_session=True, preexec_fn=renumber)
+                            start_new_session=True, preexec_fn=renumber,
+                            close_fds=False)   # (it would close the copies)
 
 
 @contextlib.contextmanager
