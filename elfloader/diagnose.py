@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import io
 import os
+import re
 import threading
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
@@ -60,6 +61,10 @@ NEAR_BYTES = 4096
 #: Bytes :func:`fault_report` reads at the pc for :func:`disassemble`
 #: (the longest x86 instruction is 15 bytes).
 CODE_BYTES = 16
+
+#: The ``source`` row's note for code of an image without DWARF line
+#: rows.
+NO_LINE_TABLE = "built without -g; build with -g for source lines"
 
 #: Fault kinds (the ``fault`` attribute of an emulation error) for which
 #: the CPU stopped on an instruction it could not run rather than on a data
@@ -333,6 +338,11 @@ class Symbolizer:
             return None
         return f"{file}:{line}"
 
+    def has_line_table(self) -> bool:
+        """Whether the image has DWARF line rows (a ``-g`` build)."""
+        self._load_dwarf()
+        return bool(self._lines)
+
     def _load_dwarf(self) -> None:
         if self._dwarf_done:
             return
@@ -466,13 +476,23 @@ def _decode(facts: Disassembly, code: bytes, address: int):
     names = facts.capstone_modes
     if facts.thumb_modes is not None and address & 1:
         names, address = facts.thumb_modes, address & ~1
+    arch = next((getattr(capstone, n) for n in
+                 (facts.capstone_arch, *facts.capstone_arch_aliases)
+                 if hasattr(capstone, n)), None)
+    if arch is None:
+        return None
     mode = 0
     for m in names:
         mode |= getattr(capstone, m)
+    for m in facts.optional_modes:
+        mode |= getattr(capstone, m, 0)
     try:
-        md = capstone.Cs(getattr(capstone, facts.capstone_arch), mode)
+        md = capstone.Cs(arch, mode)
         for insn in md.disasm(bytes(code), address & 0xFFFFFFFFFFFFFFFF, 1):
-            return f"{insn.mnemonic} {insn.op_str}".strip(), insn.size
+            text = f"{insn.mnemonic} {insn.op_str}".strip()
+            for pattern, replacement in facts.text_fixes:
+                text = re.sub(pattern, replacement, text)
+            return text, insn.size
     except capstone.CsError:
         return None
     return None
@@ -503,11 +523,13 @@ def disassemble(arch_name: str, code: bytes, address: int) -> str:
 
     Returns:
         The instruction text. ``"(unreadable)"`` when ``code`` is empty or
-        shorter than the instruction. When the bytes do not decode (an
-        encoding the disassembler does not know, e.g. RVV with capstone 5,
-        or not an instruction), or decode to an instruction whose length
-        contradicts the encoding rules of the architecture, the text says
-        so and shows the instruction's bytes, never another instruction:
+        shorter than the instruction. RVV decodes with capstone 6
+        (``vsetvli a4, a2, e32, m2, ta, ma``). When the bytes do not decode
+        (an encoding the disassembler does not know, e.g. RVV with
+        capstone 5, or not an instruction), or decode to an instruction
+        whose length contradicts the encoding rules of the architecture,
+        the text says so and shows the instruction's bytes with the ISA
+        extension their encoding belongs to, never another instruction:
         ``"(cannot decode: 57 77 16 0d; RVV (vector extension))"``.
 
     Raises:
@@ -542,9 +564,10 @@ def faulting_instruction(arch_name: str, read: Callable[[int, int], bytes],
                          pc: int, function_start: int | None
                          ) -> tuple[int, str] | None:
     """For a CPU that stopped on an instruction it could not run: the
-    undecodable instruction just before ``pc``, when the instruction at
-    ``pc`` decodes and the one before it does not (an emulator may report
-    the pc after the instruction it refused).
+    instruction just before ``pc``, when that one does not decode or its
+    encoding belongs to an ISA extension (:func:`extension`, e.g. RVV) and
+    the instruction at ``pc`` decodes and belongs to none (an emulator may
+    report the pc after the instruction it refused).
 
     The instruction before ``pc`` is found from the encoding rules: ``pc``
     minus the fixed length, or by walking instruction lengths from
@@ -566,7 +589,8 @@ def faulting_instruction(arch_name: str, read: Callable[[int, int], bytes],
             return b""
 
     here = code_at(at)
-    if not here or disassemble(arch_name, here, pc).startswith("("):
+    if (not here or disassemble(arch_name, here, pc).startswith("(")
+            or extension(arch_name, here) is not None):
         return None
     rows = facts.thumb_lengths if thumb else facts.lengths
     prev = None
@@ -587,8 +611,9 @@ def faulting_instruction(arch_name: str, read: Callable[[int, int], bytes],
             return None
     if prev is None:
         return None
-    text = disassemble(arch_name, code_at(prev), prev | thumb)
-    if not text.startswith("(cannot decode"):
+    code = code_at(prev)
+    text = disassemble(arch_name, code, prev | thumb)
+    if not text.startswith("(cannot decode") and extension(arch_name, code) is None:
         return None
     return prev, text
 
@@ -630,12 +655,40 @@ def segment_regions(image: ElfImage, base: int) -> list[Region]:
             for s in image.segments]
 
 
+def joined_names(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``: names in order, repeats left out."""
+    names = list(dict.fromkeys(names))
+    if len(names) < 2:
+        return "".join(names)
+    return ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _merged(regions: Iterable[Region]) -> list[Region]:
+    """``regions`` with those of one range and kind (one array passed as
+    two bindings or two params fields) made one, named by all of them
+    (``binding 0 and binding 2``), in first-seen order."""
+    out: list[Region] = []
+    names: dict[tuple, list[str]] = {}
+    for r in regions:
+        key = (r.start, r.size, r.offsets, r.guard)
+        if key in names:
+            names[key].append(r.name)
+            continue
+        names[key] = [r.name]
+        out.append(r)
+    return [Region(joined_names(names[(r.start, r.size, r.offsets, r.guard)]),
+                   r.start, r.size, r.offsets, r.guard)
+            if len(names[(r.start, r.size, r.offsets, r.guard)]) > 1 else r
+            for r in out]
+
+
 def describe_address(address: int, regions: Iterable[Region]) -> str:
     """Which region a data address belongs to.
 
     The smallest region holding ``address`` names it (``local memory at
     offset 12 of 4096 bytes``, or the bare name for regions without
-    offsets). An address in no region but at most :data:`NEAR_BYTES` bytes
+    offsets); regions of one range (one array bound twice) are named
+    together (``binding 0 and binding 1 at offset 4 of 400 bytes``). An address in no region but at most :data:`NEAR_BYTES` bytes
     outside one with offsets is described from the nearest
     (``binding 2 at offset 4096 of 4096 bytes (1 past the end)``: the
     count is 1 for the first byte after the region; ``(4 before the
@@ -647,7 +700,7 @@ def describe_address(address: int, regions: Iterable[Region]) -> str:
     Args:
         address: the guest address; regions: :class:`Region` objects.
     """
-    regions = list(regions)
+    regions = _merged(regions)
     guards = [r for r in regions if r.guard and r.start <= address < r.end]
     regions = [r for r in regions if not r.guard]
     holding = [r for r in regions if r.start <= address < r.end]
@@ -711,6 +764,8 @@ class FaultReport:
             ``qemu (sve, vector length 256 bits: ...)``), or None.
         caller: what called ``function``, e.g. ``export mul of k.so`` for
             an import a dispatch called; or None.
+        source_note: why there is no ``source`` (e.g.
+            :data:`NO_LINE_TABLE`), shown in the ``source`` row; or None.
     """
 
     file: str
@@ -729,6 +784,7 @@ class FaultReport:
     module: str | None = None
     caller: str | None = None
     engine: str | None = None
+    source_note: str | None = None
 
     def summary(self, word_size: int) -> str:
         """The report's first line (see :meth:`format`).
@@ -778,7 +834,8 @@ class FaultReport:
         if self.data_address is not None:
             desc = self.data_description
             row("data address", fmt(self.data_address) + (f" ({desc})" if desc else ""))
-        row("source", self.source or "(no line information)")
+        row("source", self.source or "(no line information"
+            + (f": {self.source_note}" if self.source_note else "") + ")")
         if self.engine:
             row("emulator", self.engine)
         return "\n".join(lines)
@@ -847,9 +904,11 @@ def fault_report(*, file: str, arch: str, kind: str, pc: int,
             note = (f"the CPU reported pc {pc:#x}, after this instruction "
                     "it could not run")
             pc = found[0]
-    symbol = source = None
+    symbol = source = source_note = None
     if holder is not None:
         symbol, source = holder.symbolize(pc), holder.source_line(pc)
+        if source is None and not holder.has_line_table():
+            source_note = NO_LINE_TABLE
     instruction = None
     if read is not None:
         try:
@@ -875,11 +934,12 @@ def fault_report(*, file: str, arch: str, kind: str, pc: int,
                        function_kind=function_kind, workgroup=workgroup,
                        symbol=symbol, source=source, instruction=instruction,
                        data_address=data_address, data_description=description,
-                       note=note, module=module, caller=caller, engine=engine)
+                       note=note, module=module, caller=caller, engine=engine,
+                       source_note=source_note)
 
 
 __all__ = ["Symbolizer", "section_symbols", "disassemble", "Region",
            "segment_regions", "describe_address", "FaultReport",
            "fault_report", "instruction_length", "extension",
            "faulting_instruction", "INSTRUCTION_FAULTS", "NEAR_BYTES",
-           "CODE_BYTES"]
+           "CODE_BYTES", "NO_LINE_TABLE", "joined_names"]

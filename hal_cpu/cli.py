@@ -23,6 +23,46 @@ from .buffers import format_buffer_view, parse_binding
 from .errors import HalCpuError
 
 
+def option_key(option: str) -> str:
+    """``--cache_dir`` and ``--cache-dir`` alike: the spelling-free key of a
+    long option (``_`` and ``-`` between words are the same)."""
+    return option.replace("_", "-")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An :class:`argparse.ArgumentParser` whose long options are taken in
+    either spelling: IREE's tools write ``--cache_dir``, ``--no_progress``,
+    other tools ``--cache-dir``, ``--no-progress``; both name the same
+    option. Help shows the one spelling each option is registered with
+    (IREE's underscores); subcommand parsers are of this class too."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        if args is None:
+            args = sys.argv[1:]
+        return super().parse_known_args(self.respelled(list(args)), namespace)
+
+    def respelled(self, args: list[str]) -> list[str]:
+        """``args`` with every long option this parser does not know as
+        spelled, but knows in the other spelling, written as it knows it
+        (values and everything after ``--`` untouched)."""
+        known = [s for s in self._option_string_actions if s.startswith("--")]
+        by_key: dict[str, list[str]] = {}
+        for option in known:
+            by_key.setdefault(option_key(option), []).append(option)
+        out = []
+        for i, arg in enumerate(args):
+            if arg == "--":
+                out += args[i:]
+                break
+            if arg.startswith("--") and len(arg) > 2:
+                name, sep, value = arg.partition("=")
+                spelled = by_key.get(option_key(name), [])
+                if name not in known and len(spelled) == 1:
+                    arg = spelled[0] + sep + value
+            out.append(arg)
+        return out
+
+
 def _triple(text: str) -> tuple[int, int, int]:
     parts = text.replace(" ", "").split(",")
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
@@ -130,11 +170,12 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="hal-cpu", description="Inspect and run IREE CPU executables "
         "(embedded ELF / FatELF), natively or emulated.",
         epilog="Exit status: 0 success, 1 error (one line on stderr), "
-        "2 usage error, 130 interrupted.")
+        "2 usage error, 130 interrupted. Long options may be spelled with "
+        "_ or - between words (--cache_dir, --cache-dir).")
     parser.add_argument("--version", action="version",
                         version=f"hal-cpu {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -201,16 +242,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--benchmark_repetitions", type=_positive, default=None,
                    metavar="N", help="dispatch N times and print the time per "
                    "dispatch (min and median)")
-    p.add_argument("--no-progress", action="store_true",
+    p.add_argument("--no_progress", action="store_true",
                    help="no progress bar for long dispatches")
     p.add_argument("--verbose", action="store_true",
                    help="say which backend, architecture and workers ran")
-    p.add_argument("--isolate", action=argparse.BooleanOptionalAction,
-                   default=None, help="run the dispatch in a child process, "
-                   "so that a kernel crashing natively is reported instead of "
-                   "ending hal-cpu (default: on when the dispatch runs "
-                   "natively; --no-isolate runs it in this process)")
-    p.add_argument("--no-diagnose", dest="diagnose", action="store_false",
+    p.add_argument("--isolate", action="store_true", default=None,
+                   help="run the dispatch in a child process, so that a "
+                   "kernel crashing natively is reported instead of ending "
+                   "hal-cpu (default: on when the dispatch runs natively)")
+    p.add_argument("--no_isolate", dest="isolate", action="store_false",
+                   help="run the dispatch in this process, even natively")
+    p.add_argument("--no_diagnose", dest="diagnose", action="store_false",
                    help="after a native crash, do not run the dispatch again "
                    "emulated to show the faulting instruction")
     _add_target_flags(p)
@@ -234,15 +276,23 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compile C sources into a self-contained plugin for each "
         "architecture (freestanding, no libc; plugin_abi.h from "
         "hal_cpu.get_include() is on the include path) and pack the objects "
-        "as one FatELF bundle.")
+        "as one FatELF bundle; or, for one architecture written to a .so, "
+        "write the ELF itself.")
     p.add_argument("sources", nargs="+", metavar="SOURCE.c")
-    p.add_argument("-o", "--output", required=True, metavar="PLUGIN.sos")
+    p.add_argument("-o", "--output", required=True, metavar="PLUGIN.sos",
+                   help="the bundle (.sos), or for one architecture and one "
+                   "profile a plain ELF (.so)")
     p.add_argument("--arch", default="all", metavar="ARCHES",
                    help="all (default), or a comma-separated list of "
                    "architectures (aliases accepted)")
-    p.add_argument("--cpu", default=None, metavar="PROFILE",
-                   help="CPU profile of the architecture table for every "
-                   "architecture (default: its baseline)")
+    p.add_argument("--cpu", default=None, metavar="PROFILES",
+                   help="CPU profiles, comma-separated: ARCH:PROFILE or a "
+                   "profile name, each for its own architecture, e.g. "
+                   "x86_64:x86-64-v3,aarch64:sve,riscv64:rv64gcv (others get "
+                   "their baseline; hal-cpu profiles lists them). An "
+                   "architecture named twice (aarch64:armv8-a,aarch64:sve) "
+                   "gets a record per profile: the first is what loaders pick "
+                   "by default, pytest --hal-cpu picks by profile")
     p.add_argument("-g", dest="debug", action="store_true",
                    help="keep symbols and DWARF line tables, for fault "
                    "reports with static function names and source lines")
@@ -621,15 +671,12 @@ def cmd_demo(args) -> int:
 
 def cmd_build_plugin(args) -> int:
     from . import zigbuild
-    data = zigbuild.build_plugin(args.sources, args.arch, cpu=args.cpu,
-                                 debug=args.debug, include_dirs=args.include,
-                                 defines=[f"-D{d}" for d in args.define])
-    with open(args.output, "wb") as f:
-        f.write(data)
-    import fatelf
-    records = fatelf.split(data, args.output)
-    print(f"{args.output}: {len(data)} bytes, "
-          + ", ".join(r.arch for r, _ in records))
+    labels = zigbuild.build_plugin_file(
+        args.sources, args.output, args.arch, cpu=args.cpu, debug=args.debug,
+        include_dirs=args.include, defines=[f"-D{d}" for d in args.define])
+    kind = "ELF" if args.output.endswith(".so") else "FatELF"
+    print(f"{args.output}: {os.path.getsize(args.output)} bytes, {kind}, "
+          + ", ".join(labels))
     return 0
 
 

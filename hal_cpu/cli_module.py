@@ -92,10 +92,9 @@ def _program_flags(p: argparse.ArgumentParser, all_arches: bool) -> None:
     p.add_argument("--cache_dir", metavar="DIR", help="where compiled programs "
                    "are kept (default: $PKR_COMPILE_CACHE, else the user cache "
                    "directory); a program is compiled once per architecture")
-    p.add_argument("--compile-flag", "--compile_flag", dest="compile_flag",
-                   action="append", default=[], metavar="FLAG",
+    p.add_argument("--compile_flag", action="append", default=[], metavar="FLAG",
                    help="an extra iree-compile flag, e.g. "
-                   "--compile-flag=--iree-execution-model=host-only (repeatable)")
+                   "--compile_flag=--iree-execution-model=host-only (repeatable)")
     p.add_argument("--module", action="append", default=[], metavar="SPEC",
                    help="a host module the program imports: path.py[@create_fn]"
                    "[?key=value&...] (create_fn(max_version, params), default "
@@ -105,7 +104,7 @@ def _program_flags(p: argparse.ArgumentParser, all_arches: bool) -> None:
         p.add_argument("--arch", type=_arch_or_all, metavar="ARCH",
                        help="architecture to compile for: "
                        + ", ".join(arches.RUNTIME_ARCHES) + ", an alias, or all "
-                       "(plan for each; --save-dir writes FatELF bundles); "
+                       "(plan for each; --save_dir writes FatELF bundles); "
                        "default: this machine's")
     else:
         from .cli import _arch
@@ -147,7 +146,7 @@ def add_parsers(sub) -> None:
                    "this process may use)")
     p.add_argument("--timeout", type=_seconds, default=None, metavar="S",
                    help="stop when the dispatches have run S seconds in all")
-    p.add_argument("--no-progress", action="store_true",
+    p.add_argument("--no_progress", action="store_true",
                    help="no progress bar for long runs")
     _add_cpu_flags(p)
 
@@ -155,12 +154,21 @@ def add_parsers(sub) -> None:
                        "dispatches and transfers one call performs, with a "
                        "hal-cpu run command line per dispatch")
     _program_flags(p, all_arches=True)
-    p.add_argument("--save-dir", metavar="DIR", help="write the executables "
+    p.add_argument("--save_dir", metavar="DIR", help="write the executables "
                    "there: <executable>_<arch>.so, or <executable>.sos (FatELF, "
-                   "all six architectures) with --arch=all")
+                   "all six architectures) with --arch=all; and the constant "
+                   "buffers the printed run lines bind")
     p.add_argument("--cpu", metavar="PROFILE", default=None,
                    help="compile for this CPU profile of the architecture "
-                   "(hal-cpu profiles lists them); --trace runs emulated on it")
+                   "(hal-cpu profiles lists them); --trace runs emulated on "
+                   "it and the printed run lines name it")
+    p.add_argument("--vlen", type=_positive, metavar="BITS", default=None,
+                   help="vector length of a scalable --cpu profile (SVE VL, "
+                   "RVV VLEN), e.g. 128, 256, 512: --trace runs at it and "
+                   "the printed run lines name it")
+    p.add_argument("--engine", choices=("auto", "qemu", "unicorn"),
+                   default=None, help="emulation engine of --trace and of "
+                   "the printed run lines (default auto)")
     p.add_argument("--trace", action="store_true", help="run the program "
                    "(emulated unless --arch is this machine's) and print the steps "
                    "it actually ran; for programs whose steps depend on data")
@@ -177,8 +185,7 @@ def add_parsers(sub) -> None:
                    help="run only this function (repeatable; default: all public ones)")
     p.add_argument("--cache_dir", metavar="DIR", help="where compiled programs "
                    "are kept (as run-module)")
-    p.add_argument("--compile-flag", "--compile_flag", dest="compile_flag",
-                   action="append", default=[], metavar="FLAG",
+    p.add_argument("--compile_flag", action="append", default=[], metavar="FLAG",
                    help="an extra iree-compile flag (repeatable)")
     p.add_argument("--module", action="append", default=[], metavar="SPEC",
                    help="a host module the program imports (as run-module)")
@@ -424,6 +431,7 @@ def _sendable(run, announced: bool):
     alone."""
     run.results = [v if isinstance(v, (np.ndarray, np.generic)) else None
                    for v in run.results]
+    run.constants = {}      # only plans print them; a module's may be large
     return run, announced
 
 
@@ -530,28 +538,62 @@ def _diagnose_plan(run, arch: str, program: str) -> None:
 
 
 def _compare(args, program: str, function: str, inputs: list,
-             results: list[np.ndarray]) -> None:
+             results: list) -> None:
+    """``--compare``: run the program with IREE's own runtime on this
+    machine and print the max abs error of each result it returns; when
+    IREE cannot run the program (a host module it has no native
+    counterpart of, a plugin it cannot load, no host build...), one line
+    says so and why. Never fails the command: our run already succeeded."""
     from .iree import reference_run
+    from fatelf.errors import PortableKernelError
     host = arches.host_arch()
-    host_compiled = compile_for(program, host, _cache_dir(args))
+
+    def cannot(why: str) -> None:
+        print(f"compare: IREE's runtime cannot run @{function} here: {why}; "
+              "nothing compared")
+
     try:
+        host_compiled = compile_for(program, host, _cache_dir(args),
+                                    args.compile_flag)
         want = reference_run(host_compiled.vmfb, function, inputs,
                              executable_plugins=args.executable_plugin)
-    except (RuntimeError, ValueError, TypeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModuleError(f"IREE's runtime failed: {first}", name=program,
-                          field="--compare", value=function) from None
-    for i, (g, w) in enumerate(zip(results, want)):
-        print(f"compare: result[{i}]: max abs error {_max_abs_error(g, w)} "
-              f"(IREE runtime, {host})")
+    except PortableKernelError as exc:
+        cannot(_first_line(exc.message if hasattr(exc, "message") else str(exc)))
+        return
+    except Exception as exc:  # noqa: BLE001 - IREE's runtime raises anything
+        # IREE's status text: "where: CODE; what" -> what
+        why = _first_line(str(exc)).rpartition("; ")[2] or type(exc).__name__
+        if args.module:
+            why += " (host modules given with --module run in hal-cpu only)"
+        cannot(why)
+        return
+    if not results:
+        print(f"compare: @{function} returns nothing to compare (IREE runtime, {host})")
+        return
+    for i, g in enumerate(results):
+        w = want[i] if i < len(want) else None
+        if w is None:
+            print(f"compare: result[{i}]: not compared (IREE's runtime "
+                  f"returned {len(want)} results)")
+        elif not isinstance(g, (np.ndarray, np.generic)):
+            print(f"compare: result[{i}]: not compared (a host module's "
+                  "object, not data)")
+        else:
+            print(f"compare: result[{i}]: max abs error "
+                  f"{_max_abs_error(np.asarray(g), np.asarray(w))} (IREE runtime, {host})")
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
+    return lines[0] if lines else ""
 
 
 # ---------------------------------------------------------------------------
 # plan
 
 def _where(b) -> str:
-    what = f"input {b.ref}" if b.kind == "input" else f"buffer {b.ref}"
-    return f"{what} [{b.offset}, {b.offset + b.length}) ({b.length} bytes)"
+    what = {"input": "input", "constant": "constant"}.get(b.kind, "buffer")
+    return f"{what} {b.ref} [{b.offset}, {b.offset + b.length}) ({b.length} bytes)"
 
 
 def _ordinals(so_path: Path) -> dict[str, int]:
@@ -566,28 +608,90 @@ def _ordinals(so_path: Path) -> dict[str, int]:
         return {e.name: e.ordinal for e in exe.exports if e.name is not None}
 
 
-def _binding_spec(b, inputs: list, input_specs: Sequence[str], results) -> str:
+#: Known bytes of a binding (a constant, part of an input) up to this many
+#: are written into the ``run:`` line; more go to a file it names.
+INLINE_BYTES = 64
+
+
+class _Bytes:
+    """Where the ``run:`` lines of a plan find bytes known before running
+    (constants, slices of inputs): ``directory`` receives files for those
+    over :data:`INLINE_BYTES` (created on first use)."""
+
+    def __init__(self, directory: Path | None):
+        self.directory = directory
+
+    def spec(self, data: np.ndarray, name: str) -> str:
+        data = np.ascontiguousarray(data, np.uint8).reshape(-1)
+        values = data.view(np.int8)
+        if data.size <= INLINE_BYTES or self.directory is None:
+            return f"{data.size}xi8=" + ",".join(str(int(v)) for v in values)
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+        path = self.directory / f"{safe}.bin"
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            if not (path.is_file() and path.read_bytes() == data.tobytes()):
+                path.write_bytes(data.tobytes())
+        except OSError:
+            return f"{data.size}xi8=" + ",".join(str(int(v)) for v in values)
+        return f"{data.size}xi8=@{path}"
+
+
+def _typed(b, results) -> str | None:
+    """``37x29xf32`` for a binding that is exactly a result's range,
+    ``{n}xf32`` for one holding only results of one element type (one
+    allocation holding several results); None otherwise."""
+    inside = [r for r in results
+              if (r.storage.kind, r.storage.ref) == (b.kind, b.ref)
+              and b.offset <= r.storage.offset
+              and r.storage.offset + r.storage.length <= b.offset + b.length]
+    try:
+        for r in inside:
+            if r.storage == b:
+                return "x".join([str(d) for d in r.shape] + [_type_name(r.dtype)])
+        kinds = {np.dtype(r.dtype) for r in inside}
+        if len(kinds) == 1:
+            (dtype,) = kinds
+            from .buffers import dtype_name
+            if dtype.itemsize and b.length % dtype.itemsize == 0:
+                return f"{b.length // dtype.itemsize}x{dtype_name(dtype)}"
+    except BindingSpecError:
+        pass
+    return None
+
+
+def _binding_spec(b, inputs: list, input_specs: Sequence[str], results,
+                  constants=None, known: "_Bytes | None" = None) -> str:
     """A ``hal-cpu run --binding`` spec for binding ``b``: the input's own
-    spec when it is a whole input, a zero-filled array shaped like the
-    result when it is exactly a result's range, else zero-filled bytes."""
+    spec when it is a whole input; the bytes themselves (inline, or a file
+    of ``known``) for a constant or part of an input; zeros typed as the
+    results it holds (``37x29xf32``) for a result's range; else
+    zero-filled bytes (a buffer the program computes)."""
     if (b.kind == "input" and b.offset == 0
             and b.length == getattr(inputs[b.ref], "nbytes", -1)):
         return input_specs[b.ref]
-    for r in results:
-        if r.storage == b:
-            try:
-                return "x".join([str(d) for d in r.shape] + [_type_name(r.dtype)])
-            except BindingSpecError:
-                break
-    return f"{b.length}xi8"
+    known = known or _Bytes(None)
+    if b.kind == "constant" and constants and b.ref in constants:
+        data = np.asarray(constants[b.ref], np.uint8).reshape(-1)
+        return known.spec(data[b.offset:b.offset + b.length],
+                          f"constant_{b.ref}_{b.offset}_{b.length}")
+    if b.kind == "input" and hasattr(inputs[b.ref], "shape"):
+        data = np.ascontiguousarray(inputs[b.ref]).reshape(-1).view(np.uint8)
+        return known.spec(data[b.offset:b.offset + b.length],
+                          f"input_{b.ref}_{b.offset}_{b.length}")
+    return _typed(b, results) or f"{b.length}xi8"
 
 
 def format_plan(plan, compiled, inputs: list, input_specs: Sequence[str],
-                so_paths: dict | None = None) -> str:
+                so_paths: dict | None = None, run_flags: Sequence[str] = (),
+                data_dir: Path | None = None) -> str:
     """Text of ``hal-cpu plan``: the buffers, each step, the results.
 
     ``so_paths`` maps a dispatch's ``so_path`` to the file (and ``--arch``)
-    the printed ``hal-cpu run`` command should name, e.g. a saved copy.
+    the printed ``hal-cpu run`` command should name, e.g. a saved copy;
+    ``run_flags`` go on every ``run:`` line (plugins, CPU profile);
+    ``data_dir`` receives the bytes of constants the lines bind (default:
+    a ``constants`` directory beside the compiled program).
     """
     lines = [f"program:   {compiled.source}",
              f"function:  @{plan.function}",
@@ -600,6 +704,14 @@ def format_plan(plan, compiled, inputs: list, input_specs: Sequence[str],
             lines.append(f"input {i}:   scalar {v!r}")
     for name, size in plan.buffers.items():
         lines.append(f"buffer {name}: {size} bytes (allocated by the program)")
+    constants = getattr(plan, "constants", None) or {}
+    for name, data in constants.items():
+        lines.append(f"constant {name}: {np.asarray(data).size} bytes (carried "
+                     "by the module)")
+    if data_dir is None:
+        hal = getattr(compiled, "hal_mlir", None)
+        data_dir = Path(hal).parent / "constants" if hal is not None else None
+    known = _Bytes(data_dir)
     ordinals: dict[Path, dict[str, int]] = {}
     written: set = set()
     for k, step in enumerate(plan.steps):
@@ -631,8 +743,9 @@ def format_plan(plan, compiled, inputs: list, input_specs: Sequence[str],
                    f"--workgroup_count={wc}"]
             if arch_flag:
                 cmd.append(f"--arch={arch_flag}")
+            cmd += list(run_flags)
             cmd += [f"--constant={c}" for c in step.constants]
-            cmd += [f"--binding={_binding_spec(b, inputs, input_specs, plan.results)}"
+            cmd += [f"--binding={_binding_spec(b, inputs, input_specs, plan.results, constants, known)}"
                     for b in step.bindings]
             lines.append("  run:         " + " ".join(shlex.quote(c) for c in cmd))
             written.update((b.kind, b.ref) for b in step.bindings)
@@ -670,10 +783,11 @@ def cmd_plan(args) -> int:
             save.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ModuleError(f"cannot create it: {exc.strerror or exc}",
-                              name=str(save), field="--save-dir", value=str(save)) from None
+                              name=str(save), field="--save_dir", value=str(save)) from None
     plans = []
     modules = _modules(args.module)
     for arch in targets:
+        _check_cpu(args, arch)
         compiled = compile_for(program, arch, _cache_dir(args), args.compile_flag,
                                getattr(args, "cpu", None))
         function = _pick_function(compiled, args.function, program)
@@ -691,11 +805,40 @@ def cmd_plan(args) -> int:
     for n, (compiled, inputs, plan) in enumerate(plans):
         if n:
             print()
-        print(format_plan(plan, compiled, inputs, args.input, so_paths))
+        print(format_plan(plan, compiled, inputs, args.input, so_paths,
+                          run_flags=_run_flags(args),
+                          data_dir=save / "constants" if save is not None else None))
     if save is not None:
         for path in sorted({p for p, _ in so_paths.values()}):
             print(f"saved: {path}")
     return 0
+
+
+def _check_cpu(args, arch: str) -> None:
+    """That ``--cpu`` and ``--vlen`` suit ``arch`` (a profile of it, a
+    vector length the profile takes), before anything compiles.
+
+    Raises:
+        elfloader.EngineError: as :func:`elfloader.backend.emulated.engine.resolve_profile`.
+    """
+    if args.cpu is None and args.vlen is None:
+        return
+    import elfloader
+    from elfloader.backend.emulated.engine import resolve_profile
+    resolve_profile(elfloader.arch.by_name(arch), args.cpu, args.vlen)
+
+
+def _run_flags(args) -> list[str]:
+    """``hal-cpu run`` flags every ``run:`` line of a plan carries: the
+    plugins, and the CPU the plan was made for."""
+    flags = [f"--executable_plugin={spec}" for spec in args.executable_plugin]
+    if args.cpu:
+        flags.append(f"--cpu={args.cpu}")
+    if args.vlen:
+        flags.append(f"--vlen={args.vlen}")
+    if args.engine:
+        flags.append(f"--engine={args.engine}")
+    return flags
 
 
 def _trace(args, compiled, inputs, function: str, program: str, modules):
@@ -705,7 +848,8 @@ def _trace(args, compiled, inputs, function: str, program: str, modules):
     with contextlib.ExitStack() as stack:
         dispatch = _runner_stack(stack, args, compiled.arch)
         run = _run(compiled, inputs, function, program, dispatch, modules)
-    return ProgramPlan(function, run.trace, run.allocations, [])
+    return ProgramPlan(function, run.trace, run.allocations, [],
+                       dict(getattr(run, "constants", {}) or {}))
 
 
 def cmd_check_module(args) -> int:

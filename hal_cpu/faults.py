@@ -30,7 +30,7 @@ from typing import Sequence
 
 from elfloader import EmulationError, GuardError
 from elfloader.diagnose import (INSTRUCTION_FAULTS, Region, Symbolizer,
-                                describe_address, fault_report)
+                                describe_address, fault_report, joined_names)
 
 from . import abi
 from .errors import (BindingOverrunError, BindingUnderrunError,
@@ -195,8 +195,10 @@ def binding_overrun(exc: GuardError, exe, export, pointers: Sequence[int],
     that a dispatch of ``export`` changed (``exc`` from the binding's
     ``finish``): ``field`` ``bindings[N]``, ``value`` the offset from the
     binding's start of the first changed byte."""
-    index = next((i for i, p in enumerate(pointers) if p == exc.address), None)
-    what = f"binding {index}" if index is not None else "a binding"
+    same = [i for i, p in enumerate(pointers) if p == exc.address]
+    index = same[0] if same else None
+    what = (joined_names([f"binding {i}" for i in same]) if same
+            else "a binding")
     length = lengths[index] if index is not None else exc.size
     where = describe_address(exc.fault_address,
                              [Region(what, exc.address, length)])
@@ -332,6 +334,26 @@ def call_fault(exc: EmulationError, backend, modules, function: str,
         err.message = message
         Exception.__init__(err, message)
     return err
+
+
+def field_names(values, kind=None) -> dict:
+    """Array -> the name a report gives it, from a params struct's
+    ``values`` (field name -> value): the field it was passed as, or all of
+    them for one array passed as several fields (``src and dst``).
+    ``kind`` (a type, or a predicate) picks the values that are arrays;
+    arrays named explicitly (an ``explicit_name`` attribute set) are left
+    out, as the fixtures name those themselves."""
+    if kind is None:
+        test = lambda v: hasattr(v, "nbytes") and hasattr(v, "address")
+    elif isinstance(kind, type):
+        test = lambda v: isinstance(v, kind)
+    else:
+        test = kind
+    fields: dict = {}
+    for key, value in values.items():
+        if test(value) and not getattr(value, "explicit_name", False):
+            fields.setdefault(value, []).append(str(key))
+    return {array: joined_names(keys) for array, keys in fields.items()}
 
 
 def bounds_error(message: str, array, offset: int, import_name: str,

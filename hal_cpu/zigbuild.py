@@ -20,6 +20,17 @@ A plugin for every architecture, packed as a FatELF ``.sos`` (what
     data = zigbuild.build_plugin(["my_plugin.c"], arches="all", debug=True)
     open("my_plugin.sos", "wb").write(data)
 
+Vector builds: a CPU profile per architecture (``cpu="x86_64:x86-64-v3,
+aarch64:sve,riscv64:rv64gcv"``, or a mapping), or several per architecture
+(``cpu={"aarch64": ["armv8-a", "sve"]}``): each profile is a record of its
+own, the first of an architecture the one every loader picks by default
+(IREE's too), the others told apart by their ``EI_ABIVERSION`` and picked
+by profile (:func:`select_profile`, :func:`profile_image`)::
+
+    data = zigbuild.build_plugin(["my_plugin.c"], "all",
+                                 cpu="aarch64:armv8-a,aarch64:sve")
+    zigbuild.bundle_profiles(data)   # [..., ('aarch64', 'armv8-a'), ('aarch64', 'sve'), ...]
+
 One object for one architecture::
 
     data = zigbuild.build_freestanding("loop.c", "riscv32", cwd=src_dir,
@@ -212,7 +223,8 @@ def build_freestanding(source: str | Sequence[str], arch: str | ArchInfo, *,
                        defines: Iterable[str] = (), stem: str | None = None,
                        exports: Iterable[str] = (),
                        include_dirs: Iterable[str] = (), debug: bool = False,
-                       cpu: str | None = None) -> bytes:
+                       cpu: str | None = None,
+                       extra_objects: Iterable[str] = ()) -> bytes:
     """Compile and link C files into one freestanding ET_DYN.
 
     Args:
@@ -231,6 +243,8 @@ def build_freestanding(source: str | Sequence[str], arch: str | ArchInfo, *,
             function names and source lines.
         cpu: a CPU profile of ``arch`` (its zig flags replace the
             architecture's), or None.
+        extra_objects: object files linked after the sources' (absolute
+            paths, or relative to ``cwd``).
 
     Returns:
         The linked ELF's bytes, checked with :func:`check_self_contained`.
@@ -256,14 +270,14 @@ def build_freestanding(source: str | Sequence[str], arch: str | ArchInfo, *,
                    *defines, "-c", str(src), "-o", str(obj)], cwd)
         objects.append(str(obj))
     run(zig + ["ld.lld", *(DEBUG_LINK_FLAGS if debug else LINK_FLAGS),
-               *objects, "-o", str(out)], cwd)
+               *objects, *map(str, extra_objects), "-o", str(out)], cwd)
     data = out.read_bytes()
     check_self_contained(data, info, exports=exports, name=base + ".so")
     return data
 
 
 def build_plugin(sources: Sequence[str | os.PathLike], targets: str | Sequence[str] = "all",
-                 *, cpu: str | Mapping[str, str] | None = None,
+                 *, cpu: str | Mapping[str, str | Sequence[str]] | None = None,
                  debug: bool = False,
                  include_dirs: Iterable[str | os.PathLike] = (),
                  defines: Iterable[str] = (), jobs: int | None = None) -> bytes:
@@ -277,10 +291,19 @@ def build_plugin(sources: Sequence[str | os.PathLike], targets: str | Sequence[s
             the include path.
         targets: ``"all"`` (the six runtime architectures), or names or
             aliases, as a list or a comma-separated string.
-        cpu: CPU profile for every architecture (``None``: the
-            architecture table's baseline), or one per architecture: a
-            mapping or a string ``"x86_64:x86-64-v3,aarch64:sve"``
-            (architectures not named get the baseline).
+        cpu: CPU profiles (:func:`profile_lists`): ``None`` (each
+            architecture's baseline); a string of comma-separated
+            ``arch:profile`` items or bare profile names, each applying to
+            its own architecture (``"x86_64:x86-64-v3,aarch64:sve"``,
+            ``"x86-64-v3,sve,rv64gcv"``); or a mapping from architecture to
+            a profile or a list of them. Architectures not named get their
+            baseline. An architecture with several profiles gets a record
+            per profile, in the order given: the first is the one every
+            loader picks by default (IREE's picks the first record of an
+            architecture), the others differ in ``EI_ABIVERSION`` (1, 2,
+            ...) and are picked by profile (:func:`select_profile`). Each
+            record built for a named profile carries its name in a
+            :data:`PROFILE_SECTION` section.
         debug: keep symbols and DWARF (``-g``) for reports with static
             function names and source lines.
         include_dirs, defines: more ``-I`` directories and compiler flags.
@@ -294,8 +317,64 @@ def build_plugin(sources: Sequence[str | os.PathLike], targets: str | Sequence[s
         ZigBuildError: ziglang missing, a build failure, an unknown
             architecture or profile.
     """
-    import concurrent.futures
     import fatelf
+
+    records = _build_records(sources, targets, cpu, debug=debug,
+                             include_dirs=include_dirs, defines=defines,
+                             jobs=jobs)
+    return fatelf.join([elf for _, _, elf in records],
+                       names=[_record_name(sources, a, p) for a, p, _ in records])
+
+
+def build_plugin_file(sources: Sequence[str | os.PathLike], output: str | os.PathLike,
+                      targets: str | Sequence[str] = "all", **options) -> list[str]:
+    """:func:`build_plugin` written to ``output``: a FatELF bundle, or the
+    ELF itself when ``output`` ends in ``.so`` (one architecture, one
+    profile: what a ``.so`` path holds everywhere else, and what
+    ``iree-compile``'s and IREE's tools expect of one).
+
+    Returns:
+        The records written, as ``arch`` or ``arch:profile`` labels.
+
+    Raises:
+        ZigBuildError: as :func:`build_plugin`, or a ``.so`` output for
+            several records (field ``output``).
+    """
+    import fatelf
+
+    out = os.fspath(output)
+    records = _build_records(sources, targets, options.pop("cpu", None),
+                             **options)
+    labels = [f"{a}:{p}" if p else a for a, p, _ in records]
+    objects = [elf for _, _, elf in records]
+    if out.endswith(".so"):
+        if len(objects) != 1:
+            raise ZigBuildError(
+                f"a .so holds one ELF; this build has {len(objects)} records "
+                f"({', '.join(labels)}): name the output .sos for a FatELF "
+                "bundle, or build one architecture and one profile",
+                name=out, field="output", value=labels)
+        data = objects[0]
+    else:
+        data = fatelf.join(objects, names=[_record_name(sources, a, p)
+                                           for a, p, _ in records])
+    with open(out, "wb") as f:
+        f.write(data)
+    return labels
+
+
+def _record_name(sources, arch: str, profile: str | None) -> str:
+    """``scale_plugin_aarch64_sve.so``: how errors about a record name it."""
+    return (f"{Path(sources[0]).stem}_{arch}"
+            + (f"_{profile}" if profile else "") + ".so")
+
+
+def _build_records(sources, targets, cpu, *, debug: bool = False,
+                   include_dirs: Iterable = (), defines: Iterable[str] = (),
+                   jobs: int | None = None) -> list[tuple[str, str | None, bytes]]:
+    """``(architecture, profile or None, ELF bytes)`` of every record of a
+    :func:`build_plugin` build, in build order."""
+    import concurrent.futures
     from . import get_include
 
     names = _arch_names(targets)
@@ -309,37 +388,208 @@ def build_plugin(sources: Sequence[str | os.PathLike], targets: str | Sequence[s
     cwd = paths[0].parent
     rel = [os.path.relpath(p, cwd) for p in paths]
     dirs = [get_include(), *map(str, include_dirs)]
-    cpus = profile_map(cpu, names)
+    jobs_list = [(name, k, profile) for name, profiles
+                 in profile_lists(cpu, names).items()
+                 for k, profile in enumerate(profiles)]
     with tempfile.TemporaryDirectory(prefix="hal_cpu_plugin_") as tmp:
         with concurrent.futures.ThreadPoolExecutor(
                 max_workers=jobs or os.cpu_count() or 2) as pool:
-            futures = [pool.submit(build_freestanding, rel, name, cwd=cwd,
-                                   work_dir=tmp, defines=defines,
-                                   exports=[PLUGIN_QUERY], include_dirs=dirs,
-                                   debug=debug, cpu=cpus.get(name))
-                       for name in names]
+            futures = [pool.submit(_build_record, rel, name, k, profile,
+                                   cwd=cwd, work_dir=Path(tmp) / f"{name}_{k}",
+                                   defines=list(defines), include_dirs=dirs,
+                                   debug=debug)
+                       for name, k, profile in jobs_list]
             objects = [f.result() for f in futures]
-    return fatelf.join(objects, names=[f"{paths[0].stem}_{n}.so" for n in names])
+    return [(name, profile, elf) for (name, _, profile), elf
+            in zip(jobs_list, objects)]
+
+
+def _build_record(rel, arch: str, index: int, profile: str | None, *, cwd,
+                  work_dir: Path, defines, include_dirs, debug: bool) -> bytes:
+    """One record of a bundle: the plugin for ``arch`` built for
+    ``profile`` (None: the baseline), with the profile's name in
+    :data:`PROFILE_SECTION` and ``index`` as its ``EI_ABIVERSION``."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    sources = list(rel)
+    if profile:
+        note = work_dir / "hal_cpu_profile.s"
+        note.write_text(f'.section {PROFILE_SECTION},"",%progbits\n'
+                        f'.asciz "{profile}"\n')
+        obj = work_dir / "hal_cpu_profile.o"
+        run(zig_command() + ["cc", *target_flags(arch, profile), "-c",
+                             note.name, "-o", obj.name], work_dir)
+    data = build_freestanding(sources, arch, cwd=cwd, work_dir=work_dir,
+                              defines=defines, exports=[PLUGIN_QUERY],
+                              include_dirs=include_dirs, debug=debug,
+                              cpu=profile,
+                              extra_objects=[str(work_dir / "hal_cpu_profile.o")]
+                              if profile else ())
+    if index:
+        data = bytearray(data)
+        data[EI_ABIVERSION] = index
+        data = bytes(data)
+    return data
+
+
+#: Non-allocated section in which :func:`build_plugin` records the CPU
+#: profile a record was built for (its name, NUL-terminated).
+PROFILE_SECTION = ".hal_cpu.profile"
+
+#: Offset of ``EI_ABIVERSION`` in ``e_ident``: the FatELF record's
+#: ``osabi_version``, which tells the records of one architecture apart.
+EI_ABIVERSION = 8
+
+
+def profile_lists(cpu: str | Mapping[str, str | Sequence[str]] | None,
+                  names: Sequence[str]) -> dict[str, list[str | None]]:
+    """Architecture -> the CPU profiles to build it for (``[None]``: its
+    baseline), for :func:`build_plugin`'s ``cpu``.
+
+    A string is comma-separated items, each ``arch:profile`` (aliases
+    accepted) or a bare profile name, which applies to the architecture
+    whose table has it; an architecture named more than once gets each
+    profile, in order. A mapping maps an architecture to a profile or a
+    list of profiles; architectures it names that are not in ``names`` are
+    left out (so one table serves builds of fewer architectures).
+
+    Raises:
+        ZigBuildError: an unknown architecture or profile, or (string
+            form) a profile of an architecture not in ``names``.
+    """
+    out: dict[str, list[str | None]] = {n: [] for n in names}
+    if cpu is None:
+        return {n: [None] for n in names}
+    if isinstance(cpu, Mapping):
+        pairs = []
+        for arch, value in cpu.items():
+            for profile in ([value] if isinstance(value, str) else list(value)):
+                pairs.append((arch, profile, False))
+    else:
+        pairs = []
+        for item in (i.strip() for i in str(cpu).split(",") if i.strip()):
+            arch, sep, profile = item.rpartition(":")
+            pairs.append((arch if sep else None, profile, True))
+    for arch, profile, strict in pairs:
+        profile = profile.strip()
+        if arch is None:
+            owners = [p.arch for p in arches.PROFILES
+                      if p.name.lower() == profile.lower()]
+            if not owners:
+                known = ", ".join(p.name for p in arches.PROFILES)
+                raise ZigBuildError(f"unknown CPU profile {profile!r}; known: "
+                                    f"{known}", field="cpu", value=cpu)
+        else:
+            try:
+                owners = [arches.lookup(arch.strip(), runtime=True).name]
+            except arches.FatElfSelectError as exc:
+                raise ZigBuildError(exc.message, field="cpu", value=cpu) from None
+        for owner in owners:
+            if owner not in out:
+                if strict:
+                    raise ZigBuildError(
+                        f"{profile} is a CPU profile of {owner}, which is not "
+                        f"among the architectures built ({', '.join(names)})",
+                        field="cpu", value=cpu)
+                continue
+            try:
+                name = arches.profile(owner, profile).name
+            except arches.FatElfSelectError as exc:
+                raise ZigBuildError(f"no CPU profile {profile!r} for {owner}: "
+                                    f"{exc.message}", name=owner, field="cpu",
+                                    value=cpu) from None
+            if name not in out[owner]:
+                out[owner].append(name)
+    return {n: (p or [None]) for n, p in out.items()}
 
 
 def profile_map(cpu: str | Mapping[str, str] | None,
                 names: Sequence[str]) -> dict[str, str | None]:
-    """Architecture -> CPU profile for :func:`build_plugin`'s ``cpu``.
+    """Architecture -> the first CPU profile :func:`profile_lists` gives it
+    (None: the baseline)."""
+    return {n: p[0] for n, p in profile_lists(cpu, names).items()}
+
+
+def profile_of(elf) -> str | None:
+    """The CPU profile an ELF was built for, from its
+    :data:`PROFILE_SECTION` (None: none recorded, or not readable)."""
+    from elftools.elf.elffile import ELFFile
+    try:
+        section = ELFFile(io.BytesIO(bytes(elf))).get_section_by_name(PROFILE_SECTION)
+        if section is None:
+            return None
+        text = section.data().split(b"\0", 1)[0].decode("ascii")
+    except Exception:  # noqa: BLE001 - a malformed file records nothing
+        return None
+    return text or None
+
+
+def bundle_profiles(data) -> list[tuple[str, str | None]]:
+    """``(architecture, profile or None)`` of each record of a FatELF
+    bundle (of a plain ELF: its one), in table order."""
+    import fatelf
+    if not fatelf.is_fatelf(data):
+        from fatelf.elf import elf_target
+        t = elf_target(bytes(data), "<memory>", ZigBuildError)
+        return [(arches.arch_name(t.machine, t.word_size, t.byte_order),
+                 profile_of(data))]
+    return [(rec.arch, profile_of(elf)) for rec, elf in fatelf.split(data)]
+
+
+def select_profile(data, arch: str, cpu: str | None = None, *,
+                   name: str = "<memory>") -> tuple[bytes, str | None]:
+    """The ELF of a FatELF bundle for ``arch`` built for CPU profile
+    ``cpu``, and the profile it was built for.
+
+    The record of ``arch`` whose :data:`PROFILE_SECTION` names ``cpu``;
+    without one (or with ``cpu`` None), the record every loader picks
+    (the first of the architecture: :func:`fatelf.select`). A plain ELF is
+    returned as it is.
 
     Raises:
-        ZigBuildError: an unknown architecture in a per-architecture form.
+        fatelf.FatElfError: not a valid bundle, or no record for ``arch``.
     """
-    if cpu is None or (isinstance(cpu, str) and ":" not in cpu):
-        return {n: cpu for n in names}
-    pairs = (cpu.items() if isinstance(cpu, Mapping)
-             else (item.split(":", 1) for item in cpu.split(",") if item.strip()))
-    out: dict[str, str | None] = {n: None for n in names}
-    for arch, profile in pairs:
-        try:
-            out[arches.lookup(arch.strip(), runtime=True).name] = profile.strip()
-        except arches.FatElfSelectError as exc:
-            raise ZigBuildError(exc.message, field="cpu", value=cpu) from None
-    return out
+    import fatelf
+    data = bytes(data)
+    if not fatelf.is_fatelf(data):
+        return data, profile_of(data)
+    bundle = fatelf.FatElf.parse(data, name)
+    want = arches.lookup(arch, runtime=True).name
+    if cpu:
+        wanted = cpu.strip().lower()
+        for rec, elf in bundle.split():
+            if rec.arch == want and rec.osabi in fatelf.format.RUNTIME_OSABIS:
+                got = profile_of(elf)
+                if got is not None and got.lower() == wanted:
+                    return elf, got
+    elf = bundle.select(want)
+    return elf, profile_of(elf)
+
+
+def profile_image(path: str | os.PathLike, arch: str, cpu: str | None = None):
+    """:func:`select_profile` of the file at ``path``, verified as an
+    :class:`elfloader.ElfImage` named ``path[arch:profile]`` (what
+    :class:`hal_cpu.plugins.PluginManager.register_embedded` and
+    :class:`hal_cpu.Executable` take in place of a path).
+
+    Raises:
+        elfloader.ElfError: the file is unreadable, not an ELF or bundle, or
+            holds nothing for ``arch``.
+    """
+    import elfloader
+    from fatelf.errors import FatElfError
+    from fatelf.files import read_regular
+    from fatelf.format import MAX_FILE_BYTES
+    label = os.fspath(path)
+    data = read_regular(path, elfloader.ElfFormatError, MAX_FILE_BYTES)
+    try:
+        elf, got = select_profile(data, arch, cpu, name=label)
+    except FatElfError as exc:
+        raise elfloader.ElfFormatError(exc.message, name=label,
+                                       field=exc.field, value=exc.value) from None
+    info = arches.lookup(arch, runtime=True)
+    return elfloader.read_image(elf, arch=info.name,
+                                name=f"{label}[{info.name}"
+                                + (f":{got}" if got else "") + "]")
 
 
 def _arch_names(spec: str | Sequence[str]) -> list[str]:
@@ -423,7 +673,9 @@ def check_self_contained(data: bytes, arch: str | ArchInfo, *,
 
 __all__ = ["ZIG_VERSION", "CFLAGS", "LINK_FLAGS", "DEBUG_CFLAGS",
            "DEBUG_LINK_FLAGS", "PLUGIN_QUERY", "ZigBuildError", "build_plugin",
-           "target_flags",
+           "build_plugin_file", "profile_lists", "profile_map", "profile_of",
+           "bundle_profiles", "select_profile", "profile_image",
+           "PROFILE_SECTION", "target_flags",
            "zig_available", "zig_version", "version_warning", "require_zig",
            "zig_command", "run", "arch_info", "build_freestanding",
            "check_self_contained"]

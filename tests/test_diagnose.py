@@ -37,8 +37,8 @@ PLUGIN_QUERY_FIRST = {
     "x86_64": "push rbp",
     "x86_32": "push ebp",
     "aarch64": "cmp w0, #0",
-    "arm32": "push {fp, lr}",
-    "riscv64": "c.addi sp, -0x10",
+    "arm32": "push {r11, lr}",
+    "riscv64": "addi sp, sp, -0x10",
     "riscv32": "addi sp, sp, -0x10",
 }
 
@@ -269,23 +269,28 @@ def test_disassemble_executable_export(arch):
 def test_disassemble_pc_relative_and_failures():
     # aarch64 `adr x0, .+8` prints the absolute target.
     adr = (0x10000000 | (8 >> 2) << 5).to_bytes(4, "little")
-    assert disassemble("aarch64", adr, 0x1000) == "adr x0, #0x1008"
-    assert disassemble("arm64", adr, 0x2000) == "adr x0, #0x2008"   # alias
+    assert disassemble("aarch64", adr, 0x1000) == "adr x0, 0x1008"
+    assert disassemble("arm64", adr, 0x2000) == "adr x0, 0x2008"   # alias
     assert disassemble("x86_64", b"", 0) == "(unreadable)"
     assert disassemble("aarch64", b"\x00\x00", 0) == "(unreadable)"  # too short
     assert disassemble("aarch64", b"\xff\xff\xff\xff", 0) == (
         "(cannot decode: ff ff ff ff)")
     assert disassemble("x86_64", b"\x0f", 0) == "(cannot decode: 0f)"
-    # RVV 1.0 (vsetvli a4, a2, e32, m1, ta, ma; vle32.v v8, (a6)): capstone 5
-    # does not decode V; the report shows the bytes and names the extension.
+    # RVV 1.0 decodes (capstone 6), SEW in decimal as RVV assembly writes it
     assert disassemble("riscv64", bytes.fromhex("5777160d"), 0) == (
-        "(cannot decode: 57 77 16 0d; RVV (vector extension))")
-    assert disassemble("riscv32", bytes.fromhex("07640802"), 0) == (
-        "(cannot decode: 07 64 08 02; RVV (vector extension))")
+        "vsetvli a4, a2, e32, m2, ta, ma")
+    assert disassemble("riscv32", bytes.fromhex("07640802"), 0) == "vle32.v v8, (a6)"
+    assert disassemble("riscv64", bytes.fromhex("87640702"), 0) == "vle32.v v9, (a4)"
+    # an OP-V encoding no instruction has: its bytes, and the extension
+    assert disassemble("riscv64", bytes.fromhex("d7b16522"), 0) == (
+        "(cannot decode: d7 b1 65 22; RVV (vector extension))")
     assert disassemble("riscv64", bytes.fromhex("5777"), 0) == "(unreadable)"
-    # SVE decodes (capstone 5): cnth x9
+    # F, D and A decode on both widths: fsw, amoadd.d
+    assert disassemble("riscv32", bytes.fromhex("27a0e500"), 0) == "fsw fa4, 0(a1)"
+    assert disassemble("riscv64", bytes.fromhex("2fb5b500"), 0) == "amoadd.d a0, a1, (a1)"
+    # SVE decodes: cnth x9
     assert disassemble("aarch64", bytes.fromhex("e9e36004"), 0) == "cnth x9"
-    assert disassemble("riscv32", b"\x01\x00", 0) == "c.nop"          # RVC
+    assert disassemble("riscv32", b"\x01\x00", 0) == "nop"            # RVC
     assert disassemble("x86_32", b"\x48", 0) == "dec eax"
     assert disassemble("x86_64", b"\x48\x89\xc3", 0) == "mov rbx, rax"
     with pytest.raises(ValueError, match="no disassembler"):
@@ -583,8 +588,8 @@ int axpy(float *a, const float *b, long n) {
 
 def test_report_names_the_rvv_instruction_not_the_next(tmp_path):
     """unicorn stops after an RVV instruction it cannot run; the report
-    shows that instruction's bytes (capstone 5 cannot decode V) and notes
-    the pc the CPU gave, instead of printing the following instruction."""
+    shows that instruction, decoded (capstone 6), and notes the pc the CPU
+    gave, instead of printing the following instruction."""
     pytest.importorskip("ziglang")
     from hal_cpu import zigbuild
 
@@ -613,8 +618,10 @@ def test_report_names_the_rvv_instruction_not_the_next(tmp_path):
             instruction_fault=True)
         code = be.read(report.pc, 4)
         assert code[0] & 0x7F == 0x57                      # OP-V
-        assert report.instruction == (f"(cannot decode: {code.hex(' ')}; "
-                                      "RVV (vector extension))")
+        assert report.instruction == diagnose.disassemble("riscv64", code, report.pc)
+        assert report.instruction.startswith("vsetvli ")
+        assert re.fullmatch(r"vsetvli \w+, \w+, e32, m\w+, t[au], m[au]",
+                            report.instruction), report.instruction
         assert report.pc < exc.pc and report.symbol.startswith("axpy+0x")
         assert report.note == (f"the CPU reported pc {exc.pc:#x}, after this "
                                "instruction it could not run")
@@ -654,3 +661,77 @@ def test_instruction_lengths_from_the_architecture_tables():
     assert instruction_length("arm32", b"\x00\xbf", 1) == 2        # T16 nop
     assert instruction_length("arm32", b"\xaf\xf3\x00\x80", 1) == 4  # T32 nop.w
     assert instruction_length("arm32", b"\x00\xbf\x00\x00", 0) == 4  # A32
+
+
+# --- what the reports say more (a build without -g, one array bound twice) ----
+
+def test_source_row_of_a_build_without_g_says_g_gives_lines(c_fixture):
+    """The committed plugins are built without -g: the source row says
+    that -g gives source lines. A -g build names its line, without it."""
+    module = elfloader.load(PREBUILT / "standalone_x86_64.so", backend="emulated",
+                            engine="unicorn", initialize=False)
+    try:
+        pc = module.exports[PLUGIN_QUERY]
+        report = fault_report(file="standalone.so", arch="x86_64",
+                              kind="write to unmapped memory", pc=pc,
+                              symbolizers=[Symbolizer(module.image, module.base)],
+                              read=module.backend.read)
+    finally:
+        module.close()
+        module.backend.close()
+    assert report.source is None and report.source_note == diagnose.NO_LINE_TABLE
+    assert ("  source:       (no line information: built without -g; build with "
+            "-g for source lines)") in report.format(8).splitlines()
+    image = elfloader.read_image(c_fixture["x86_64"])
+    sym = Symbolizer(image, BASE)
+    entry = BASE + image.exports["diag_entry"]
+    report = fault_report(file="x86_64.so", arch="x86_64", kind="k", pc=entry,
+                          symbolizers=[sym])
+    assert report.source and report.source_note is None
+    assert sym.has_line_table()
+    # a pc in no image: nothing to say about a build
+    bare = fault_report(file="k.so", arch="x86_64", kind="k", pc=0x1234)
+    assert bare.source_note is None
+    assert bare.format(8).splitlines()[-1] == "  source:       (no line information)"
+
+
+def test_one_range_bound_twice_is_named_by_both():
+    regions = [Region("binding 0", 0x1000, 400), Region("binding 1", 0x2000, 64),
+               Region("binding 2", 0x1000, 400)]
+    assert describe_address(0x1004, regions) == (
+        "binding 0 and binding 2 at offset 4 of 400 bytes")
+    assert describe_address(0x1190, regions) == (
+        "binding 0 and binding 2 at offset 400 of 400 bytes (1 past the end)")
+    assert describe_address(0x2004, regions) == "binding 1 at offset 4 of 64 bytes"
+    assert diagnose.joined_names(["a", "b", "a", "c"]) == "a, b and c"
+
+
+def test_fields_passing_one_array_are_named_together():
+    from hal_cpu.faults import field_names
+
+    class Arr:
+        nbytes, address, explicit_name = 4, 0, False
+    x, y, named = Arr(), Arr(), Arr()
+    named.explicit_name = True
+    names = field_names({"src": x, "dst": x, "other": y, "n": 3, "mine": named})
+    assert names == {x: "src and dst", y: "other"}
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "riscv64"])
+def test_dispatch_report_names_both_bindings_of_one_array(arch):
+    """The same numpy array given as bindings 0 and 1 (one guest range) and
+    read past its end: the data address is described from both."""
+    import json
+    from hal_cpu import BindingOverrunError, Executable
+    manifest = json.loads((SAMPLES / "manifest.json").read_text())
+    kernel = manifest["kernels"]["mul_add"]
+    per = kernel["per_arch"][arch]
+    a = np.ones(4000, np.float32)
+    with Executable(SAMPLES / per["file"], backend="emulated") as exe:
+        with pytest.raises(BindingOverrunError) as info:
+            exe.dispatch(kernel["export"], tuple(per["workgroup_count"]),
+                         [a, a, np.zeros(5003, np.float32)], workers=1)
+    text = str(info.value)
+    assert ("(binding 0 and binding 1 at offset 16000 of 16000 bytes (1 past "
+            "the end, guard page))") in text, text
+    assert "source:       (no line information: built without -g" in text

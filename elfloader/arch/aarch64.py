@@ -38,7 +38,8 @@ ARCH = Arch(
     # encodings"): op0 bits 28:25 = 0010 is SVE, bit 31 = 1 with op0 0000
     # is SME.
     disassembly=Disassembly(
-        capstone_arch="CS_ARCH_ARM64", capstone_modes=("CS_MODE_ARM",),
+        capstone_arch="CS_ARCH_AARCH64",
+        capstone_arch_aliases=("CS_ARCH_ARM64",), capstone_modes=("CS_MODE_ARM",),
         extensions=((0x1E000000, 0x04000000, "SVE (scalable vector extension)"),
                     (0x9E000000, 0x80000000, "SME (scalable matrix extension)"))),
     syscalls=SystemCalls(  # svc #0

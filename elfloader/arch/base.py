@@ -87,9 +87,20 @@ class Disassembly:
         default_length: length when no row matches; 0 for variable-length
             instruction sets whose length only the decoder knows (x86).
         extensions: ``(mask, match, name)`` rows on the first 32-bit
-            little-endian word of an instruction the disassembler cannot
-            decode, naming the ISA extension its encoding belongs to (e.g.
-            RVV), so a report can say what it probably is.
+            little-endian word of an instruction, naming the ISA extension
+            its encoding belongs to (e.g. RVV): a report shows it with an
+            instruction the disassembler cannot decode, and the unicorn
+            engine names it for an instruction it cannot run.
+        capstone_arch_aliases: other names of :attr:`capstone_arch` in
+            other capstone releases (capstone 6 renamed ``CS_ARCH_ARM64``
+            to ``CS_ARCH_AARCH64``), tried in order when it is missing.
+        optional_modes: mode constant names OR-ed in where the installed
+            capstone has them: capstone 6 decodes RISC-V's F, D, A and V
+            extensions only when asked, capstone 5 always (F, D, A) or never
+            (V) and lacks the names.
+        text_fixes: ``(regex, replacement)`` rows applied to decoded text,
+            for decoder releases that print an operand oddly (capstone
+            6.0.0a11 prints RVV's SEW ``e32`` as ``e0x20``).
     """
 
     capstone_arch: str
@@ -99,6 +110,9 @@ class Disassembly:
     thumb_lengths: tuple[tuple[int, int, int], ...] = ()
     default_length: int = 4
     extensions: tuple[tuple[int, int, str], ...] = ()
+    capstone_arch_aliases: tuple[str, ...] = ()
+    optional_modes: tuple[str, ...] = ()
+    text_fixes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

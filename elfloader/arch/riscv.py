@@ -46,9 +46,10 @@ RETURN_INSN = words(0x00008067)  # ret
 #: 48-bit and longer encodings are not decoded.
 LENGTHS = ((0x3, 0x0, 2), (0x3, 0x1, 2), (0x3, 0x2, 2), (0x1F, 0x1F, 0))
 
-#: Encodings of the V extension (RVV 1.0), which capstone 5 does not
-#: decode: major opcode OP-V (arithmetic, vsetvli), and LOAD-FP/STORE-FP
-#: with a vector width (funct3 0, 5, 6 or 7).
+#: Encodings of the V extension (RVV 1.0): major opcode OP-V (arithmetic,
+#: vsetvli), and LOAD-FP/STORE-FP with a vector width (funct3 0, 5, 6 or
+#: 7). capstone 6 decodes them; with capstone 5 a report shows their bytes
+#: and this name.
 EXTENSIONS = ((0x7F, 0x57, "RVV (vector extension)"),) + tuple(
     (0x707F, (width << 12) | opcode, "RVV (vector extension)")
     for opcode in (0x07, 0x27) for width in (0, 5, 6, 7))
@@ -56,8 +57,22 @@ EXTENSIONS = ((0x7F, 0x57, "RVV (vector extension)"),) + tuple(
 
 def disassembly(word_size: int) -> Disassembly:
     """Capstone facts for riscv32 (``word_size`` 4) or riscv64 (8): the
-    base ISA of that width plus compressed instructions."""
+    base ISA of that width plus compressed instructions, and (capstone 6)
+    the F, D, A and V extensions the profiles use."""
     return Disassembly(
         capstone_arch="CS_ARCH_RISCV",
         capstone_modes=(f"CS_MODE_RISCV{8 * word_size}", "CS_MODE_RISCVC"),
+        optional_modes=OPTIONAL_MODES, text_fixes=TEXT_FIXES,
         lengths=LENGTHS, extensions=EXTENSIONS)
+
+
+#: capstone 6 mode names of the standard extensions beyond I and C that the
+#: CPU profiles and qemu's most capable model use (absent from capstone 5,
+#: which decodes F, D, A and bit manipulation always and V never).
+OPTIONAL_MODES = ("CS_MODE_RISCV_FD", "CS_MODE_RISCV_A", "CS_MODE_RISCV_V",
+                  "CS_MODE_RISCV_ZBA", "CS_MODE_RISCV_ZBB", "CS_MODE_RISCV_ZBS")
+
+#: capstone 6.0.0a11 prints the SEW of vsetvli/vsetivli in hexadecimal
+#: (``e0x20``); RVV's assembly syntax is decimal (``e32``).
+TEXT_FIXES = ((r"\be0x10\b", "e16"), (r"\be0x20\b", "e32"),
+              (r"\be0x40\b", "e64"))

@@ -249,13 +249,13 @@ def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = N
     a second ``--compile-to=hal`` run when that phase is missing) into one
     directory:
 
-    * ``out_dir/<stem>-<arch>/`` when ``out_dir`` is given;
-    * ``<default_cache_dir()>/<stem>-<arch>-<hash>/`` otherwise.
-
-    The directory carries ``stamp.txt``, a SHA-256 of the source text and
-    path (the IR's locations name the file), the flags and the compiler's
-    ``--version`` output; a directory whose stamp
-    matches is reused without running the compiler.
+    ``<out_dir>/<stem>-<arch>[-<cpu>]-<hash>/``, ``out_dir`` defaulting
+    to :func:`default_cache_dir`. ``<hash>`` starts the key: a SHA-256 of
+    the source text and path (the IR's locations name the file), the flags
+    and the compiler's ``--version`` output, kept in the directory's
+    ``stamp.txt``; a directory whose stamp matches is reused without
+    running the compiler. Programs of one name in different directories,
+    or one program before and after an edit, get directories of their own.
 
     Args:
         mlir_path: the MLIR source (any input ``iree-compile`` accepts).
@@ -283,13 +283,11 @@ def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = N
     # the path is part of the key: the IR's locations name the source file
     key = hashlib.sha256("\0".join(
         [mlir_path.read_text(), str(mlir_path), *flags, version_text]).encode()).hexdigest()
-    if out_dir is None:
-        out_dir = default_cache_dir()
-        dest = out_dir / f"{mlir_path.stem}-{arch}-{key[:16]}"
-    else:
-        out_dir = Path(out_dir)
-        dest = out_dir / (f"{mlir_path.stem}-{arch}"
-                          + (f"-{cpu.lower()}" if cpu else ""))
+    # named by the key in any directory: two programs of one name (in
+    # different directories, or one edited) never share a directory
+    out_dir = default_cache_dir() if out_dir is None else Path(out_dir)
+    dest = out_dir / (f"{mlir_path.stem}-{arch}"
+                      + (f"-{cpu.lower()}" if cpu else "") + f"-{key[:16]}")
     stamp = dest / "stamp.txt"
     vmfb = dest / f"{mlir_path.stem}.vmfb"
     hal = dest / f"{mlir_path.stem}.hal.mlir"

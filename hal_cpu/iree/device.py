@@ -9,6 +9,10 @@ return at once. Every operation is also appended to :attr:`Device.trace` as a
 :class:`~hal_cpu.iree.plan.CopyStep` whose byte ranges name the storage they
 touch (``input N``, ``buffer NAME``, ``constant NAME``).
 
+Every byte range the device keeps (inputs, allocations, constants) starts
+on a 64-byte boundary, as IREE's buffers do, so a native dispatch binds it
+in place (:mod:`hal_cpu.arrays`) instead of copying it in and out.
+
 A *planning* device (``execute=False``) records the same steps without
 running any: storage written by a step holds data nobody computed, and a
 host read of it raises :class:`DataDependenceError` naming the op that
@@ -23,8 +27,18 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..arrays import empty as _aligned_empty
+from ..arrays import full as _aligned_full
 from .errors import EvaluationError
 from .plan import BindingRef, CopyStep, Dispatch, FillStep
+
+
+def _aligned_copy(data) -> np.ndarray:
+    """``data``'s bytes in a new 64-byte-aligned uint8 array."""
+    flat = np.frombuffer(np.ascontiguousarray(data).tobytes(), np.uint8)
+    out = _aligned_empty(flat.size, np.uint8)
+    out[:] = flat
+    return out
 
 __all__ = ["Storage", "Buffer", "BufferView", "CommandBuffer", "FunctionRef",
            "Executable", "HostBuffer", "Handle", "Device", "DataDependenceError"]
@@ -58,9 +72,10 @@ class Storage:
 
     @property
     def array(self) -> np.ndarray:
-        """The bytes (uint8, writable), made on first use."""
+        """The bytes (uint8, writable, 64-byte aligned), made on first use."""
         if self._array is None:
-            self._array = self._make() if self._make else np.zeros(self.size, np.uint8)
+            self._array = (self._make() if self._make
+                           else _aligned_full(self.size, 0, np.uint8))
             self._make = None
         return self._array
 
@@ -188,13 +203,16 @@ class Device:
         self.allocations[name] = size
         fill = self.fill_byte
         storage = Storage("buffer", name, size,
-                          make=lambda: np.full(size, fill, np.uint8))
+                          make=lambda: _aligned_full(size, fill, np.uint8))
         return Buffer(storage, 0, size)
 
     def constant(self, data: np.ndarray, base_name: str) -> Buffer:
         """A buffer over host bytes the module carries (``hal.allocator.import``
-        of a ``util.buffer.constant``); shares ``data``."""
+        of a ``util.buffer.constant``): shares ``data`` when it starts on a
+        64-byte boundary, else holds an aligned copy."""
         name = self._unique(self.constants, base_name)
+        if data.size and data.__array_interface__["data"][0] % 64:
+            data = _aligned_copy(data)
         storage = Storage("constant", name, data.size, array=data)
         self.constants[name] = storage
         return Buffer(storage, 0, data.size)
@@ -207,8 +225,8 @@ class Device:
         from ..buffers import dtype_name
         arr = array
         nbytes = int(np.prod(arr.shape, dtype=np.int64)) * np.dtype(arr.dtype).itemsize
-        storage = Storage("input", index, nbytes, make=lambda: np.frombuffer(
-            np.ascontiguousarray(arr).tobytes(), np.uint8).copy())
+        storage = Storage("input", index, nbytes,
+                          make=lambda: _aligned_copy(arr))
         return BufferView(Buffer(storage, 0, nbytes), tuple(int(d) for d in arr.shape),
                           dtype_name(arr.dtype))
 

@@ -43,6 +43,9 @@ class ProgramRun:
         allocations: name -> bytes of every allocation the program made.
         check_failures: messages of failed ``check.expect_*`` ops.
         ops: ops the interpreter ran (initializers included).
+        constants: name -> bytes (uint8 array) of each constant buffer of
+            the module that a step of :attr:`trace` touched, as the run
+            left it.
     """
 
     function: str
@@ -52,6 +55,7 @@ class ProgramRun:
     allocations: dict[str, int] = field(default_factory=dict)
     check_failures: list[str] = field(default_factory=list)
     ops: int = 0
+    constants: dict = field(default_factory=dict)
 
 
 def open_program(compiled: Union[Compiled, str, os.PathLike]) -> tuple[Program, Compiled | None]:
@@ -194,5 +198,10 @@ def run_program(compiled: Union[Compiled, str, os.PathLike], inputs: Sequence[An
     results = [_host_result(m, v, t) for v, t in zip(outs, fn.result_types)]
     check = registry.module("check")
     failures = check.take_failures() if hasattr(check, "take_failures") else []
+    from .plan import _refs
+    used = {r.ref for step in device.trace for r in _refs(step)
+            if r.kind == "constant"}
     return ProgramRun(function, results, list(fn.result_types), list(device.trace),
-                      dict(device.allocations), failures, m.ops_run)
+                      dict(device.allocations), failures, m.ops_run,
+                      {name: device.constants[name].array for name in used
+                       if name in device.constants})
