@@ -174,7 +174,8 @@ def add_parsers(sub) -> None:
                    "it actually ran; for programs whose steps depend on data")
     p.add_argument("--executable_plugin", action="append", default=[],
                    metavar="SPEC", help="plugin resolving the executables' imports, "
-                   "for --trace (as run-module; repeatable)")
+                   "for --trace and on every printed run line (as run-module; "
+                   "repeatable)")
 
     p = sub.add_parser("check-module", help="run every public function of a "
                        "test program with IREE's check ops, as iree-check-module "
