@@ -442,8 +442,16 @@ class LoadedPlugin:
         self.arrays = GuardedArrays(self.memory, padded, strict=strict)
         self._resolved: dict[str, tuple[int, int]] = {}
         try:
-            self.plugin = self._guest(
-                "loading the plugin", lambda: self.manager.register_spec(parsed))
+            cpu = self.target_options.get("cpu")
+            if parsed.kind == "embedded" and cpu:
+                # A bundle may hold a record per CPU profile: take this one's.
+                from .zigbuild import profile_image
+                image = profile_image(parsed.path, self.arch, cpu)
+                register = lambda: self.manager.register_embedded(  # noqa: E731
+                    image, parsed.params)
+            else:
+                register = lambda: self.manager.register_spec(parsed)  # noqa: E731
+            self.plugin = self._guest("loading the plugin", register)
             # x86 code qemu-user reads past its operands: room after arrays
             self.arrays.slack = qemu_overread(self.backend, self.modules)
         except BaseException:
@@ -601,8 +609,8 @@ class LoadedPlugin:
         from elfloader import as_int32
         from .guarded import GuestArray
         fn, ctx = self.resolve(name)
-        names = {v: k for k, v in values.items()
-                 if isinstance(v, GuestArray) and not v.explicit_name}
+        from .faults import field_names
+        names = field_names(values, GuestArray)
         # (flush against its guard page too, its start aligned for any
         # field: C struct sizes are multiples of their alignment)
         params = self.arrays.place(
