@@ -125,7 +125,8 @@ def test_crash_while_loading_is_placed(tmp_path):
     # The emulated load stops on the same store.
     assert lines[2].startswith(f"{so}: ")
     assert "library function iree_hal_executable_library_query" in lines[2]
-    assert "write to unmapped memory at 0x0000000000000000" in lines[2]
+    assert "write to unmapped memory" in lines[2]
+    assert lines[2].endswith("at 0x0000000000000000")
     assert any(line.startswith("  instruction:") for line in lines[3:])
     assert "Traceback" not in proc.stderr
 

@@ -36,7 +36,10 @@ def pytest_in(tmp_path: Path, tests: str, *args: str, env: dict | None = None,
     marker = tmp_path / "collected.txt"
     (tmp_path / "test_inner.py").write_text(
         f"open({str(marker)!r}, 'w').close()\n" + tests)
-    environ = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    # The inner session's engine is the test's to choose: not $PKR_ENGINE
+    # of the outer run (a whole suite may run on one engine).
+    environ = {k: v for k, v in os.environ.items() if k != "PKR_ENGINE"}
+    environ = dict(environ, PYTHONPATH=os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                        if p]), **(env or {}))
     return subprocess.run(
