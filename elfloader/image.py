@@ -129,7 +129,9 @@ class ElfImage:
         ElfFormatError: malformed header, tables or ranges.
         UnsupportedElfError: wrong class, byte order, type or machine, or
             dependencies on other libraries (``DT_NEEDED``).
-        UndefinedSymbolError: a relocation binds an undefined symbol.
+        UndefinedSymbolError: a relocation binds an undefined symbol, of
+            any relocation type (also one the loader does not apply, such
+            as a static ``R_ARM_CALL``); the message and ``value`` name it.
         RelocationError: a relocation of an unknown type, naming a symbol
             that does not exist, or placed outside writable image memory.
         ElfFormatError: also an initializer or finalizer, after relocation,
@@ -433,11 +435,22 @@ class ElfImage:
                     continue
                 where = f"DT_{tag}[{i}]"
                 rel = arch.relocations.get(rtype)
+                sym = cls.r_sym(r["r_info"])
                 if rel is None:
+                    # a call or reference through a symbol nothing defines
+                    # is named as such, whatever its relocation type
+                    name = self._undefined_name(sym)
+                    if name:
+                        raise self._err(UndefinedSymbolError, "the image "
+                                        f"refers to undefined symbol {name} "
+                                        f"(relocation type {rtype}, which "
+                                        f"the {arch.name} loader does not "
+                                        "apply either); embedded ELFs must "
+                                        "be self-contained", where + ".r_info",
+                                        [name])
                     raise self._err(RelocationError, f"unknown {arch.name} "
                                     f"relocation type {rtype}", where + ".r_info",
                                     rtype)
-                sym = cls.r_sym(r["r_info"])
                 if sym >= len(self.symbols):
                     raise self._err(RelocationError, f"{rel.name} names "
                                     f"symbol {sym} of {len(self.symbols)}",
@@ -449,6 +462,14 @@ class ElfImage:
                 self.relocations.append(RelocationEntry(
                     where, r["r_offset"], rtype, sym, r.get("r_addend")))
 
+    def _undefined_name(self, sym: int) -> str:
+        """The name of dynamic symbol ``sym`` when it is undefined, else ""."""
+        if 0 < sym < len(self.symbols):
+            s = self.symbols[sym]
+            if s["st_shndx"] == SHN_UNDEF:
+                return s["name"] or f"#{sym}"
+        return ""
+
     def _check_imports(self) -> None:
         """Reject undefined symbols that a relocation binds to: embedded ELFs
         must be self-contained. An undefined symbol nothing refers to (armv7
@@ -458,6 +479,10 @@ class ElfImage:
         undefined = {i: s["name"] for i, s in enumerate(self.symbols)
                      if i and s["st_shndx"] == SHN_UNDEF and s["name"]}
         imported = [n for i, n in undefined.items() if i in referenced]
+        # a relocation through an undefined symbol without a name is
+        # refused too (its value would be 0 or the bare addend)
+        imported += [f"#{i}" for i in sorted(referenced) if i and i not in undefined
+                     and self.symbols[i]["st_shndx"] == SHN_UNDEF]
         if imported:
             raise self._err(UndefinedSymbolError, "the image imports undefined "
                             f"symbols {', '.join(imported)}; embedded ELFs must "

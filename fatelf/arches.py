@@ -103,14 +103,18 @@ TABLE: tuple[ArchInfo, ...] = (
              host_names=("riscv64",)),
     ArchInfo("x86_32", 3, 32, ("i386", "i486", "i586", "i686", "x86", "ia32", "x86_32"),
              abi="System V i386 (cdecl)", runtime=True,
-             iree_flags=("--iree-llvmcpu-target-triple=i686-pc-linux-elf",) + _GENERIC,
+             # SSE2 (Pentium 4): x87-only code computes f32 with excess
+             # precision, and IREE's results then differ from x86_64's.
+             # (zig's x86 baseline is SSE2 too.)
+             iree_flags=("--iree-llvmcpu-target-triple=i686-pc-linux-elf",
+                         "--iree-llvmcpu-target-cpu=pentium4"),
              iree_variant="x86_32", zig_flags=("-target", "x86-freestanding-none"),
              host_names=("i386", "i486", "i586", "i686", "x86")),
     ArchInfo("arm32", 40, 32, ("arm", "armv7", "armv7l", "armv7a", "armhf", "arm_32",
                                "armv6l", "armv8l"),
              abi="AAPCS hard-float (EABI5)", elf_flags=0x05000400, runtime=True,
              # NEON + VFPv4 + integer divide: generic armv7-a makes
-             # iree-compile 3.13 call an unresolved fmaf (exp, log, tanh, sin)
+             # iree-compile 3.13 call fmaf (exp, log, tanh, sin) in software
              # and leave __aeabi_idiv/__aeabi_idivmod undefined.
              iree_flags=("--iree-llvmcpu-target-triple=armv7a-pc-linux-elf",
                          "--iree-llvmcpu-target-cpu=generic",
@@ -256,9 +260,11 @@ _X86 = "--iree-llvmcpu-target-triple=i686-pc-linux-elf"
 _ARM = "--iree-llvmcpu-target-triple=armv7a-pc-linux-elf"
 _SVE_VLENS = (512, 128, 256, 1024, 2048)
 _RVV_VLENS = (256, 128, 512, 1024)
-_FMAF_NOTE = ("iree-compile 3.13 leaves the fmaf libcall of exp, log, tanh "
-              "and sin unresolved for this CPU: such executables stop at "
-              "that call; pick a profile with FMA")
+_X87_NOTE = ("x87 arithmetic keeps 64-bit mantissas between operations "
+             "(excess precision): some f32 results differ from SSE2's, and "
+             "iree-compile's roundf returns 0.7 for 0.7, as on a real i686 "
+             "under Linux (and on qemu; unicorn's x87 starts at single "
+             "precision); pentium4 (SSE2) gives x86_64's results")
 
 #: Named CPU profiles of each architecture the runtime runs.
 PROFILES: tuple[Profile, ...] = (
@@ -307,10 +313,14 @@ PROFILES: tuple[Profile, ...] = (
             ("-target", "riscv64-freestanding-none",
              "-mcpu=generic_rv64+m+a+f+d+c+v"),
             "rv64,v=true,vlen={vlen},elen=64,vext_spec=v1.0", vlens=_RVV_VLENS),
+    Profile("pentium4", "x86_32", "i686 with SSE2 (Pentium 4)",
+            (_X86, "--iree-llvmcpu-target-cpu=pentium4"),
+            ("-target", "x86-freestanding-none", "-mcpu=pentium4"),
+            "pentium3,+sse2", unicorn=True),
     Profile("i686", "x86_32", "i686 (x87, no SSE required)",
             (_X86, "--iree-llvmcpu-target-cpu=generic"),
             ("-target", "x86-freestanding-none"),
-            "pentium3", unicorn=True, note=_FMAF_NOTE),
+            "pentium3", unicorn=True, note=_X87_NOTE),
     Profile("haswell", "x86_32", "Haswell (AVX2, FMA) in 32-bit mode",
             (_X86, "--iree-llvmcpu-target-cpu=haswell"),
             ("-target", "x86-freestanding-none", "-mcpu=haswell"),
@@ -328,7 +338,7 @@ PROFILES: tuple[Profile, ...] = (
             ("-target", "arm-freestanding-eabihf", "-mcpu=generic+v7a+vfp3"),
             # (LLVM's generic Armv7-A code still uses the ARM-mode divide)
             "cortex-a15", unicorn=True,
-            note=_FMAF_NOTE + "; integer division leaves __aeabi_idiv undefined"),
+            note="integer division leaves __aeabi_idiv undefined"),
     Profile("rv32imf", "riscv32", "RV32IMF",
             _RV32 + ("--iree-llvmcpu-target-cpu-features=+m,+f",
                      "--iree-llvmcpu-target-abi=ilp32"),
@@ -347,7 +357,7 @@ PROFILES: tuple[Profile, ...] = (
 #: ``ArchInfo.iree_flags`` and ``zig_flags``).
 DEFAULT_PROFILES: dict[str, str] = {
     "x86_64": "x86-64", "aarch64": "armv8-a", "riscv64": "rv64gc",
-    "x86_32": "i686", "arm32": "armv7-a+neon+vfp4+hwdiv", "riscv32": "rv32imf"}
+    "x86_32": "pentium4", "arm32": "armv7-a+neon+vfp4+hwdiv", "riscv32": "rv32imf"}
 
 _PROFILES: dict[tuple[str, str], Profile] = {(p.arch, p.name): p for p in PROFILES}
 

@@ -11,16 +11,27 @@ Only one compiler version is supported: :data:`SUPPORTED_VERSION` from the
 ``iree-base-compiler`` package (``pip install
 'portable-kernel-runtime[iree]'``). Target flags come from the architecture
 table, ``fatelf.arches.lookup(arch).iree_flags``.
+
+For 32-bit x86 and Arm (:data:`hal_cpu.runtime.LIBM_ARCHES`) the compiler
+links through :data:`hal_cpu.runtime.LIBM_LINKER` (``iree-lld`` plus
+``hal_cpu/runtime/libm.c``): the musl bitcode iree-compile 3.13 links into
+32-bit executables has ``fmaf``, ``floor`` and ``round`` with no body and
+lacks ``fmaxf``, ``fminf`` and others, so without it ``exp``, ``tanh``,
+``sin``... run past the end of the code and softmax does not link
+(:func:`libm_linker_flags`).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import sys
 import sysconfig
 import tempfile
 from dataclasses import dataclass
@@ -34,7 +45,7 @@ from .errors import CompileError, IreeToolError
 __all__ = [
     "SUPPORTED_VERSION", "INSTALL_HINT", "BASE_FLAGS", "Compiled",
     "target_flags", "variant_name", "find_iree_compile", "iree_compile_version",
-    "default_cache_dir", "compile_program", "compile_many",
+    "default_cache_dir", "compile_program", "compile_many", "libm_linker_flags",
 ]
 
 PathLike = Union[str, os.PathLike]
@@ -161,6 +172,97 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("portable-kernel-runtime")) / "iree-compile"
 
 
+#: The flag naming the linker iree-compile runs for embedded ELFs.
+LINKER_FLAG = "--iree-llvmcpu-embedded-linker-path"
+
+#: Characters a linker path may hold: iree-compile runs the linker through
+#: the shell with the path unquoted.
+_SHELL_SAFE = re.compile(r"[A-Za-z0-9_./+@%,:=-]+")
+
+
+def _iree_lld() -> Path | None:
+    """The ``iree-lld`` iree-compile runs: the ``iree-base-compiler``
+    package's, else one on ``PATH``; None when there is none."""
+    spec = importlib.util.find_spec("iree.compiler")
+    candidates = []
+    if spec is not None and spec.origin:
+        candidates.append(Path(spec.origin).parent / "_mlir_libs" / "iree-lld")
+    found = shutil.which("iree-lld")
+    if found:
+        candidates.append(Path(found))
+    for lld in candidates:
+        if lld.is_file() and os.access(lld, os.X_OK):
+            return lld
+    return None
+
+
+def libm_linker_flags(arch: str, tool_dir: PathLike | None = None,
+                      cpu: str | None = None) -> tuple[tuple[str, ...], str]:
+    """The ``iree-compile`` flag that links ``arch``'s executables through
+    :data:`hal_cpu.runtime.LIBM_LINKER`, and a digest of what it runs.
+
+    iree-compile 3.13 links musl's math functions into every embedded ELF
+    as bitcode; for 32-bit targets that bitcode (built for wasm32) defines
+    ``fmaf``, ``floor`` and ``round`` with no body (calls to them run
+    whatever follows) and lacks ``fmaxf``, ``fminf``, ``truncf``... (the
+    link fails). The linker sends those calls to ``hal_cpu/runtime/libm.c``
+    instead (:mod:`hal_cpu.runtime.libm_link`), and for CPU profile ``cpu``
+    (None: the architecture's default) the calls of
+    :data:`hal_cpu.runtime.LIBM_REDIRECTS` too.
+
+    Writes, once, the architecture's libm object and a launcher script
+    into a directory of ``tool_dir`` (default: :func:`default_cache_dir`;
+    the temporary directory when the path is not safe to hand to a shell
+    unquoted, as iree-compile does), named by the digest of the object, the
+    linker script, the Python interpreter and ``iree-lld``.
+
+    Returns:
+        ``((flag,), digest)``, or ``((), "")`` for architectures whose
+        executables need none or when ``iree-lld`` cannot be found.
+    """
+    from .. import runtime
+    import fatelf
+
+    info = arches.lookup(arch, runtime=True)
+    lld = _iree_lld()
+    if info.name not in runtime.LIBM_ARCHES or lld is None:
+        return (), ""
+    obj = fatelf.select(runtime.LIBM_BUNDLE.read_bytes(), info.name,
+                        name=str(runtime.LIBM_BUNDLE))
+    profile = arches.profile(info.name, cpu or arches.DEFAULT_PROFILES[info.name])
+    redirects = [f"--redirect={name}={target}" for name, target in sorted(
+        runtime.LIBM_REDIRECTS.get((info.name, profile.name), {}).items())]
+    python = sys.executable
+    digest = hashlib.sha256(b"\0".join([
+        obj, runtime.LIBM_LINKER.read_bytes(), python.encode(),
+        str(lld).encode(), *(r.encode() for r in redirects)])).hexdigest()[:16]
+    folder = Path(tool_dir) if tool_dir is not None else default_cache_dir()
+    if not _SHELL_SAFE.fullmatch(str(folder.resolve())):
+        folder = Path(tempfile.gettempdir()) / f"hal_cpu-{os.getuid()}"
+    folder = folder.resolve() / f".libm-link-{info.name}-{digest}"
+    launcher = folder / "iree-lld"
+    if not launcher.is_file():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+        try:
+            (tmp / "libm.o").write_bytes(obj)
+            args = [python, str(runtime.LIBM_LINKER), str(lld), str(folder / "libm.o"),
+                    *redirects]
+            (tmp / "iree-lld").write_text(
+                "#!/bin/sh\n# iree-lld with hal_cpu's libm (hal_cpu/runtime/libm_link.py)\n"
+                f"exec {' '.join(shlex.quote(a) for a in args)} \"$@\"\n")
+            (tmp / "iree-lld").chmod(0o755)
+            try:
+                os.replace(tmp, folder)
+            except OSError:
+                if not launcher.is_file():   # another process won the race
+                    raise
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return (f"{LINKER_FLAG}={launcher}",), digest
+
+
 @dataclass(frozen=True)
 class Compiled:
     """Outputs of :func:`compile_program` for one (program, architecture).
@@ -280,9 +382,15 @@ def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = N
              + list(extra_flags))
     exe = str(find_iree_compile())
     _, version_text = _checked(exe)
+    # our libm for 32-bit targets (unless the caller picks a linker); the
+    # key holds its digest rather than the launcher's path
+    link_flags, link_digest = ((), "") if any(
+        f.startswith(LINKER_FLAG) for f in extra_flags) else libm_linker_flags(arch, out_dir, cpu)
     # the path is part of the key: the IR's locations name the source file
     key = hashlib.sha256("\0".join(
-        [mlir_path.read_text(), str(mlir_path), *flags, version_text]).encode()).hexdigest()
+        [mlir_path.read_text(), str(mlir_path), *flags, version_text]
+        + ([f"libm:{link_digest}"] if link_digest else [])).encode()).hexdigest()
+    flags += link_flags
     # named by the key in any directory: two programs of one name (in
     # different directories, or one edited) never share a directory
     out_dir = default_cache_dir() if out_dir is None else Path(out_dir)

@@ -24,6 +24,12 @@ Return values: :data:`LOOP_OK`, the non-zero return of a failing workgroup
 (then ``range.status`` holds it and ``range.failed_index`` its id),
 :data:`LOOP_STOPPED` or :data:`LOOP_INVALID`. A workgroup failed exactly
 when ``range.status != 0``. The C file's header comment is the reference.
+
+The package also holds the math functions that ``iree-compile`` 3.13 leaves
+missing or empty in executables for 32-bit targets (``libm.c``, built into
+relocatable objects for :data:`LIBM_ARCHES` and packed into
+:data:`LIBM_BUNDLE`), and the linker that links them in
+(:data:`LIBM_LINKER`, run by :func:`hal_cpu.iree.compile_program`).
 """
 
 from __future__ import annotations
@@ -39,6 +45,38 @@ BUNDLE = HERE / "runtime.sos"
 
 #: Its C source.
 SOURCE = HERE / "workgroup_loop.c"
+
+#: Math functions for 32-bit executables (see ``libm.c``).
+LIBM_SOURCE = HERE / "libm.c"
+
+#: Their relocatable objects, one FatELF record per architecture of
+#: :data:`LIBM_ARCHES`.
+LIBM_BUNDLE = HERE / "libm.sos"
+
+#: The linker ``iree-compile`` runs for :data:`LIBM_ARCHES`: ``iree-lld``
+#: with the empty functions' calls sent to the objects' (standard library
+#: only: it runs as a script).
+LIBM_LINKER = HERE / "libm_link.py"
+
+#: Architectures whose executables link the objects, and the zig flags
+#: that build them: the architecture's least capable CPU (x87 only; VFPv3
+#: without NEON), so that one object serves every profile.
+LIBM_ARCHES: dict[str, tuple[str, ...]] = {
+    "x86_32": ("-target", "x86-freestanding-none", "-mcpu=i686"),
+    "arm32": ("-target", "arm-freestanding-eabihf", "-mcpu=generic+v7a+vfp3d16"),
+}
+
+_F16_XMM0 = {"__truncsfhf2": "hal_cpu_truncsfhf2_xmm0",
+             "__truncdfhf2": "hal_cpu_truncdfhf2_xmm0"}
+
+#: Calls :data:`LIBM_LINKER` sends to a function of ``libm.c`` with another
+#: calling convention, per (architecture, CPU profile): with SSE2, LLVM
+#: expects x86_32's f32/f64 -> f16 conversions to return the half in xmm0,
+#: while IREE's device library returns it in st(0) and eax.
+LIBM_REDIRECTS: dict[tuple[str, str], dict[str, str]] = {
+    ("x86_32", "pentium4"): _F16_XMM0,
+    ("x86_32", "haswell"): _F16_XMM0,
+}
 
 #: The exported loop function.
 LOOP_SYMBOL = "hal_cpu_workgroup_loop"

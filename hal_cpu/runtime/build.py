@@ -1,12 +1,15 @@
-"""Build the runtime support library bundle.
+"""Build the runtime support library bundle and the libm objects.
 
     python -m hal_cpu.runtime.build [--out-dir DIR] [--keep-singles] [-j N]
+                                    [--only runtime|libm]
 
 Compiles ``workgroup_loop.c`` for every architecture the runtime runs
 (:data:`fatelf.arches.RUNTIME_ARCHES`) with :mod:`hal_cpu.zigbuild` and
 packs the six self-contained ET_DYN objects into ``DIR/runtime.sos``
 (default: this package's directory, where the committed bundle lives) with
-:func:`fatelf.join`. With the pinned ziglang release the bundle is
+:func:`fatelf.join`; compiles ``libm.c`` into one relocatable object per
+architecture of :data:`hal_cpu.runtime.LIBM_ARCHES` and packs them into
+``DIR/libm.sos``. With the pinned ziglang release both bundles are
 reproduced byte for byte.
 """
 
@@ -23,7 +26,13 @@ import fatelf
 from fatelf import arches
 
 from .. import zigbuild
-from . import BUNDLE, HERE, LOOP_SYMBOL, SOURCE
+from . import (BUNDLE, HERE, LIBM_ARCHES, LIBM_BUNDLE, LIBM_SOURCE,
+               LOOP_SYMBOL, SOURCE)
+
+#: Compiler flags of the libm objects, after :data:`hal_cpu.zigbuild.CFLAGS`:
+#: no contraction of ``a * b + c`` into a call to ``fmaf`` itself, no
+#: compiler identification in a ``.comment`` section of every executable.
+LIBM_CFLAGS: tuple[str, ...] = ("-ffp-contract=off", "-fno-ident")
 
 
 def build_singles(jobs: int | None = None) -> dict[str, bytes]:
@@ -47,9 +56,48 @@ def build_singles(jobs: int | None = None) -> dict[str, bytes]:
             return {name: future.result() for name, future in futures.items()}
 
 
+def build_libm(jobs: int | None = None) -> dict[str, bytes]:
+    """Compile ``libm.c`` for each architecture of
+    :data:`~hal_cpu.runtime.LIBM_ARCHES`.
+
+    Returns:
+        ``{"libm_<arch>.o": ELF relocatable object bytes}``.
+
+    Raises:
+        hal_cpu.zigbuild.ZigBuildError: ziglang missing or a build failed.
+    """
+    zigbuild.require_zig()
+    zig = zigbuild.zig_command()
+    with tempfile.TemporaryDirectory(prefix="hal_cpu_libm_") as tmp:
+        def one(arch: str) -> bytes:
+            out = Path(tmp) / f"{LIBM_SOURCE.stem}_{arch}.o"
+            zigbuild.run(zig + ["cc", *LIBM_ARCHES[arch], *zigbuild.CFLAGS,
+                                *LIBM_CFLAGS, "-c", LIBM_SOURCE.name,
+                                "-o", str(out)], HERE)
+            return out.read_bytes()
+
+        with concurrent.futures.ThreadPoolExecutor(
+                max_workers=jobs or os.cpu_count() or 2) as pool:
+            futures = {f"{LIBM_SOURCE.stem}_{arch}.o": pool.submit(one, arch)
+                       for arch in LIBM_ARCHES}
+            return {name: future.result() for name, future in futures.items()}
+
+
 def pack(singles: dict[str, bytes]) -> bytes:
     """The FatELF bundle of the per-architecture objects."""
     return fatelf.join(list(singles.values()), names=list(singles))
+
+
+def _write(out_dir: Path | str | None, bundle: Path, singles: dict[str, bytes],
+           keep_singles: bool) -> Path:
+    out = Path(out_dir) if out_dir is not None else bundle.parent
+    out.mkdir(parents=True, exist_ok=True)
+    if keep_singles:
+        for name, data in singles.items():
+            (out / name).write_bytes(data)
+    path = out / bundle.name
+    path.write_bytes(pack(singles))
+    return path
 
 
 def build(out_dir: Path | str | None = None, *, jobs: int | None = None,
@@ -57,15 +105,15 @@ def build(out_dir: Path | str | None = None, *, jobs: int | None = None,
     """Build and write ``runtime.sos`` into ``out_dir`` (default: the
     package directory); returns its path. ``keep_singles`` also writes the
     per-architecture objects next to it."""
-    singles = build_singles(jobs)
-    out = Path(out_dir) if out_dir is not None else BUNDLE.parent
-    out.mkdir(parents=True, exist_ok=True)
-    if keep_singles:
-        for name, data in singles.items():
-            (out / name).write_bytes(data)
-    path = out / BUNDLE.name
-    path.write_bytes(pack(singles))
-    return path
+    return _write(out_dir, BUNDLE, build_singles(jobs), keep_singles)
+
+
+def build_libm_bundle(out_dir: Path | str | None = None, *,
+                      jobs: int | None = None, keep_singles: bool = False) -> Path:
+    """Build and write ``libm.sos`` into ``out_dir`` (default: the package
+    directory); returns its path. ``keep_singles`` also writes the
+    per-architecture objects next to it."""
+    return _write(out_dir, LIBM_BUNDLE, build_libm(jobs), keep_singles)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,14 +125,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-singles", action="store_true",
                         help="also write the per-architecture objects")
     parser.add_argument("-j", "--jobs", type=int, default=None)
+    parser.add_argument("--only", choices=("runtime", "libm"), default=None,
+                        help="build only this bundle")
     args = parser.parse_args(argv)
     zigbuild.warn_if_other_version()
     try:
-        path = build(args.out_dir, jobs=args.jobs, keep_singles=args.keep_singles)
+        paths = [make(args.out_dir, jobs=args.jobs, keep_singles=args.keep_singles)
+                 for what, make in (("runtime", build), ("libm", build_libm_bundle))
+                 if args.only in (None, what)]
     except zigbuild.ZigBuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"{path}: {path.stat().st_size} bytes")
+    for path in paths:
+        print(f"{path}: {path.stat().st_size} bytes")
     return 0
 
 
