@@ -108,12 +108,7 @@ def test_check_program_passes_as_on_x86_64(programs, compile_cache, capsys, arch
     assert rc == 0
 
 
-@pytest.mark.parametrize("engine", [
-    pytest.param(e, marks=pytest.mark.xfail(
-        strict=True, reason="unicorn starts the x87 with control word 0 (single "
-        "precision, exceptions unmasked), not Linux's 0x037F: x87 code then "
-        "computes f32 as SSE does")) if e == "unicorn" else e
-    for e in ENGINES])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_x87_profile_differs_as_a_real_i686(programs, compile_cache, capsys, engine):
     """On the x87-only profile the same program fails round (musl's roundf
     adds and subtracts 2^23 at 64-bit precision) and layer norm (1/n is

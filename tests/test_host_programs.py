@@ -206,7 +206,7 @@ def test_newest_registration_wins_and_types_are_checked(compile_cache, capsys):
 # the check module
 
 # generic arm32 cannot link f16 conversions (__aeabi_h2f) and generic i686
-# leaves the fmaf libcall of exp/tanh unresolved (see test_executables.py)
+# used to leave the fmaf libcall of exp/tanh without a body (see test_defaults_32bit.py)
 @pytest.mark.parametrize("arch", ["x86_64", "aarch64", "riscv64", "riscv32"])
 def test_check_programs_pass(compile_cache, capsys, arch):
     """Our check-style test programs (elementwise, reductions, matmul, conv,

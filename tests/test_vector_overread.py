@@ -148,8 +148,10 @@ def _check_caught(text: str, arch: str, vlen: int | None,
                   cpu: str | None = None) -> None:
     lines = text.splitlines()
     assert lines[0].startswith("BindingOverrunError: "), text
-    assert (f"overread.sos[{arch}]: {arch}: import vector_sum_overread: "
-            "read from unreadable memory") in lines[0]
+    # (the record of the profile when one is given: overread.sos[aarch64:sve])
+    record = f"{arch}:{cpu}" if cpu else arch
+    assert (f"overread.sos[{record}]: {arch}: import vector_sum_overread: "
+            "read from unreadable memory") in lines[0], lines[0]
     assert "sum_overread+0x" in lines[1]
     fma = arch in FMA_CPUS and cpu == FMA_CPUS[arch]
     past = 13 if fma else 1      # qemu's 16-byte load of a 4-byte operand
@@ -192,7 +194,7 @@ def test_vector_length_dependent_overread_is_caught_by_default(tmp_path,
                 tid, results[f"test_sum_ok[{tid}]"])
             outcome, text = results[f"test_sum_overread[{tid}]"]
             assert outcome == "failed", (tid, output)
-            _check_caught(text, arch, vlen)
+            _check_caught(text, arch, vlen, VECTOR_CPUS[arch])
             # padded (IREE's 64 bytes): caught only where whole vectors
             # reach past the padding
             lanes = vlen // 32

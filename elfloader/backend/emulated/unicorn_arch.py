@@ -36,6 +36,11 @@ def _x86_32_init(uc) -> None:
     uc.reg_write(x86_const.UC_X86_REG_CR0, (cr0 | _CR0_MP) & ~_CR0_EM)
     cr4 = uc.reg_read(x86_const.UC_X86_REG_CR4)
     uc.reg_write(x86_const.UC_X86_REG_CR4, cr4 | _CR4_OSFXSR | _CR4_OSXMMEXCPT)
+    # The floating-point state a Linux process starts with (x87: extended
+    # precision, exceptions masked; SSE: exceptions masked), as qemu-user
+    # and real chips give; unicorn starts both at 0.
+    uc.reg_write(x86_const.UC_X86_REG_FPCW, 0x037F)
+    uc.reg_write(x86_const.UC_X86_REG_MXCSR, 0x1F80)
     # unicorn 2.1 crashes the process while translating long straight-line
     # x87 blocks (generic i686 code is full of them) unless a code hook is
     # present. A hook whose callback is a native function that does nothing
