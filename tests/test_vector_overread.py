@@ -34,7 +34,7 @@ ON_CI = os.environ.get("CI", "").lower() == "true"
 #: The profile each vector architecture's record is built for, and the
 #: vector lengths tested (the smallest, one in the middle, the largest).
 VECTOR_CPUS = {"aarch64": "sve", "riscv64": "rv64gcv"}
-LENGTHS = {"aarch64": (128, 512, 2048), "riscv64": (128, 512, 1024)}
+LENGTHS = {"aarch64": (128, 256, 512, 1024, 2048), "riscv64": (128, 256, 512, 1024)}
 #: x86 profiles with FMA: the scalar code's multiply-adds read memory.
 FMA_CPUS = {"x86_64": "x86-64-v3", "x86_32": "haswell"}
 #: Elements in the array: a multiple of no vector's lane count.
