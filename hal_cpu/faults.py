@@ -235,14 +235,17 @@ def _import_called(exe, symbolizer: Symbolizer, pc: int) -> str:
 
 def import_fault(exc: EmulationError, backend, modules, import_name: str,
                  arrays, names: dict | None = None,
-                 seconds: float | None = None) -> EmulationError:
+                 seconds: float | None = None,
+                 function_kind: str = "import") -> EmulationError:
     """The error for ``exc``, raised by a direct call of import
     ``import_name`` (as the pytest fixtures make): its message is the fault
     report against the module that owns the pc (``modules``: the loaded
     plugins, :class:`elfloader.ElfModule`), with data addresses described
     from the guarded test arrays ``arrays`` (:class:`hal_cpu.guarded.
     GuardedArrays`; ``names`` maps an array to the name to use;
-    ``seconds`` is the call's time limit, default the backend's).
+    ``seconds`` is the call's time limit, default the backend's;
+    ``arrays`` None: the call takes none; ``function_kind``: what the
+    report calls ``import_name``).
 
     Returns:
         :class:`BindingOverrunError` / :class:`BindingUnderrunError` when
@@ -274,7 +277,7 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
         symbolizers.insert(0, holder)
     file = (holder.image.name if holder is not None
             else modules[0].name if modules else "(plugin)")
-    regions = arrays.regions(names)
+    regions = arrays.regions(names) if arrays is not None else []
     for w, (start, size) in enumerate(backend.stacks()):
         if w == 0:
             regions.append(Region("the stack", start, size, offsets=False))
@@ -283,12 +286,13 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
             else getattr(exc, "what", None) or exc.message)
     report = fault_report(
         file=file, arch=arch.name, kind=kind, pc=pc, symbolizers=symbolizers,
-        read=backend.read, function=import_name, function_kind="import",
+        read=backend.read, function=import_name, function_kind=function_kind,
         data_address=address, regions=regions, thumb=thumb,
         instruction_fault=getattr(exc, "fault", None) in INSTRUCTION_FAULTS,
         engine=_engine(backend))
     message = report.format(backend.pointer_size)
-    near = arrays.near(address) if address is not None else None
+    near = (arrays.near(address) if address is not None and arrays is not None
+            else None)
     if stopped:
         err = CallTimeoutError(message, seconds=seconds, function=import_name,
                                name=file, field="timeout", value=seconds)
@@ -306,16 +310,6 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
     return err
 
 
-class _NoArrays:
-    """No guarded test arrays: for calls that take none."""
-
-    def regions(self, names=None) -> list:
-        return []
-
-    def near(self, address):
-        return None
-
-
 def call_fault(exc: EmulationError, backend, modules, function: str,
                function_kind: str) -> EmulationError:
     """The error for ``exc``, raised by a call into a loaded module that is
@@ -326,14 +320,8 @@ def call_fault(exc: EmulationError, backend, modules, function: str,
     attributes (``fault``, ``syscall``, ...) and adds ``report``; ``exc``
     itself when it carries no pc. Call it before the modules' memory is
     released."""
-    err = import_fault(exc, backend, modules, function, _NoArrays())
-    report = getattr(err, "report", None)
-    if report is not None and report.function_kind == "import":
-        report.function_kind = function_kind
-        message = report.format(backend.pointer_size)
-        err.message = message
-        Exception.__init__(err, message)
-    return err
+    return import_fault(exc, backend, modules, function, None,
+                        function_kind=function_kind)
 
 
 def field_names(values, kind=None) -> dict:

@@ -686,17 +686,11 @@ class QemuCpu(Cpu):
         it has while it creates a process for the guest: a ``syscall``
         fault whose number is not known."""
         if getattr(exc, "signal", None) == _SIGSYS:
-            what = ("system call creating a process (fork, vfork or clone "
-                    "without CLONE_THREAD)")
-            err = EmulationError(f"{what} while calling {address:#x}: the "
-                                 "sandbox refused it and ended the guest "
-                                 "agent; kernels and plugins run bare metal "
-                                 "and may not call the operating system",
-                                 field="call", value=address)
-            err.fault, err.what, err.pc = "syscall", what, None
-            err.syscall, err.syscall_name = None, None
-            err.fault_page = err.fault_address = err.access_size = None
-            return err
+            return syscalls.fault(
+                self.arch, None, None, address,
+                attempt="creating a process (fork, vfork or clone without "
+                "CLONE_THREAD)", detail="the sandbox refused it and ended "
+                "the guest agent; " + syscalls.BARE_METAL)
         err = EmulationError(exc.message, field="call", value=address)
         err.fault = ("agent_protocol" if isinstance(exc, ProtocolError)
                      else "agent_died")

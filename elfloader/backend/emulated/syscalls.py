@@ -73,32 +73,37 @@ def start_of(arch: Arch, pc: int) -> int:
     return pc - facts.length
 
 
+BARE_METAL = ("kernels and plugins run bare metal and may not call the "
+              "operating system")
+
+
 def fault(arch: Arch, number: int | None, pc: int | None, address: int,
-          called: str | None = None) -> EmulationError:
+          called: str | None = None, attempt: str | None = None,
+          detail: str = BARE_METAL) -> EmulationError:
     """The error for a system call made by the instruction at ``pc``
     during a call of ``address``: ``fault`` ``"syscall"``, ``syscall``
     the number (as the guest's register held it; None when unknown),
     ``syscall_name`` its name on ``arch`` (``called``, else looked up; or
-    None), ``pc`` the instruction's address, ``what`` the report's kind
-    (``system call openat (56)``)."""
+    None), ``pc`` the instruction's address (None when unknown), ``what``
+    the report's kind (``system call openat (56)``; with no number and no
+    name, ``system call`` and ``attempt``, what the guest was doing).
+    ``detail`` ends the message."""
     if number is not None:
         number &= arch.word_mask
         called = called or name(arch.syscalls.table, number)
     if number is None:
-        what = f"system call {called or '(unknown)'}"
+        what = f"system call {called or attempt or '(unknown)'}"
     elif called:
         what = f"system call {called} ({number})"
     else:
         what = f"system call {number} (no such call on {arch.name})"
     at = f" at pc={pc:#x}" if pc is not None else ""
-    err = EmulationError(f"{what}{at} while calling {address:#x}: "
-                         "kernels and plugins run bare metal and may not "
-                         "call the operating system", field="call",
-                         value=address)
+    err = EmulationError(f"{what}{at} while calling {address:#x}: {detail}",
+                         field="call", value=address)
     err.fault, err.what, err.pc = "syscall", what, pc
     err.syscall, err.syscall_name = number, called
     err.fault_page = err.fault_address = err.access_size = None
     return err
 
 
-__all__ = ["name", "number", "host_table", "start_of", "fault"]
+__all__ = ["name", "number", "host_table", "start_of", "fault", "BARE_METAL"]
