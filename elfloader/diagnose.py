@@ -856,6 +856,25 @@ def _address_format(word_size: int) -> Callable[[int], str]:
     return lambda a: f"0x{int(a) & mask:0{digits}x}"
 
 
+def time_limit_kind(seconds: float) -> str:
+    """A report's kind for a call stopped at its time limit of ``seconds``."""
+    return (f"still running at the time limit of {seconds:g} s (stopped; an "
+            "endless loop?)")
+
+
+def engine_of(backend) -> str | None:
+    """The emulator and CPU model of an emulated backend, for reports
+    (None for the native backend)."""
+    return backend.describe() if backend.kind == "emulated" else None
+
+
+def data_address(exc) -> int | None:
+    """The exact address of the access a backend error refused, else its
+    page, else None."""
+    exact = getattr(exc, "fault_address", None)
+    return exact if exact is not None else getattr(exc, "fault_page", None)
+
+
 def fault_report(*, file: str, arch: str, kind: str, pc: int,
                  symbolizers: Sequence[Symbolizer] = (),
                  read: Callable[[int, int], bytes] | None = None,
@@ -942,4 +961,5 @@ __all__ = ["Symbolizer", "section_symbols", "disassemble", "Region",
            "segment_regions", "describe_address", "FaultReport",
            "fault_report", "instruction_length", "extension",
            "faulting_instruction", "INSTRUCTION_FAULTS", "NEAR_BYTES",
+           "time_limit_kind", "engine_of", "data_address",
            "CODE_BYTES", "NO_LINE_TABLE", "joined_names"]

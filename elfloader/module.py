@@ -24,7 +24,8 @@ from __future__ import annotations
 from fatelf.cstruct import pack_array, unpack_array
 
 from .backend import PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE, Backend
-from .diagnose import INSTRUCTION_FAULTS, Region, Symbolizer, fault_report
+from .diagnose import (INSTRUCTION_FAULTS, Region, Symbolizer, data_address,
+                       engine_of, fault_report, time_limit_kind)
 from .elf import PF_R, PF_W, PF_X
 from .errors import (ArchitectureMismatchError, EmulationError,
                      RelocationError, SymbolNotFoundError, UnsupportedElfError)
@@ -152,26 +153,18 @@ class ElfModule:
         pc = pc & ~1 if thumb else pc
         fault = getattr(exc, "fault", None)
         if fault == "timeout":
-            what = (f"still running at the time limit of "
-                    f"{be.timeout_us / 1e6:g} s (stopped; an endless loop?)")
-            address = None
+            what, address = time_limit_kind(be.timeout_us / 1e6), None
         else:
             what = getattr(exc, "what", None) or exc.message
-            address = getattr(exc, "fault_address", None)
-            if address is None:
-                address = getattr(exc, "fault_page", None)
+            address = data_address(exc)
         regions = [Region("the stack", start, size, offsets=False)
                    for start, size in be.stacks()[:1]]
-        engine = None
-        if be.kind == "emulated":   # the emulator and its CPU model
-            describe = getattr(be, "describe", None)
-            engine = describe() if callable(describe) else getattr(be, "engine", None)
         report = fault_report(
             file=self.name, arch=arch.name, kind=what, pc=pc,
             symbolizers=[Symbolizer(self.image, self.base)], read=be.read,
             function=where, function_kind=kind, data_address=address,
             regions=regions, thumb=thumb,
-            instruction_fault=fault in INSTRUCTION_FAULTS, engine=engine)
+            instruction_fault=fault in INSTRUCTION_FAULTS, engine=engine_of(be))
         message = report.format(arch.pointer_size)
         err = EmulationError(message, name=self.name, field=where, value=pc)
         err.__dict__.update({k: v for k, v in exc.__dict__.items()

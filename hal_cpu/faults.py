@@ -30,7 +30,8 @@ from typing import Sequence
 
 from elfloader import EmulationError, GuardError
 from elfloader.diagnose import (INSTRUCTION_FAULTS, Region, Symbolizer,
-                                describe_address, fault_report, joined_names)
+                                data_address, describe_address, engine_of,
+                                fault_report, joined_names, time_limit_kind)
 
 from . import abi
 from .errors import (BindingOverrunError, BindingUnderrunError,
@@ -122,7 +123,7 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
         if w < layout.workers:
             name = "the stack" if w == worker else f"the stack of worker {w}"
             regions.append(Region(name, start, size))
-    address = _data_address(exc)
+    address = data_address(exc)
     guarded = None
     if address is not None:
         hit = be.guard_page(address)
@@ -137,7 +138,7 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
                                          for e in exe.exports})
     stopped = timed_out(exc)
     seconds = be.timeout_us / 1e6
-    kind = (_time_limit_kind(seconds) if stopped
+    kind = (time_limit_kind(seconds) if stopped
             else getattr(exc, "what", None) or exc.message)
     thumb = _thumb(exe.arch, pc)
     pc = pc & ~1 if thumb else pc
@@ -155,7 +156,7 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
         function_kind=kind_of, workgroup=workgroup, data_address=address,
         regions=regions, thumb=thumb, caller=caller,
         instruction_fault=getattr(exc, "fault", None) in INSTRUCTION_FAULTS,
-        engine=_engine(be))
+        engine=engine_of(be))
     message = report.format(be.pointer_size)
     if stopped:
         err = CallTimeoutError(message, seconds=seconds, function=export.label,
@@ -212,11 +213,6 @@ def binding_overrun(exc: GuardError, exe, export, pointers: Sequence[int],
         offset=exc.offset, length=length)
     err.fault, err.fault_address = "overrun", exc.fault_address
     return err
-
-
-def _time_limit_kind(seconds: float) -> str:
-    return (f"still running at the time limit of {seconds:g} s (stopped; an "
-            "endless loop?)")
 
 
 def _import_called(exe, symbolizer: Symbolizer, pc: int) -> str:
@@ -281,15 +277,15 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
     for w, (start, size) in enumerate(backend.stacks()):
         if w == 0:
             regions.append(Region("the stack", start, size, offsets=False))
-    address = None if stopped else _data_address(exc)
-    kind = (_time_limit_kind(seconds) if stopped
+    address = None if stopped else data_address(exc)
+    kind = (time_limit_kind(seconds) if stopped
             else getattr(exc, "what", None) or exc.message)
     report = fault_report(
         file=file, arch=arch.name, kind=kind, pc=pc, symbolizers=symbolizers,
         read=backend.read, function=import_name, function_kind=function_kind,
         data_address=address, regions=regions, thumb=thumb,
         instruction_fault=getattr(exc, "fault", None) in INSTRUCTION_FAULTS,
-        engine=_engine(backend))
+        engine=engine_of(backend))
     message = report.format(backend.pointer_size)
     near = (arrays.near(address) if address is not None and arrays is not None
             else None)
@@ -357,12 +353,3 @@ def bounds_error(message: str, array, offset: int, import_name: str,
                length=array.nbytes, import_name=import_name)
 
 
-def _engine(backend) -> str | None:
-    """The emulator and CPU model of an emulated backend, for reports."""
-    return backend.describe() if backend.kind == "emulated" else None
-
-
-def _data_address(exc: EmulationError) -> int | None:
-    """The exact address of a refused access, else its page."""
-    exact = getattr(exc, "fault_address", None)
-    return exact if exact is not None else getattr(exc, "fault_page", None)
