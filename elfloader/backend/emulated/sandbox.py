@@ -164,15 +164,18 @@ def _filter(pid: int, exec_path: int):
     ``execve`` passes the path at host address ``exec_path``."""
     sc, _ = _seccomp()
     f = sc.SyscallFilter(sc.TRAP)
-    for name in ALLOWED:
+
+    def allow_if_here(name, *args):
+        """Allow ``name`` (with ``args``) where this host has the call
+        (``open``, ``dup2``, ``setrlimit``: x86_64 only)."""
         try:
-            f.add_rule(sc.ALLOW, name)
+            f.add_rule(sc.ALLOW, name, *args)
         except Exception:  # noqa: BLE001 - not a call of this host
             pass
-    try:
-        f.add_rule(sc.ALLOW, "open", sc.Arg(1, sc.MASKED_EQ, _O_WRITES, 0))
-    except Exception:  # noqa: BLE001 - aarch64 hosts have only openat
-        pass
+
+    for name in ALLOWED:
+        allow_if_here(name)
+    allow_if_here("open", sc.Arg(1, sc.MASKED_EQ, _O_WRITES, 0))
     f.add_rule(sc.ALLOW, "openat", sc.Arg(2, sc.MASKED_EQ, _O_WRITES, 0))
     f.add_rule(sc.ALLOW, "clone",
                sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD, _CLONE_THREAD))
@@ -184,19 +187,13 @@ def _filter(pid: int, exec_path: int):
     # Descriptors below the protected range only.
     f.add_rule(sc.ALLOW, "close", sc.Arg(0, sc.LT, PROTECTED_FDS))
     f.add_rule(sc.ALLOW, "dup3", sc.Arg(1, sc.LT, PROTECTED_FDS))
-    try:
-        f.add_rule(sc.ALLOW, "dup2", sc.Arg(1, sc.LT, PROTECTED_FDS))
-    except Exception:  # noqa: BLE001 - aarch64 hosts have only dup3
-        pass
+    allow_if_here("dup2", sc.Arg(1, sc.LT, PROTECTED_FDS))
     f.add_rule(sc.ALLOW, "prlimit64", sc.Arg(2, sc.EQ, 0))
     # qemu-user sets its own core size to 0 before it dies of a guest's
     # fatal signal (the hard limit is 0 already).
     f.add_rule(sc.ALLOW, "prlimit64", sc.Arg(0, sc.EQ, 0),
                sc.Arg(1, sc.EQ, _RLIMIT_CORE))
-    try:
-        f.add_rule(sc.ALLOW, "setrlimit", sc.Arg(0, sc.EQ, _RLIMIT_CORE))
-    except Exception:  # noqa: BLE001 - aarch64 hosts have only prlimit64
-        pass
+    allow_if_here("setrlimit", sc.Arg(0, sc.EQ, _RLIMIT_CORE))
     for cmd in (_F_DUPFD, _F_GETFD, _F_SETFD, _F_GETFL, _F_DUPFD_CLOEXEC):
         f.add_rule(sc.ALLOW, "fcntl", sc.Arg(1, sc.EQ, cmd))
     return f
