@@ -1,0 +1,71 @@
+"""The VM's own ref types and its status error.
+
+``!vm.buffer`` is :class:`VmBuffer` (read-only data of the module, or a
+buffer a program made); ``!vm.list`` is :class:`VmList`. A ``vm.fail`` (or
+an import that fails) raises :class:`VmStatusError`.
+"""
+
+from __future__ import annotations
+
+from ..errors import HalCpuError
+
+__all__ = ["VmBuffer", "VmList", "VmStatusError", "VmError"]
+
+
+class VmError(HalCpuError):
+    """Base of errors of VM modules: reading, linking or running one."""
+
+
+class VmStatusError(VmError):
+    """A VM function failed with an IREE status (``vm.fail``, a failing
+    import): ``code`` is the status code (``iree_status_code_t``:
+    3 INVALID_ARGUMENT, 5 NOT_FOUND, 9 FAILED_PRECONDITION, 13 INTERNAL...),
+    ``message`` its text, ``location`` the ``file:line:column`` of the op
+    when the module has debug information (else None)."""
+
+    def __init__(self, code: int, message: str, location: str | None = None, *,
+                 name: str | None = None):
+        self.code, self.message, self.location = code, message, location
+        at = f"{location}: " if location else ""
+        super().__init__(f"{at}{message} (status {code})", name=name,
+                         field="status", value=code)
+
+
+class VmBuffer:
+    """A ``!vm.buffer``: bytes with a read-only flag.
+
+    Attributes:
+        data: a ``memoryview`` of the bytes (format ``B``).
+        readonly: True for module read-only data.
+        name: what the buffer is, for messages (e.g. ``rodata[4]``).
+    """
+
+    __slots__ = ("data", "readonly", "name")
+
+    def __init__(self, data, readonly: bool = False, name: str = "buffer"):
+        mv = memoryview(data)
+        self.data = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+        self.readonly = readonly or self.data.readonly
+        self.name = name
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def bytes(self) -> bytes:
+        """A copy of the contents."""
+        return self.data.tobytes()
+
+    def __repr__(self) -> str:
+        return f"<vm.buffer {self.name} ({len(self.data)} bytes)>"
+
+
+class VmList(list):
+    """A ``!vm.list``: a Python list of values (ints, floats, refs or None)
+    with the list's element type name (e.g. ``?``, ``i32``,
+    ``!hal.buffer_view``) in :attr:`element_type`."""
+
+    __slots__ = ("element_type",)
+
+    def __init__(self, element_type: str = "?", items=()):
+        super().__init__(items)
+        self.element_type = element_type
