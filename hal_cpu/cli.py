@@ -664,6 +664,11 @@ def cmd_check_module(args) -> int:
     return check(args)
 
 
+def cmd_benchmark_module(args) -> int:
+    from .cli_module import cmd_benchmark_module as bench
+    return bench(args)
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
     return run_demo(args.arch)
@@ -686,6 +691,7 @@ def main(argv=None) -> int:
         return {"inspect": cmd_inspect, "run": cmd_run, "demo": cmd_demo,
                 "run-module": cmd_run_module, "plan": cmd_plan,
                 "check-module": cmd_check_module,
+                "benchmark-module": cmd_benchmark_module,
                 "profiles": cmd_profiles,
                 "build-plugin": cmd_build_plugin}[args.command](args)
     except PortableKernelError as exc:
