@@ -4,8 +4,9 @@
 members: ``module.fb``, the VM module's FlatBuffer, and one member per
 executable it embeds, named ``<executable>_<format>.so`` (an ELF, or a
 FatELF bundle). The runtime reads those members with :mod:`zipfile` from a
-regular file only, each within the image size limit; ``hal-cpu inspect``
-lists them and ``hal-cpu run --executable=NAME`` runs one. The module's
+regular file only, each stored (not compressed), within the image size limit
+and inside the file (:func:`hal_cpu.vm.module_def.check_zip_entry`);
+``hal-cpu inspect`` lists them and ``hal-cpu run --executable=NAME`` runs one. The module's
 host program (its ``module.fb``) is not interpreted: ``run-module`` and
 ``plan`` need the MLIR source.
 """
@@ -13,6 +14,7 @@ host program (its ``module.fb``) is not interpreted: ``run-module`` and
 from __future__ import annotations
 
 import os
+import struct
 import zipfile
 from dataclasses import dataclass
 
@@ -58,15 +60,27 @@ def is_module_file(path) -> bool:
 
 
 def _open(path) -> zipfile.ZipFile:
-    fd, _ = open_regular(path, ModuleFileError)
+    from .vm.module_def import check_zip_entry
+    fd, size = open_regular(path, ModuleFileError)
     f = os.fdopen(fd, "rb")
     try:
         archive = zipfile.ZipFile(f)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, struct.error,
+            OverflowError, NotImplementedError) as exc:
         f.close()
         raise ModuleFileError(f"not a compiled IREE module: {exc}",
                               name=os.fspath(path), field="file",
                               value=os.fspath(path)) from None
+    try:
+        # every member stored, its declared size within the file and the
+        # limit, before any member is read
+        for info in archive.infolist():
+            check_zip_entry(info, size, name=os.fspath(path), limit=MAX_MEMBER_BYTES,
+                            error=ModuleFileError)
+    except ModuleFileError:
+        archive.close()
+        f.close()
+        raise
     if MODULE_MEMBER not in archive.namelist():
         archive.close()
         f.close()
