@@ -4,6 +4,7 @@ our emulated backends as a ratio to our native one.
 
 Usage: python bench/dispatch.py [--quick] [--rounds R] [--seconds S]
            [--kernel matmul|mul_add|sum_last ...] [--no-emulated]
+           [--run-command | --no-run-command]
 
 The samples (``hal_cpu/samples``, listed in its ``manifest.json``) are the
 same MLIR compiled for every architecture. For each kernel the cases are:
@@ -19,6 +20,13 @@ same MLIR compiled for every architecture. For each kernel the cases are:
 * the emulated backend on the x86_64, aarch64 and riscv64 builds, the same
   way, as a ratio to our native figure.
 
+A last table compares ``hal-cpu run FILE --benchmark_repetitions=N`` (the
+README's ``sum_last`` command, one process per round, N the call count of
+the API case) with ``Executable.dispatch`` called N times in a loop on the
+same file, grid and bindings with the default worker count: the run's mean,
+median and min per repetition against the API's mean per call (target: at
+most 1.2x). ``--run-command`` runs only this comparison.
+
 Our bindings are numpy arrays placed at 64-byte aligned addresses, so the
 native backend uses them in place (no copy). Each round runs every case
 once, in an order rotated by one per round (``bench/_timing.py``); the
@@ -33,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -188,6 +197,72 @@ def loadavg() -> str:
         return "?"
 
 
+# --- hal-cpu run --benchmark_repetitions -------------------------------------
+#: the README's timing command
+RUN_ARGS = ["--entry_point=0", "--workgroup_count=9,1,1", "--binding=9x129xf32=1",
+            "--binding=9xf32", "--print_bindings=none"]
+_RUN_LINE = re.compile(r"dispatch time \(.*, (\d+) repetitions\): min ([\d.]+) us, "
+                       r"median ([\d.]+) us, mean ([\d.]+) us")
+
+
+class RunRepetitions:
+    """One ``hal-cpu run FILE --benchmark_repetitions=N`` process per call:
+    its mean per repetition in seconds (its min and median are kept in
+    ``mins``/``medians``)."""
+
+    def __init__(self, so: Path, args: Sequence[str], repetitions: int):
+        self.argv = [sys.executable, "-m", "hal_cpu", "run", str(so), *args,
+                     f"--benchmark_repetitions={repetitions}"]
+        self.mins: list[float] = []
+        self.medians: list[float] = []
+
+    def __call__(self) -> float:
+        proc = subprocess.run(self.argv, capture_output=True, text=True, cwd=ROOT)
+        match = _RUN_LINE.search(proc.stdout)
+        if proc.returncode or not match:
+            raise RuntimeError(f"{' '.join(self.argv)}: exit status "
+                               f"{proc.returncode}\n{proc.stderr[-2000:]}")
+        self.mins.append(float(match[2]) * 1e-6)
+        self.medians.append(float(match[3]) * 1e-6)
+        return float(match[4]) * 1e-6
+
+
+def run_command_section(rounds: int, seconds: float, native: str) -> None:
+    """``hal-cpu run --benchmark_repetitions`` per repetition against
+    ``Executable.dispatch`` called in a loop (same file, grid, bindings,
+    default workers); target: at most 1.2x."""
+    import hal_cpu
+    so = SAMPLES / f"sum_last_{native}.so"
+    exe = Executable(so, backend="native")
+    arrays = [hal_cpu.full((9, 129), 1, np.float32), hal_cpu.zeros(9, np.float32)]
+    call = dispatcher(exe, 0, (9, 1, 1), arrays, (), workers=None)
+    calls = calls_for(call, seconds)
+    run = RunRepetitions(so, RUN_ARGS, calls)
+    cases = {"api": batched(call, calls), "run": run}
+    try:
+        stats = T.interleave(cases, rounds, progress=True)
+    finally:
+        exe.close()
+    print(f"\nhal-cpu run --benchmark_repetitions={calls} (sum_last, "
+          f"{native}, workgroups [9, 1, 1]) against Executable.dispatch in a "
+          f"loop; target: run at most 1.2x the API; load average after "
+          f"{loadavg()}")
+    api = stats["api"]
+    mean = stats["run"]
+    median = T.Stats("run median", run.medians)
+    low = T.Stats("run min", run.mins)
+    table = [["Executable.dispatch (mean of a batch)",
+              *T.stats_cells(api, None), ""],
+             ["run: mean per repetition", *T.stats_cells(mean, api), "API"],
+             ["run: median per repetition", *T.stats_cells(median, api), "API"],
+             ["run: min per repetition", *T.stats_cells(low, api), "API"]]
+    print(T.table(["runner", "min", "median", "ratio (median)", "to"], table))
+    met = mean.median <= 1.2 * api.median
+    print(f"target run <= 1.2x API: measured {mean.median / api.median:.2f}x "
+          f"(mean per repetition, medians over rounds; min "
+          f"{mean.min / api.min:.2f}x): {'met' if met else 'NOT met'}")
+
+
 # --- this benchmark -----------------------------------------------------------
 def sample_arrays(kernel: dict) -> list[np.ndarray]:
     """Aligned arrays for the manifest's bindings: inputs 1, outputs 0."""
@@ -206,12 +281,24 @@ def main() -> int:
                         help="length of each sample (default 0.3, --quick: 0.1)")
     parser.add_argument("--no-emulated", action="store_true",
                         help="skip the emulated backends")
+    parser.add_argument("--run-command", action="store_true",
+                        help="only: hal-cpu run --benchmark_repetitions "
+                        "against Executable.dispatch (sum_last)")
+    parser.add_argument("--no-run-command", action="store_true",
+                        help="skip the hal-cpu run --benchmark_repetitions "
+                        "comparison")
     args = parser.parse_args()
     rounds = T.rounds_of(args)
     seconds = args.seconds or (0.1 if args.quick else 0.3)
     host = A.host()
     native = host.name if host is not None and host.runtime else None
     load_before = loadavg()
+    if args.run_command:
+        if native is None:
+            raise SystemExit("--run-command needs a host the native backend "
+                             "runs on")
+        run_command_section(rounds, seconds, native)
+        return 0
 
     cases: dict[str, T.Measure] = {}
     rows_of: dict[str, list[tuple[str, str, str]]] = {}
@@ -270,6 +357,8 @@ def main() -> int:
             table.append([label, *T.stats_cells(stats[key], peer_stats),
                           peer if peer_stats is not None else ""])
         print(T.table(["runner", "min", "median", "ratio (median)", "to"], table))
+    if native and not args.no_run_command:
+        run_command_section(rounds, seconds, native)
     return 0
 
 

@@ -101,6 +101,32 @@ def _seconds(text: str) -> float:
     return v
 
 
+#: Most repetitions --benchmark_min_time runs (the time of each is kept:
+#: 8 bytes apiece).
+MAX_REPETITIONS = 10_000_000
+
+
+def _min_time(text: str) -> tuple[float, int]:
+    """``--benchmark_min_time``: ``0.5`` or ``0.5s`` (seconds) or ``100x``
+    (repetitions), as (seconds, repetitions), the other one 0."""
+    if text.endswith("x"):
+        count = text[:-1]
+        if not count.isdigit() or not 1 <= int(count) <= MAX_REPETITIONS:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a repetition count Nx with 1 <= N <= "
+                f"{MAX_REPETITIONS}")
+        return 0.0, int(count)
+    try:
+        v = float(text[:-1] if text.endswith("s") else text)
+    except ValueError:
+        v = -1
+    if not 0 < v <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time in seconds in (0, {MAX_SECONDS:g}] "
+            "(0.5 or 0.5s) nor a repetition count (100x)")
+    return v, 0
+
+
 #: Seconds past --timeout after which an isolated child is killed (it
 #: normally stops itself at the limit with a typed error first).
 KILL_GRACE = 1.0
@@ -240,8 +266,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "on the dispatch, 60 s on each guest call while loading "
                    "(emulated)")
     p.add_argument("--benchmark_repetitions", type=_positive, default=None,
-                   metavar="N", help="dispatch N times and print the time per "
-                   "dispatch (min and median)")
+                   metavar="N", help="after a first (untimed) dispatch, "
+                   "dispatch N times and print the time per dispatch (min, "
+                   "median and mean)")
+    p.add_argument("--benchmark_min_time", type=_min_time, default=None,
+                   metavar="S|Ss|Nx", help="as --benchmark_repetitions, "
+                   "repeating until S seconds have passed (0.5 or 0.5s), or N "
+                   "times (100x); with --benchmark_repetitions both must be "
+                   f"met (at most {MAX_REPETITIONS:.0e} repetitions)")
     p.add_argument("--no_progress", action="store_true",
                    help="no progress bar for long dispatches")
     p.add_argument("--verbose", action="store_true",
@@ -476,10 +508,11 @@ class _Progress:
     """A tqdm bar on stderr (when it is a terminal) for dispatches that run
     longer than about a second."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, unit: str = "wg"):
         self.enabled = enabled and sys.stderr.isatty()
         self.start = time.monotonic()
         self.bar = None
+        self.unit = unit
 
     def __call__(self, done: int, total: int) -> None:
         if not self.enabled:
@@ -488,7 +521,7 @@ class _Progress:
             if time.monotonic() - self.start < 1.0:
                 return
             from tqdm import tqdm
-            self.bar = tqdm(total=total, unit="wg", file=sys.stderr,
+            self.bar = tqdm(total=total, unit=self.unit, file=sys.stderr,
                             leave=False)
         self.bar.update(done - self.bar.n)
 
@@ -514,7 +547,8 @@ def backend_description(backend) -> str:
 
 def _dispatch(args, image, export, arrays, note=None):
     """Load ``image`` with the plugins, run the dispatch (and the benchmark
-    repetitions); returns (times, where, export label, path)."""
+    repetitions); returns (times, where, export label, path), ``times`` the
+    seconds of each repetition (an array of float64)."""
     from .errors import DispatchTimeoutError
     from .library import Executable
     note = note or (lambda _text: None)
@@ -538,28 +572,97 @@ def _dispatch(args, image, export, arrays, note=None):
                     **({} if plugins else emulation_options(args))) as exe:
         label = exe.export(export).label
         note(f"in export {label}")
-        progress = _Progress(not args.no_progress)
         from .interrupt import run_interruptible
+        stopped: list[bool] = []
 
-        def run():
-            # Ctrl-C stops the emulated CPUs at once (not after the call).
-            return run_interruptible(
+        def stop():
+            # Ctrl-C stops the emulated CPUs at once (not after the call),
+            # and the repetitions after the one running.
+            stopped.append(True)
+            exe.backend.stop_workers(256)
+        progress = _Progress(not args.no_progress)
+        try:
+            run_interruptible(
                 lambda: exe.dispatch(export, args.workgroup_count, arrays,
                                      args.constant, workers=args.workers,
                                      timeout=left(), progress=progress),
-                lambda: exe.backend.stop_workers(256))
-        try:
-            run()
-            times = []
-            for _ in range(args.benchmark_repetitions or 0):
-                t0 = time.perf_counter()
-                run()
-                times.append(time.perf_counter() - t0)
+                stop)
         finally:
             progress.close()
+        seconds, count = getattr(args, "benchmark_min_time", None) or (0.0, 0)
+        count = max(count, args.benchmark_repetitions or 0)
+        times = np.empty(0)
+        if count or seconds:
+            left()
+            times = run_interruptible(
+                lambda: _repeat(exe, export, args, arrays, count, seconds,
+                                deadline, stopped), stop)
         where = (f"{exe.arch.name}, {backend_description(exe.backend)}, "
                  f"workers={exe.last_workers}")
         return times, where, label, exe.path
+
+
+def _repeat(exe, export, args, arrays, count: int, seconds: float,
+            deadline: float | None, stopped: list) -> np.ndarray:
+    """Dispatch at least ``count`` times and for at least ``seconds`` (at
+    most ``max(count, MAX_REPETITIONS)`` times when ``seconds`` is given),
+    each call
+    as the Python API makes it; returns the seconds of each repetition.
+
+    Between repetitions the loop checks for ``stopped`` (Ctrl-C) and the
+    ``deadline`` (``time.monotonic()``) of --timeout, which also bounds each
+    dispatch; a progress bar, if any, counts the whole run.
+
+    Raises:
+        DispatchTimeoutError: the deadline passed.
+        KeyboardInterrupt: ``stopped`` was set.
+    """
+    from array import array
+    from .errors import DispatchTimeoutError
+    clock = time.perf_counter
+    dispatch, wc, consts = exe.dispatch, args.workgroup_count, args.constant
+    workers = args.workers
+    limit = max(count, MAX_REPETITIONS) if seconds else max(count, 1)
+    unit = "dispatch" if not seconds else "ms"
+    progress = _Progress(not args.no_progress, unit)
+    stamps = array("d")
+    add = stamps.append
+    start = t = clock()
+    add(t)
+    # Every end is on the perf_counter clock.
+    until = start + seconds
+    report = start + 0.1 if progress.enabled else float("inf")
+    ends = (start + (deadline - time.monotonic()) if deadline is not None
+            else float("inf"))
+    n = 0
+    try:
+        while True:
+            if deadline is None:
+                dispatch(export, wc, arrays, consts, workers=workers)
+            else:
+                dispatch(export, wc, arrays, consts, workers=workers,
+                         timeout=max(ends - t, 1e-6))
+            t = clock()
+            add(t)
+            n += 1
+            if stopped:
+                raise KeyboardInterrupt
+            if (n >= count and t >= until) or n >= limit:
+                break
+            if t >= ends:
+                raise DispatchTimeoutError(
+                    f"the time limit of {args.timeout:g} s passed after {n} "
+                    "repetitions", name=args.file, field="timeout",
+                    value=args.timeout)
+            if t >= report:
+                report = t + 0.1
+                if seconds:
+                    progress(int((t - start) * 1e3), int(seconds * 1e3))
+                else:
+                    progress(n, count)
+    finally:
+        progress.close()
+    return np.diff(np.frombuffer(stamps, np.float64))
 
 
 def _diagnose(args, image, export) -> None:
@@ -641,11 +744,12 @@ def cmd_run(args) -> int:
         np.save(path, arrays[i])
     for i in shown:
         print(f"binding[{i}]: {format_buffer_view(arrays[i])}")
-    if times:
-        times.sort()
+    if len(times):
+        times = np.sort(times)
         print(f"dispatch time ({where}, {len(times)} repetitions): "
               f"min {times[0] * 1e6:.2f} us, median "
-              f"{times[len(times) // 2] * 1e6:.2f} us")
+              f"{times[len(times) // 2] * 1e6:.2f} us, mean "
+              f"{times.mean() * 1e6:.2f} us")
     return 0
 
 
