@@ -49,6 +49,7 @@ from .errors import HalCpuError
 from .vmfb import check_source
 
 __all__ = ["ModuleError", "add_parsers", "cmd_run_module", "cmd_plan",
+           "cmd_benchmark_module",
            "cmd_check_module", "parse_inputs", "format_plan", "format_result"]
 
 
@@ -81,8 +82,15 @@ def _count(text: str) -> int:
     return int(text)
 
 
-def _program_flags(p: argparse.ArgumentParser, all_arches: bool) -> None:
-    p.add_argument("program", help="MLIR program (any input iree-compile accepts)")
+def _program_flags(p: argparse.ArgumentParser, all_arches: bool,
+                   modules: bool = False) -> None:
+    if modules:
+        p.add_argument("program", nargs="?", default=None,
+                       help="the program: a compiled IREE module (.vmfb) or "
+                       "MLIR (any input iree-compile accepts); may also be "
+                       "given as the last --module")
+    else:
+        p.add_argument("program", help="MLIR program (any input iree-compile accepts)")
     p.add_argument("--function", help="public function to call (may be omitted "
                    "when the program has one)")
     p.add_argument("--input", action="append", default=[], metavar="SPEC",
@@ -95,11 +103,28 @@ def _program_flags(p: argparse.ArgumentParser, all_arches: bool) -> None:
     p.add_argument("--compile_flag", action="append", default=[], metavar="FLAG",
                    help="an extra iree-compile flag, e.g. "
                    "--compile_flag=--iree-execution-model=host-only (repeatable)")
-    p.add_argument("--module", action="append", default=[], metavar="SPEC",
-                   help="a host module the program imports: path.py[@create_fn]"
-                   "[?key=value&...] (create_fn(max_version, params), default "
-                   "create_module) or an installed entry point of group "
-                   "hal_cpu.host_modules; later ones win (repeatable)")
+    if modules:
+        p.add_argument("--module", action="append", default=[], metavar="FILE",
+                       help="a module, as iree-run-module takes it: a compiled "
+                       "module (.vmfb) or MLIR; modules link in order and the "
+                       "last one's function runs; a Python host module "
+                       "(.py) is also accepted here (repeatable)")
+        p.add_argument("--host_module", action="append", default=[],
+                       metavar="SPEC",
+                       help="a Python host module the program imports: "
+                       "path.py[@create_fn][?key=value&...] (create_fn("
+                       "max_version, params), default create_module) or an "
+                       "installed entry point of group hal_cpu.host_modules; "
+                       "later ones win (repeatable)")
+        p.add_argument("--device", default=None, metavar="URI",
+                       help="local-task (default: several host threads per "
+                       "dispatch) or local-sync (one), as IREE's tools")
+    else:
+        p.add_argument("--module", action="append", default=[], metavar="SPEC",
+                       help="a host module the program imports: path.py[@create_fn]"
+                       "[?key=value&...] (create_fn(max_version, params), default "
+                       "create_module) or an installed entry point of group "
+                       "hal_cpu.host_modules; later ones win (repeatable)")
     if all_arches:
         p.add_argument("--arch", type=_arch_or_all, metavar="ARCH",
                        help="architecture to compile for: "
@@ -120,10 +145,11 @@ def add_parsers(sub) -> None:
     from .cli import _add_cpu_flags, _positive, _seconds
     import elfloader
 
-    p = sub.add_parser("run-module", help="compile an MLIR program, run it "
-                       "through this runtime on any architecture and print the "
-                       "results as iree-run-module does")
-    _program_flags(p, all_arches=False)
+    p = sub.add_parser("run-module", help="run a compiled IREE module (.vmfb) "
+                       "or an MLIR program (compiled first) through this "
+                       "runtime on any architecture and print the results as "
+                       "iree-run-module does")
+    _program_flags(p, all_arches=False, modules=True)
     p.add_argument("--backend", choices=elfloader.backend.KINDS, default="auto",
                    help="native (host architecture only), emulated, or auto "
                    "(native when --arch is the host's; default)")
@@ -180,16 +206,23 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("check-module", help="run every public function of a "
                        "test program with IREE's check ops, as iree-check-module "
                        "does, on any architecture")
-    p.add_argument("program", help="MLIR test program (functions without "
-                   "arguments calling check.expect_*)")
+    p.add_argument("program", nargs="?", default=None,
+                   help="test program: a compiled module (.vmfb) or MLIR "
+                   "(functions without arguments calling check.expect_*); "
+                   "may also be given as the last --module")
     p.add_argument("--function", action="append", default=[],
                    help="run only this function (repeatable; default: all public ones)")
     p.add_argument("--cache_dir", metavar="DIR", help="where compiled programs "
                    "are kept (as run-module)")
     p.add_argument("--compile_flag", action="append", default=[], metavar="FLAG",
                    help="an extra iree-compile flag (repeatable)")
-    p.add_argument("--module", action="append", default=[], metavar="SPEC",
-                   help="a host module the program imports (as run-module)")
+    p.add_argument("--module", action="append", default=[], metavar="FILE",
+                   help="a module (.vmfb or MLIR; the last one is tested) or a "
+                   "Python host module (.py), as run-module (repeatable)")
+    p.add_argument("--host_module", action="append", default=[], metavar="SPEC",
+                   help="a Python host module the program imports (as run-module)")
+    p.add_argument("--device", default=None, metavar="URI",
+                   help="local-task or local-sync, as IREE's tools")
     from .cli import _arch
     p.add_argument("--arch", type=_arch, metavar="ARCH",
                    help="architecture to compile for and run (default: this machine's)")
@@ -200,6 +233,46 @@ def add_parsers(sub) -> None:
     p.add_argument("--workers", type=_positive, default=None,
                    help="host threads running workgroups")
     _add_cpu_flags(p)
+
+    p = sub.add_parser("benchmark-module", help="time calls of a function of "
+                       "a compiled module (.vmfb) or MLIR program loaded once, "
+                       "as iree-benchmark-module does, on any architecture")
+    _program_flags(p, all_arches=False, modules=True)
+    p.add_argument("--backend", choices=elfloader.backend.KINDS, default="auto",
+                   help="native, emulated, or auto (default)")
+    p.add_argument("--executable_plugin", action="append", default=[],
+                   metavar="SPEC", help="plugin resolving the executables' "
+                   "imports (repeatable)")
+    p.add_argument("--workers", type=_positive, default=None,
+                   help="host threads running workgroups")
+    p.add_argument("--benchmark_repetitions", type=_positive, default=None,
+                   metavar="N", help="time N calls (default: as many as "
+                   "--benchmark_min_time allows)")
+    p.add_argument("--benchmark_min_time", type=_min_time, default=None,
+                   metavar="T", help="call for at least T seconds (0.5, 0.5s) "
+                   "or exactly N times (100x); default 0.5s")
+    p.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+                   help="stop after S seconds in all")
+    _add_cpu_flags(p)
+
+
+def _min_time(text: str):
+    """``--benchmark_min_time``: seconds (``0.5``, ``0.5s``) -> float, or an
+    iteration count (``100x``) -> int."""
+    t = text.strip()
+    try:
+        if t.endswith("x"):
+            n = int(t[:-1])
+            if n > 0:
+                return n
+        else:
+            v = float(t[:-1] if t.endswith("s") else t)
+            if v > 0 and v == v and v != float("inf"):
+                return v
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected seconds (0.5, 0.5s) or a count "
+                                     f"(100x); got {text!r}")
 
 
 # ---------------------------------------------------------------------------
@@ -448,7 +521,13 @@ def _check_failures(run, program: str) -> None:
 def cmd_run_module(args) -> int:
     """``hal-cpu run-module``: see the module docstring."""
     from .cli import _Progress
-    program = args.program
+    from . import vmfb
+    programs, hosts = _split_modules(args)
+    if any(vmfb.is_module_file(p) for p in programs) or len(programs) > 1:
+        files, arch = _vm_files(args, programs)
+        return _vm_run_module(args, files, hosts, arch)
+    program = args.program = programs[0]
+    args.module = hosts
     check_source(program)
     arch = args.arch or arches.host_arch()
     compiled = compile_for(program, arch, _cache_dir(args), args.compile_flag,
@@ -858,7 +937,13 @@ def cmd_check_module(args) -> int:
     line each: ``PASS @f`` or ``FAIL @f`` followed by IREE's messages for the
     failed expectations, indented; exit status 1 when any function fails."""
     from .iree import EvaluationError, load_program
-    program = args.program
+    from . import vmfb
+    programs, hosts = _split_modules(args)
+    if any(vmfb.is_module_file(p) for p in programs) or len(programs) > 1:
+        files, arch = _vm_files(args, programs)
+        return _vm_check_module(args, files, hosts, arch)
+    program = args.program = programs[0]
+    args.module = hosts
     check_source(program)
     arch = args.arch or arches.host_arch()
     compiled = compile_for(program, arch, _cache_dir(args), args.compile_flag,
@@ -916,3 +1001,234 @@ def _save(plans, directory: Path, bundle: bool) -> dict:
                 target.write_bytes(so.read_bytes())
                 out[so] = (target, None)
     return out
+
+
+# ---------------------------------------------------------------------------
+# compiled modules (.vmfb): the VM path
+
+def _is_host_spec(spec: str) -> bool:
+    """Whether a ``--module`` value names a Python host module (a ``.py``
+    file, with ``@create_fn`` / ``?params``) or an installed entry point,
+    rather than a program file."""
+    path = spec.partition("?")[0].partition("@")[0]
+    if path.endswith(".py"):
+        return True
+    return not os.path.exists(path) and "/" not in path and "." not in path
+
+
+def _split_modules(args) -> tuple[list[str], list[str]]:
+    """``(program files in link order, host module specs)`` from the
+    positional program, ``--module`` and ``--host_module``."""
+    programs, hosts = [], []
+    for spec in getattr(args, "module", []) or []:
+        (hosts if _is_host_spec(spec) else programs).append(spec)
+    hosts += getattr(args, "host_module", []) or []
+    if args.program is not None:
+        programs.append(args.program)
+    if not programs:
+        # a usage error, as argparse reports a missing argument
+        print(f"usage: hal-cpu {args.command} [program] [--module=FILE ...] ...\n"
+              f"hal-cpu {args.command}: error: no program: pass a .vmfb or "
+              "MLIR file, or --module=FILE", file=sys.stderr)
+        raise SystemExit(2)
+    return programs, hosts
+
+
+def _workers(args) -> int | None:
+    device = getattr(args, "device", None)
+    if device not in (None, "local-task", "local-sync", "local"):
+        raise ModuleError("this runtime runs on the local CPU: use local-task "
+                          "or local-sync", field="--device", value=device)
+    if args.workers is not None:
+        return args.workers
+    return 1 if device == "local-sync" else None
+
+
+def _vm_files(args, programs: Sequence[str]) -> tuple[list[str], str | None]:
+    """The ``.vmfb`` files to link (MLIR programs compiled first, for
+    ``--arch`` or this machine) and the architecture asked for."""
+    from . import vmfb
+    arch = args.arch
+    files = []
+    for p in programs:
+        if vmfb.is_module_file(p):
+            files.append(p)
+            continue
+        check_source(p)
+        compiled = compile_for(p, arch or arches.host_arch(), _cache_dir(args),
+                               getattr(args, "compile_flag", []),
+                               getattr(args, "cpu", None))
+        files.append(str(compiled.vmfb))
+        arch = arch or compiled.arch
+    return files, arch
+
+
+@contextlib.contextmanager
+def _vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | None):
+    """Load and link the modules; closes them on exit."""
+    from .iree import load_module_spec
+    from .vm import load_program
+    from .vm.module_def import read_module
+    from .vm.program import module_arch
+    host_modules = [load_module_spec(s) for s in hosts]
+    if arch is None:
+        arch = module_arch(read_module(files[-1])) or arches.host_arch()
+    emulation = emulation_options(args)
+    with contextlib.ExitStack() as stack:
+        plugins = None
+        if args.executable_plugin or emulation:
+            from .plugins import PluginManager
+            plugins = stack.enter_context(PluginManager.from_specs(
+                args.executable_plugin, arch=arch, backend=args.backend,
+                timeout=_load_limit(args), **emulation))
+        program = stack.enter_context(load_program(
+            files, arch=arch, backend=args.backend, plugins=plugins,
+            workers=_workers(args), host_modules=host_modules))
+        yield program
+
+
+def _vm_inputs(fn, specs: Sequence[str], label: str) -> list:
+    """A function's arguments from ``--input`` specs, by its calling
+    convention: numpy arrays for refs, ints / floats for scalars."""
+    if len(specs) != len(fn.arg_types):
+        raise ModuleError(f"@{fn.name} takes {len(fn.arg_types)} inputs "
+                          f"({fn.declaration or fn.cconv}); {len(specs)} "
+                          "--input given", name=label, field="--input",
+                          value=len(specs))
+    values = []
+    names = {"i": "i32", "I": "i64", "f": "f32", "F": "f64"}
+    for i, (ty, spec) in enumerate(zip(fn.arg_types, specs)):
+        if ty == "r":
+            values.append(parse_binding(spec))
+        elif ty in names:
+            values.append(_scalar(spec, names[ty], i, label))
+        else:
+            raise ModuleError(f"argument {i} of @{fn.name} has type {ty}, which "
+                              "--input cannot give", name=label, field="--input",
+                              value=spec)
+    return values
+
+
+def _vm_result_type(value) -> str:
+    return "hal.buffer_view" if isinstance(value, np.ndarray) else type(value).__name__
+
+
+def _vm_run_module(args, files, hosts, arch) -> int:
+    label = files[-1]
+    _check_outputs(args.output, label)
+
+    def run(_note):
+        with _vm_program(args, files, hosts, arch) as program:
+            fn = program.function(args.function)
+            inputs = _vm_inputs(fn, args.input, label)
+            if args.output and len(args.output) != len(fn.result_types):
+                raise ModuleError(f"{len(args.output)} --output given; @{fn.name} "
+                                  f"has {len(fn.result_types)} results", name=label,
+                                  field="--output", value=len(args.output))
+            announced = []
+            if hosts:
+                print(f"EXEC @{fn.name}", flush=True)
+                announced.append(True)
+            results = fn(*inputs)
+            failures = program.take_failures()
+            return (fn.name, [r if isinstance(r, (np.ndarray, np.generic)) else
+                              _vm_result_type(r) for r in results],
+                    failures, bool(announced))
+
+    import elfloader
+    native = arch is not None and _runs_natively(
+        args.backend, elfloader.arch.by_name(arch), emulation_options(args))
+    if native and not hosts and hasattr(os, "fork"):
+        from .isolate import run_in_child
+        name, results, failures, announced = run_in_child(
+            run, name=label, timeout=args.timeout and args.timeout + KILL_GRACE)
+    else:
+        name, results, failures, announced = run(None)
+    if not announced:
+        print(f"EXEC @{name}")
+    limit = args.output_max_element_count
+    if args.output:
+        for spec, array in zip(args.output, results):
+            _write_output(spec, array, limit)
+    else:
+        for i, value in enumerate(results):
+            print(f"result[{i}]: {format_result(value, str(value), limit)}")
+    if failures:
+        for text in failures:
+            print(f"check failed: {text}", file=sys.stderr)
+        raise ModuleError(f"{len(failures)} check expectation(s) failed in "
+                          f"@{name}", name=label, field="check", value=len(failures))
+    return 0
+
+
+def _vm_check_module(args, files, hosts, arch) -> int:
+    from .vm.refs import VmError
+    from .iree import EvaluationError
+    label = files[-1]
+    failed = 0
+    with _vm_program(args, files, hosts, arch) as program:
+        names = [f.lstrip("@") for f in args.function] or list(program.functions)
+        fns = [program.function(f) for f in names]
+        for fn in fns:
+            if fn.arg_types:
+                print(f"SKIP @{fn.name} (takes arguments)")
+                continue
+            try:
+                fn()
+                messages = program.take_failures()
+            except (VmError, EvaluationError) as exc:
+                program.take_failures()
+                messages = [f"error: {exc}"]
+            if messages:
+                failed += 1
+                print(f"FAIL @{fn.name}")
+                for text in messages:
+                    print("    " + text.replace("\n", "\n    "))
+            else:
+                print(f"PASS @{fn.name}")
+        print(f"{len(fns) - failed} of {len(fns)} functions passed ({program.arch})")
+    return 1 if failed else 0
+
+
+def cmd_benchmark_module(args) -> int:
+    """``hal-cpu benchmark-module``: load the program once, call the function
+    repeatedly and print min / median / mean per call, as
+    ``iree-benchmark-module`` measures (the first call is a warm-up and not
+    counted)."""
+    import time
+    programs, hosts = _split_modules(args)
+    files, arch = _vm_files(args, programs)
+    label = files[-1]
+    min_time = args.benchmark_min_time
+    reps = args.benchmark_repetitions
+    if isinstance(min_time, int):
+        reps, min_time = min_time, None
+    if reps is None and min_time is None:
+        min_time = 0.5
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    with _vm_program(args, files, hosts, arch) as program:
+        fn = program.function(args.function)
+        inputs = _vm_inputs(fn, args.input, label)
+        fn(*inputs)
+        times: list[float] = []
+        perf = time.perf_counter
+        start = perf()
+        while True:
+            t0 = perf()
+            fn(*inputs)
+            t1 = perf()
+            times.append(t1 - t0)
+            if reps is not None and len(times) >= reps:
+                break
+            if min_time is not None and t1 - start >= min_time and reps is None:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                break
+        where = f"{program.arch}, {program.hal.describe() if hasattr(program.hal, 'describe') else args.backend}"
+    times.sort()
+    n = len(times)
+    mean = sum(times) / n
+    print(f"BM_{fn.name} ({where}): {n} calls")
+    print(f"  per call: min {times[0] * 1e6:.2f} us, median "
+          f"{times[n // 2] * 1e6:.2f} us, mean {mean * 1e6:.2f} us")
+    return 0

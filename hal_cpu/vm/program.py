@@ -1,0 +1,587 @@
+"""Programs of VM modules: link once, call many.
+
+:func:`load_program` reads one or more ``.vmfb`` files, links them as
+IREE's VM context does and returns a :class:`Program` whose functions take
+and return numpy arrays::
+
+    >>> from hal_cpu.vm import load_program                     # doctest: +SKIP
+    >>> with load_program("mlp.vmfb") as prog:                  # doctest: +SKIP
+    ...     (probs,) = prog("predict", x)
+
+Linking rules (those of IREE's VM context, ``runtime/src/iree/vm/context.c``):
+
+* modules are registered in order: the ``hal`` module first, then the
+  built-in ``check`` module, the host modules, and the bytecode modules in
+  the order given; a module's imports resolve against the modules
+  registered before it, newest registration first;
+* an import is ``<module>.<function>``; an optional import (``?`` in
+  ``iree-dump-module``'s listing, e.g. a ``vm.fallback``) that nothing
+  provides is left unresolved and the program takes its fallback path; any
+  other missing import is a :class:`LinkError` naming it before anything
+  runs;
+* a bytecode module's export called through an import must have the
+  import's calling convention (:class:`LinkError` otherwise);
+* a module dependency (``hal, version >= 7``) needs a registered module of
+  that name and at least that version;
+* each bytecode module's ``__init`` runs once, when it is linked, and its
+  ``__deinit`` when the program closes.
+
+Host modules are :class:`hal_cpu.iree.HostModule` objects (or anything with
+``name``, ``functions`` and optionally ``types`` and ``version``); their
+functions see ``!hal.buffer_view`` arguments as numpy arrays, ``!vm.buffer``
+as :class:`bytes`, other refs as the objects themselves, and may return
+numpy arrays where a buffer view is expected.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from fatelf import arches
+
+from .refs import VmBuffer, VmError, VmStatusError
+
+__all__ = ["LinkError", "Program", "Function", "load_program", "module_arch",
+           "parse_cconv"]
+
+
+class LinkError(VmError):
+    """Modules that cannot be linked: a required import no module provides,
+    a calling convention that differs between an import and the export it
+    resolves to, a dependency missing or too old, a ref type no module
+    declares."""
+
+
+def parse_cconv(cconv: str) -> tuple[str, str]:
+    """``(argument types, result types)`` of a calling convention string
+    such as ``0rrIiiiICiDCiirIID_v`` (variadic segments kept as
+    ``C...D``; ``v`` is no result).
+
+    Raises:
+        ValueError: not a version-0 calling convention.
+    """
+    if not cconv.startswith("0") or "_" not in cconv:
+        raise ValueError(f"calling convention {cconv!r}")
+    args, _, results = cconv[1:].partition("_")
+    return ("" if args == "v" else args), ("" if results == "v" else results)
+
+
+def _split_types(types: str) -> list[str]:
+    """``"rIC iD"`` -> ``["r", "I", "CiD"]``: one entry per argument."""
+    out, i = [], 0
+    while i < len(types):
+        if types[i] == "C":
+            j = types.index("D", i)
+            out.append(types[i:j + 1])
+            i = j + 1
+        else:
+            out.append(types[i])
+            i += 1
+    return out
+
+
+def module_arch(mdef) -> str | None:
+    """The architecture (our canonical name) of the executables a module
+    embeds, from its ``embedded-elf-<arch>`` format strings; None when it
+    names none. The first such string wins."""
+    prefix = b"embedded-elf-"
+    for seg in mdef.rodata:
+        if seg.size > 64:
+            continue
+        data = bytes(mdef.rodata_bytes(seg.index))
+        if data.startswith(prefix):
+            try:
+                return arches.lookup(data[len(prefix):].decode("ascii")).name
+            except Exception:
+                continue
+    return None
+
+
+# ---------------------------------------------------------------------------
+# modules in a context
+
+class _Linked:
+    """A module registered in a program: ``name``, ``version`` and
+    ``exports`` (function name without the module prefix ->
+    ``(cconv or None, callable)``; None when any convention is taken)."""
+
+    def __init__(self, name: str, version: int, exports: dict, types=()):
+        self.name, self.version, self.exports = name, version, exports
+        self.types = set(types)
+
+
+def _hal_linked(hal) -> _Linked:
+    exports = {}
+    for full, (cconv, fn) in hal.exports.items():
+        exports[full.split(".", 1)[1] if full.startswith("hal.") else full] = (cconv, fn)
+    return _Linked("hal", int(getattr(hal, "version", 0)), exports)
+
+
+def _to_host(hal, value):
+    """A VM value as a host module sees it."""
+    if value is None or isinstance(value, (int, float)):
+        return value
+    if isinstance(value, VmBuffer):
+        return value.bytes()
+    if getattr(value, "vm_type", None) == "!hal.buffer_view":
+        return hal.to_numpy(value)
+    return value
+
+
+def _from_host(hal, value, ty: str, what: str):
+    if ty in "iI":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise _host_error(f"{what} is {value!r}; expected an integer")
+        bits = 32 if ty == "i" else 64
+        v = int(value) & ((1 << bits) - 1)
+        return v - (1 << bits) if v >> (bits - 1) else v
+    if ty in "fF":
+        if not isinstance(value, (int, float, np.integer, np.floating)):
+            raise _host_error(f"{what} is {value!r}; expected a number")
+        return float(np.float32(value)) if ty == "f" else float(value)
+    if isinstance(value, np.ndarray):
+        return hal.wrap_input(value)
+    if isinstance(value, (bytes, bytearray)):
+        return VmBuffer(bytes(value), True, what)
+    return value
+
+
+def _host_error(message: str):
+    from ..iree.host_modules import HostCallError
+    return HostCallError(message)
+
+
+def _host_linked(module, hal) -> _Linked:
+    """A Python host module as a registered module: each function adapted to
+    the VM calling convention when an import links to it."""
+    name = getattr(module, "name", None)
+    functions = getattr(module, "functions", None)
+    if not isinstance(name, str) or not name:
+        raise LinkError(f"host module {module!r} has no name", field="module",
+                        value=repr(module))
+    if not isinstance(functions, Mapping):
+        raise LinkError(f"host module '{name}': 'functions' is "
+                        f"{type(functions).__name__}, not a mapping of names to "
+                        "callables", name=name, field="functions",
+                        value=type(functions).__name__)
+    exports = {}
+    drops_device = name == "check"
+    for fname, fn in functions.items():
+        if not callable(fn):
+            raise LinkError(f"host module '{name}': function '{fname}' is "
+                            f"{fn!r}, not callable", name=name, field="functions",
+                            value=fname)
+        exports[fname] = (None, _HostFunction(name, fname, fn, hal,
+                                              drops_device))
+    types = {f"!{t}" for t in (getattr(module, "types", None) or {})}
+    try:
+        version = int(getattr(module, "version", 0) or 0)
+    except (TypeError, ValueError):
+        raise LinkError(f"host module '{name}': version is "
+                        f"{getattr(module, 'version', None)!r}", name=name,
+                        field="version", value=repr(getattr(module, "version", None))) from None
+    return _Linked(name, version, exports, types)
+
+
+class _HostFunction:
+    """A host function, called through an import of calling convention
+    ``cconv`` (bound by :meth:`bind`)."""
+
+    def __init__(self, module: str, name: str, fn, hal, drops_device: bool):
+        self.module, self.name, self.fn, self.hal = module, name, fn, hal
+        self.drops_device = drops_device
+
+    def bind(self, cconv: str) -> Callable:
+        args, results = parse_cconv(cconv)
+        results = _split_types(results)
+        fn, hal, label = self.fn, self.hal, f"{self.module}.{self.name}"
+        skip = 1 if (self.drops_device and args.startswith("r")
+                     and self.name != "expect_true" and self.name != "expect_false") else 0
+
+        def call(*vm_args):
+            host_args = [_to_host(hal, a) for a in vm_args[skip:]]
+            try:
+                out = fn(*host_args)
+            except VmError:
+                raise
+            except Exception as e:
+                from ..iree.errors import EvaluationError
+                if isinstance(e, EvaluationError):
+                    raise
+                raise _host_error(f"@{label} failed: {type(e).__name__}: {e}") from None
+            if not results:
+                return None
+            if len(results) == 1:
+                return _from_host(hal, out, results[0], f"the result of @{label}")
+            if not isinstance(out, (tuple, list)) or len(out) != len(results):
+                raise _host_error(f"@{label} returned {out!r}; it must return "
+                                  f"{len(results)} values")
+            return tuple(_from_host(hal, v, t, f"result {i} of @{label}")
+                         for i, (v, t) in enumerate(zip(out, results)))
+        call.__name__ = label
+        return call
+
+
+# ---------------------------------------------------------------------------
+# bytecode modules
+
+class _BytecodeModule:
+    """A linked bytecode module: its definition, environment and translated
+    functions."""
+
+    def __init__(self, mdef, env, label: str):
+        self.mdef, self.env, self.label = mdef, env, label
+        self.exports = {e.name: e for e in mdef.exports}
+
+    def linked(self) -> _Linked:
+        ex = {}
+        for name, e in self.exports.items():
+            fn = self.env.functions[e.function]
+            ex[name] = (e.cconv or self.mdef.functions[e.function].cconv, fn)
+        return _Linked(self.mdef.name, self.mdef.version, ex, self.mdef.types)
+
+
+def _resolve(imp, registered: list[_Linked], label: str):
+    module, _, fname = imp.name.partition(".")
+    for reg in reversed(registered):
+        if reg.name != module or fname not in reg.exports:
+            continue
+        cconv, fn = reg.exports[fname]
+        if isinstance(fn, _HostFunction):
+            return fn.bind(imp.cconv)
+        if cconv is not None and cconv != imp.cconv:
+            raise LinkError(f"import @{imp.name} has calling convention "
+                            f"{imp.cconv}, but module '{reg.name}' exports it as "
+                            f"{cconv}", name=label, field=f"import {imp.name}",
+                            value=cconv)
+        return fn
+    if imp.optional:
+        return None
+    have = ", ".join(sorted({r.name for r in registered})) or "none"
+    raise LinkError(f"the program imports @{imp.name}, which no registered module "
+                    f"provides (modules: {have})"
+                    + ("" if module in {r.name for r in registered} else
+                       f"; register a host module named '{module}' with "
+                       f"function '{fname}'"),
+                    name=label, field="import", value=imp.name)
+
+
+def _check_dependencies(mdef, registered: list[_Linked], label: str) -> None:
+    for dep in mdef.dependencies:
+        found = [r for r in registered if r.name == dep.name]
+        if not found:
+            if dep.optional:
+                continue
+            raise LinkError(f"the program needs module '{dep.name}' (version >= "
+                            f"{dep.minimum_version}), which is not registered",
+                            name=label, field="dependency", value=dep.name)
+        newest = found[-1]
+        if newest.version < dep.minimum_version and not dep.optional:
+            raise LinkError(f"the program needs module '{dep.name}' version >= "
+                            f"{dep.minimum_version}; the registered one is "
+                            f"version {newest.version}", name=label,
+                            field="dependency", value=newest.version)
+
+
+def _check_types(mdef, registered: list[_Linked], label: str) -> None:
+    known = set()
+    for r in registered:
+        known |= r.types
+    for ty in mdef.types:
+        if not ty.startswith("!") or ty.startswith(("!hal.", "!vm.", "!util.")):
+            continue
+        if ty not in known:
+            raise LinkError(f"the program uses type {ty}, which no registered "
+                            "module declares", name=label, field="type", value=ty)
+
+
+def _link_bytecode(mdef, registered: list[_Linked], label: str) -> _BytecodeModule:
+    from . import translate as tr
+    _check_dependencies(mdef, registered, label)
+    _check_types(mdef, registered, label)
+    env = tr.Env()
+    env.imports = [_resolve(imp, registered, label) for imp in mdef.imports]
+    env.rodata = [VmBuffer(mdef.rodata_bytes(seg.index), True, f"rodata[{seg.index}]")
+                  for seg in mdef.rodata]
+    env.global_bytes = bytearray(mdef.global_bytes)
+    env.global_refs = [None] * mdef.global_refs
+    env.types = list(mdef.types)
+    debug = mdef.debug
+    env.locate = (lambda f, off: debug.locate(f, off)) if debug is not None else (lambda f, off: None)
+    env.functions = [None] * len(mdef.functions)
+    for f in mdef.functions:
+        env.functions[f.ordinal] = tr.translate(f, mdef.function_bytecode(f.ordinal),
+                                                env, module_name=mdef.name)
+    return _BytecodeModule(mdef, env, label)
+
+
+# ---------------------------------------------------------------------------
+# the program
+
+class Function:
+    """A public function of a :class:`Program`: call it with one value per
+    argument (numpy arrays for tensors, ints and floats for scalars); it
+    returns a list of results (numpy arrays for tensors, numpy scalars for
+    scalars).
+
+    Attributes:
+        name: the export's name; cconv: its calling convention;
+        declaration: the source signature IREE records
+            (``iree.abi.declaration``), or None.
+    """
+
+    def __init__(self, program: "Program", name: str, cconv: str, fn: Callable,
+                 declaration: str | None):
+        self.program, self.name, self.cconv, self._fn = program, name, cconv, fn
+        self.declaration = declaration
+        args, results = parse_cconv(cconv)
+        self.arg_types = _split_types(args)
+        self.result_types = _split_types(results)
+
+    def __call__(self, *inputs) -> list:
+        program = self.program
+        if program._closed:
+            raise VmError("the program is closed", name=program.label,
+                          field="function", value=self.name)
+        if len(inputs) != len(self.arg_types):
+            raise TypeError(f"@{self.name} takes {len(self.arg_types)} arguments "
+                            f"({self.declaration or self.cconv}); got {len(inputs)}")
+        hal = program.hal
+        with program._lock:
+            args = [_argument(hal, v, t, i, self.name)
+                    for i, (v, t) in enumerate(zip(inputs, self.arg_types))]
+            out = self._fn(*args)
+            if len(self.result_types) == 1:
+                out = (out,)
+            elif not self.result_types:
+                out = ()
+            return [_result(hal, v, t) for v, t in zip(out, self.result_types)]
+
+    def __repr__(self) -> str:
+        return f"<function @{self.name} {self.declaration or self.cconv}>"
+
+
+def _argument(hal, value, ty: str, index: int, fname: str):
+    if ty == "r":
+        if getattr(value, "vm_type", None) is not None:
+            return value
+        if isinstance(value, (bytes, bytearray)):
+            return VmBuffer(bytes(value), True, f"argument {index}")
+        if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+            raise TypeError(f"argument {index} of @{fname} is a tensor; pass a numpy "
+                            f"array, not {type(value).__name__}")
+        return hal.wrap_input(np.asarray(value))
+    if hasattr(value, "shape") and np.ndim(value) != 0:
+        raise TypeError(f"argument {index} of @{fname} is a scalar ({ty}); got an "
+                        f"array of shape {np.shape(value)}")
+    if ty in "iI":
+        if isinstance(value, (float, np.floating)):
+            raise TypeError(f"argument {index} of @{fname} is an integer; got "
+                            f"{value!r}")
+        bits = 32 if ty == "i" else 64
+        v = int(value) & ((1 << bits) - 1)
+        return v - (1 << bits) if v >> (bits - 1) else v
+    if ty in "fF":
+        return float(np.float32(value)) if ty == "f" else float(value)
+    raise TypeError(f"argument {index} of @{fname} has type {ty!r}, which "
+                    "cannot be passed from Python")
+
+
+def _result(hal, value, ty: str):
+    if ty == "i":
+        return np.int32(value)
+    if ty == "I":
+        return np.int64(value)
+    if ty == "f":
+        return np.float32(value)
+    if ty == "F":
+        return np.float64(value)
+    if getattr(value, "vm_type", None) == "!hal.buffer_view":
+        return hal.to_numpy(value)
+    if isinstance(value, VmBuffer):
+        return value.bytes()
+    return value
+
+
+class Program:
+    """Linked VM modules ready to call; build with :func:`load_program`.
+
+    Attributes:
+        label: the main (last) module's file, for messages.
+        arch: the architecture its executables run as.
+        hal: the :class:`hal_cpu.vm.hal_module.HalModule` serving it.
+        functions: public function name -> :class:`Function` of the last
+            module (exports whose names start with ``__`` are left out).
+        modules: the module definitions, in registration order.
+
+    Thread-safe: calls are serialized. Close it (or use ``with``) to run
+    the modules' ``__deinit`` and unload the executables.
+    """
+
+    def __init__(self, mdefs: Sequence, labels: Sequence[str], hal,
+                 host_modules: Sequence = (), check: bool = True):
+        self.hal, self.label = hal, labels[-1]
+        self.arch = getattr(hal, "arch", None)
+        self.modules = list(mdefs)
+        self._lock = threading.RLock()
+        self._closed = False
+        self._bytecode: list[_BytecodeModule] = []
+        self.check = None
+        try:
+            registered = [_hal_linked(hal)]
+            if check:
+                from ..iree.check import CheckModule
+                self.check = CheckModule()
+                registered.append(_host_linked(self.check, hal))
+            for m in host_modules:
+                registered.append(_host_linked(m, hal))
+                if getattr(m, "name", None) == "check":
+                    self.check = m
+            for mdef, label in zip(mdefs, labels):
+                bc = _link_bytecode(mdef, registered, label)
+                self._bytecode.append(bc)
+                registered.append(bc.linked())
+                init = bc.exports.get("__init")
+                if init is not None:
+                    with self._lock:
+                        bc.env.functions[init.function]()
+        except BaseException:
+            self.close()
+            raise
+        main = self._bytecode[-1]
+        self.functions: dict[str, Function] = {}
+        for name, e in main.exports.items():
+            if name.startswith("__"):
+                continue
+            fdef = main.mdef.functions[e.function]
+            self.functions[name] = Function(
+                self, name, e.cconv or fdef.cconv, main.env.functions[e.function],
+                (e.attrs or {}).get("iree.abi.declaration"))
+
+    def function(self, name: str | None = None) -> Function:
+        """The public function ``name``; may be omitted when there is one.
+
+        Raises:
+            VmError: no such function (the message lists them), or none
+                named while several exist.
+        """
+        if name is None:
+            if len(self.functions) != 1:
+                raise VmError(f"the module has public functions "
+                              f"{', '.join(self.functions) or '(none)'}; name one",
+                              name=self.label, field="--function", value=None)
+            return next(iter(self.functions.values()))
+        fn = self.functions.get(name.lstrip("@"))
+        if fn is None:
+            raise VmError(f"no public function @{name.lstrip('@')}; the module has "
+                          f"{', '.join(self.functions) or '(none)'}",
+                          name=self.label, field="--function", value=name)
+        return fn
+
+    def __call__(self, name: str, *inputs) -> list:
+        """``program(name, *inputs)`` calls public function ``name``."""
+        return self.function(name)(*inputs)
+
+    def take_failures(self) -> list[str]:
+        """The ``check`` module's failed expectations since the last call of
+        this method."""
+        take = getattr(self.check, "take_failures", None)
+        return take() if take else []
+
+    def close(self) -> None:
+        """Run each module's ``__deinit`` (newest first) and unload the
+        executables; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for bc in reversed(self._bytecode):
+                deinit = bc.exports.get("__deinit")
+                if deinit is not None:
+                    with self._lock:
+                        bc.env.functions[deinit.function]()
+        finally:
+            self.hal.close()
+
+    def __enter__(self) -> "Program":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<program {self.label} ({self.arch}): "
+                f"{', '.join(self.functions) or 'no functions'}>")
+
+
+def load_program(paths, *, arch: str | None = None, backend: str = "auto",
+                 engine: str | None = None, cpu: str | None = None,
+                 plugins=None, workers: int | None = None,
+                 host_modules: Sequence = (), check: bool = True,
+                 fill_byte: int = 0) -> Program:
+    """Read, link and initialize VM modules once; call their functions many
+    times.
+
+    Args:
+        paths: a ``.vmfb`` path (or bytes), or a sequence of them in
+            registration order; the last one's public functions are the
+            program's.
+        arch: the architecture to run the executables as (name or alias);
+            default: the one the last module's executables name.
+        backend: ``auto`` (native when ``arch`` is this machine's),
+            ``native`` or ``emulated``.
+        engine, cpu: emulation engine and CPU profile (as
+            :class:`hal_cpu.Executable`).
+        plugins: a :class:`hal_cpu.plugins.PluginManager` resolving the
+            executables' imports.
+        workers: host threads per dispatch.
+        host_modules: Python host modules (:class:`hal_cpu.iree.HostModule`),
+            in registration order.
+        check: register the built-in ``check`` module.
+        fill_byte: initial value of allocated bytes.
+
+    Returns:
+        A :class:`Program` (close it, or use it in a ``with`` block).
+
+    Raises:
+        hal_cpu.vm.module_def.ModuleFormatError: a file that is not a valid
+            module (names the file and field).
+        LinkError: as the module docstring's rules.
+        VmStatusError: a module's ``__init`` failed (e.g. no executable
+            variant for ``arch``).
+        hal_cpu.vm.translate.UnsupportedOpError: an op this runtime does not
+            run (names the op and source line).
+    """
+    from .hal_module import HalModule
+    from .module_def import read_module
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        paths = [paths]
+    mdefs, labels = [], []
+    for p in paths:
+        label = "<bytes>" if isinstance(p, (bytes, bytearray)) else os.fspath(p)
+        mdefs.append(read_module(p, name=label))
+        labels.append(label)
+    if not mdefs:
+        raise VmError("no module to load", field="modules", value=0)
+    if arch is None:
+        for mdef in reversed(mdefs):
+            arch = module_arch(mdef)
+            if arch is not None:
+                break
+        if arch is None:
+            host = arches.host()
+            arch = host.name if host is not None else "x86_64"
+    else:
+        arch = arches.lookup(arch).name
+    hal = HalModule(arch=arch, backend=backend, engine=engine, cpu=cpu,
+                    plugins=plugins, workers=workers, fill_byte=fill_byte)
+    try:
+        return Program(mdefs, labels, hal, host_modules, check=check)
+    except BaseException:
+        hal.close()
+        raise
