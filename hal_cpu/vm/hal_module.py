@@ -93,6 +93,10 @@ DEVICE_ID = "local-task"
 
 #: Largest allocation a program may make, in bytes.
 MAX_ALLOCATION = 1 << 40
+#: Allocations up to this many bytes are carved from shared slabs of
+#: SLAB_BYTES (each chunk 64-byte aligned).
+SLAB_CHUNK_MAX = 1 << 14
+SLAB_BYTES = 1 << 18
 
 _STATUS_NAMES = {
     0: "OK", 1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT",
@@ -351,13 +355,15 @@ class CommandBuffer:
 
 
 class _Table:
-    """A submission's binding table, resolved: per slot the buffer, the
-    offset into it, the length and the host address of that offset."""
+    """A submission's binding table, resolved: ``entries`` as the program
+    gave them (buffer, offset, length), and per slot the length (lengths of
+    :data:`WHOLE` resolved; -1 for a null buffer) and the host address of
+    the slot's first byte."""
 
-    __slots__ = ("bufs", "offs", "lens", "addrs")
+    __slots__ = ("entries", "lens", "addrs")
 
-    def __init__(self, bufs, offs, lens, addrs):
-        self.bufs, self.offs, self.lens, self.addrs = bufs, offs, lens, addrs
+    def __init__(self, entries, lens, addrs):
+        self.entries, self.lens, self.addrs = entries, lens, addrs
 
 
 def _resolve(table: _Table | None, ref) -> tuple[Buffer, int, int]:
@@ -366,10 +372,10 @@ def _resolve(table: _Table | None, ref) -> tuple[Buffer, int, int]:
     slot, buf, off, length = ref
     if buf is not None:
         return buf, off, length
-    base = table.offs[slot]
+    buf, base, _ = table.entries[slot]
     if length == WHOLE:
         length = table.lens[slot] - off
-    return table.bufs[slot], base + off, length
+    return buf, base + off, length
 
 
 class Executable:
@@ -440,8 +446,8 @@ class Executable:
             kwargs = {}
             if module.workers is not None:
                 kwargs["workers"] = module.workers
-            if module.timeout:
-                kwargs["timeout"] = module.timeout
+            if module._timeout:
+                kwargs["timeout"] = module._timeout
             lib.dispatch(ordinal, grid, views, constants, **kwargs)
 
         if total == 0:
@@ -458,10 +464,23 @@ class Executable:
         if all(r[1] is None for r in refs):
             spec = tuple((r[0], r[2]) for r in refs)
 
-            def pointers(table):
-                a = table.addrs
-                return [a[s] + o for s, o in spec]
-        elif all(r[1] is not None for r in refs):
+            def run(table: _Table | None) -> None:
+                # (the common case: every binding from the table)
+                if module._slow or not acquire(False):
+                    return slow(table)
+                try:
+                    a = table.addrs
+                    write(wsize, grid, 1, constants, [a[s] + o for s, o in spec],
+                          lengths, total)
+                    ret = loop()
+                finally:
+                    release()
+                if ret:
+                    check_return(layout, ret, total, grid, label, path)
+                if layout.local_checks:
+                    layout.check_local(label, path)
+            return run
+        if all(r[1] is not None for r in refs):
             fixed = [r[1].address + r[2] for r in refs]
 
             def pointers(table):
@@ -475,8 +494,7 @@ class Executable:
                 return [o if s < 0 else a[s] + o for s, o in spec]
 
         def run(table: _Table | None) -> None:
-            if (me.closed or module.timeout or module._many_workers
-                    or not acquire(False)):
+            if module._slow or not acquire(False):
                 return slow(table)
             try:
                 write(wsize, grid, 1, constants, pointers(table), lengths, total)
@@ -534,20 +552,40 @@ class HalModule:
                                     or not isinstance(workers, int) or workers < 1):
             raise ValueError(f"{workers!r} is not a positive number of workers")
         self.workers = workers
+        # dispatches go through hal_cpu.Executable.dispatch (not the
+        # prepared layouts) when a time limit or several workers are asked
+        # for, or once the module is closed
         self._many_workers = workers is not None and workers > 1
+        self._slow = self._many_workers
         if not isinstance(fill_byte, int) or not 0 <= fill_byte <= 255:
             raise ValueError(f"fill_byte {fill_byte!r} is not a byte value")
         self.fill_byte = fill_byte
-        self.timeout: float | None = None
+        self._timeout: float | None = None
         self.device = Device(self)
         self.format = self.arch.iree_format
         self._executables: dict[tuple, tuple[VmBuffer, Executable]] = {}
         self._pool: dict[int, list[tuple[np.ndarray, int]]] = {}
+        self._slab_lock = threading.Lock()
+        self._slab = None
+        self._slab_address = 0
+        self._slab_used = SLAB_BYTES
         self._features = self._cpu_features()
         self._closed = False
         self.exports: dict[str, tuple[str, Callable]] = {
             "hal." + name: (cconv, getattr(self, method))
             for name, cconv, method in _EXPORTS}
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds each dispatch may take (None or 0: no limit)."""
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, value: float | None) -> None:
+        from ..library import check_timeout
+        check_timeout(value, "timeout", None)
+        self._timeout = value or None
+        self._slow = bool(value) or self._many_workers or self._closed
 
     # -- host side -----------------------------------------------------------
     def wrap_input(self, array) -> BufferView:
@@ -560,17 +598,16 @@ class HalModule:
             raise _status(INVALID_ARGUMENT, f"dtype {array.dtype} has no HAL "
                           "element type")
         shape = array.shape
-        storage = _arrays.empty(array.nbytes, np.uint8)
+        storage, address = self._new_storage(array.nbytes)
         np.copyto(storage.view(array.dtype).reshape(shape), array,
                   casting="no")
-        buf = Buffer(storage, storage.ctypes.data, MEMORY_TYPE_CPU,
-                     USAGE_CPU)
+        buf = Buffer(storage, address, MEMORY_TYPE_CPU, USAGE_CPU)
         return BufferView(buf, tuple((int(d),) for d in shape), code,
                           ENCODING_DENSE_ROW_MAJOR)
 
     def to_numpy(self, view) -> np.ndarray:
-        """A new (64-byte-aligned) numpy array of ``view``'s shape and element
-        type holding its data.
+        """A new numpy array of ``view``'s shape and element type holding its
+        data.
 
         Raises:
             VmStatusError: not a buffer view; an element type numpy has no
@@ -591,15 +628,14 @@ class HalModule:
             raise _status(OUT_OF_RANGE, f"buffer view {_format_shape(shape)}x"
                           f"{_element_type_name(view.element_type)} needs "
                           f"{nbytes} bytes; its buffer has {view.buffer.length}")
-        out = _arrays.empty(shape, dtype)
-        out.reshape(-1).view(np.uint8)[:] = view.buffer.array[:nbytes]
-        return out
+        return view.buffer.array[:nbytes].view(dtype).reshape(shape).copy()
 
     def close(self) -> None:
         """Unload every executable (closing again does nothing)."""
         if self._closed:
             return
         self._closed = True
+        self._slow = True
         entries, self._executables = self._executables, {}
         for _, exe in entries.values():
             exe.close()
@@ -638,13 +674,33 @@ class HalModule:
                           f"allocation of {size} bytes")
         free = self._pool.get(size)
         if free:
-            array, address = free.pop()
+            try:
+                array, address = free.pop()
+            except IndexError:      # (another thread took it)
+                array, address = self._new_storage(size)
         else:
-            array = _arrays.empty(size, np.uint8)
-            address = array.ctypes.data
+            array, address = self._new_storage(size)
         array.fill(self.fill_byte)
         return Buffer(array, address, (memory_type & ~MEMORY_TYPE_OPTIMAL)
                       | MEMORY_TYPE_CPU, _u32(usage) | USAGE_CPU, None, pooled)
+
+    def _new_storage(self, size: int) -> tuple[np.ndarray, int]:
+        """Uninitialized 64-byte-aligned bytes and their address: small
+        sizes carved from a slab (several allocations share one
+        :func:`hal_cpu.arrays.empty` array, freed when none is used), large
+        ones an array each."""
+        if size > SLAB_CHUNK_MAX:
+            array = _arrays.empty(size, np.uint8)
+            return array, array.ctypes.data
+        step = (size + 63) & ~63 or 64
+        with self._slab_lock:
+            at = self._slab_used
+            if at + step > SLAB_BYTES:
+                slab = _arrays.empty(SLAB_BYTES, np.uint8)
+                self._slab, self._slab_address = slab, slab.ctypes.data
+                at = 0
+            self._slab_used = at + step
+            return self._slab[at:at + size], self._slab_address + at
 
     def _release(self, buf: Buffer) -> None:
         root = buf.root
@@ -657,7 +713,8 @@ class HalModule:
     def _queue(self, wait, signal, fn: Callable, *args) -> None:
         """Run ``fn(*args)`` once ``wait`` is reached, then signal
         ``signal``; failures of ``wait`` pass to ``signal``."""
-        if wait is not None:
+        if wait is not None and not (type(wait) is Fence and wait.parts is None
+                                     and wait.code == 0):
             if type(wait) is not Fence:
                 raise _bad_ref(wait, Fence, "wait fence")
             state = _fence_state(wait)
@@ -1331,33 +1388,52 @@ class HalModule:
             raise _bad_ref(device, Device, what)
         if type(cb) is not CommandBuffer:
             raise _bad_ref(cb, CommandBuffer, what)
-        bufs, offs, lens, addrs = [], [], [], []
-        for i, (buf, off, n) in enumerate(table):
-            if buf is None:
-                bufs.append(None)
-                offs.append(0)
+        lens, addrs = [], []
+        for buf, off, n in table:
+            if type(buf) is Buffer:
+                total = buf.length
+                if n == WHOLE:
+                    n = total - off
+                if off < 0 or n < 0 or off + n > total:
+                    self._table_error(what, table, len(lens))
+                lens.append(n)
+                addrs.append(buf.address + off)
+            elif buf is None:
                 lens.append(-1)
                 addrs.append(0)
-                continue
-            if type(buf) is not Buffer:
-                raise _bad_ref(buf, Buffer, f"{what} binding table slot {i}")
-            total = buf.length
-            if n == WHOLE:
-                n = total - off
-            if off < 0 or n < 0 or off + n > total:
-                raise _status(OUT_OF_RANGE, f"{what}: binding table slot {i}: "
-                              f"byte range [{off}, {off + n}) lies outside the "
-                              f"{total}-byte buffer")
-            bufs.append(buf)
-            offs.append(off)
-            lens.append(n)
-            addrs.append(buf.address + off)
+            else:
+                self._table_error(what, table, len(lens))
         count = len(lens)
         for slot, reach in cb.need.items():
             if slot >= count or lens[slot] < reach:
                 self._slot_error(what, slot, reach, count, lens)
-        self._queue(wait, signal, _execute, cb.commands,
-                    _Table(bufs, offs, lens, addrs))
+        tab = _Table(table, lens, addrs)
+        if (wait is None or (type(wait) is Fence and wait.parts is None
+                             and wait.code == 0)) and type(signal) is Fence:
+            # (the usual case, without _queue's checks)
+            try:
+                for cmd in cb.commands:
+                    cmd(tab)
+            except VmStatusError as exc:
+                _fail_fence(signal, exc.code, exc.message)
+                raise
+            except BaseException as exc:
+                _fail_fence(signal, INTERNAL, str(exc))
+                raise
+            _signal_fence(signal)
+            return
+        self._queue(wait, signal, _execute, cb.commands, tab)
+
+    @staticmethod
+    def _table_error(what: str, table, i: int) -> None:
+        buf, off, n = table[i]
+        if type(buf) is not Buffer:
+            raise _bad_ref(buf, Buffer, f"{what} binding table slot {i}")
+        total = buf.length
+        if n == WHOLE:
+            n = total - off
+        raise _status(OUT_OF_RANGE, f"{what}: binding table slot {i}: byte range "
+                      f"[{off}, {off + n}) lies outside the {total}-byte buffer")
 
     @staticmethod
     def _slot_error(what: str, slot: int, reach: int, count: int, lens) -> None:
