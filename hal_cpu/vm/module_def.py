@@ -17,8 +17,8 @@ Layout facts used here:
 
 * a ``.vmfb`` is a ZIP archive of stored members; its first member is
   ``module.fb``, a size-prefixed FlatBuffer (4-byte length, then the
-  FlatBuffer, file identifier ``IREE``). A bare ``module.fb`` (starting
-  with the size prefix and ``IREE`` at bytes 4-8) is read the same way.
+  FlatBuffer: root offset, file identifier ``IREE``). A bare ``module.fb``
+  (``IREE`` at bytes 8-12) is read the same way.
 * large read-only data segments are not inside the FlatBuffer: a segment
   with ``external_data_offset``/``external_data_length`` lies at
   ``align_up(end of the FlatBuffer in the file, 64) + external_data_offset``
@@ -217,8 +217,14 @@ class DebugInfo:
     """The module's debug database: source locations of bytecode offsets.
 
     Attributes:
-        function_names: the original name of each internal function that
-            has a source map (``None`` where it has none).
+        function_names: per internal function (ordinal order), the name of
+            its source map (``None`` where it has none).
+
+    A source map is the function's of the same index, as the schema says,
+    unless its name is the name of exactly one export: iree-compile 3.x
+    writes every function's map at index 0, where the last one encoded
+    stays (the module initializer's, ``__init``), so the name tells which
+    function it describes.
     """
     function_names: tuple
     _table: tuple = field(repr=False, compare=False, default=())
@@ -397,14 +403,14 @@ class _Fb:
         soff = self.get("i32", pos, field_)
         vt = pos - soff
         if vt < 0 or vt % 2 or vt + 4 > self.size:
-            self.fail(field_ + ".vtable", f"vtable at {vt} lies outside the FlatBuffer", vt)
-        vt_size = self.get("u16", vt, field_ + ".vtable")
-        t_size = self.get("u16", vt + 2, field_ + ".vtable")
+            self.fail(_join(field_, "vtable"), f"vtable at {vt} lies outside the FlatBuffer", vt)
+        vt_size = self.get("u16", vt, _join(field_, "vtable"))
+        t_size = self.get("u16", vt + 2, _join(field_, "vtable"))
         if vt_size < 4 or vt_size % 2 or vt + vt_size > self.size:
-            self.fail(field_ + ".vtable", f"vtable size {vt_size} at {vt} is invalid",
+            self.fail(_join(field_, "vtable"), f"vtable size {vt_size} at {vt} is invalid",
                       vt_size)
         if t_size < 4 or pos + t_size > self.size:
-            self.fail(field_ + ".vtable", f"table size {t_size} at {pos} runs past the "
+            self.fail(_join(field_, "vtable"), f"table size {t_size} at {pos} runs past the "
                       "FlatBuffer", t_size)
         return _Table(self, pos, vt, vt_size, t_size, SCHEMA[schema], field_)
 
@@ -599,7 +605,7 @@ def _locate(data: memoryview, label: str, max_bytes: int) -> tuple[int, int]:
                     name=label, field="module.fb.size", value=usize)
             declared = usize
         return start, declared
-    if n >= 8 and data[4:8] == _IDENTIFIER:
+    if n >= 12 and data[8:12] == _IDENTIFIER:
         return 0, None
     raise ModuleFormatError("neither a ZIP archive starting with module.fb nor a "
                             "FlatBuffer with identifier IREE: not a compiled IREE module",
@@ -635,17 +641,22 @@ def read_module(source, *, name: str | None = None,
     # The prefix counts from the byte after it; as in IREE's loader it is
     # checked against the rest of the file (iree-compile writes the member's
     # size there, so the FlatBuffer's range ends 4 bytes past the member).
+    # A bare module.fb copied out of the archive ends there: its last 4
+    # bytes of the prefixed range are missing and only those are forgiven.
     room = n - prefix_at - 4
-    if length > room or prefix_at + 4 + length > n:
+    present = length
+    if length > room and prefix_at == 0 and length - room <= 4:
+        present = room
+    if present > room:
         raise ModuleFormatError(f"the FlatBuffer's size prefix says {length} bytes; "
                                 f"{max(room, 0)} follow it", name=label,
                                 field="module.fb.size_prefix", value=length)
-    if length < 8 or data[prefix_at + 8:prefix_at + 12] != _IDENTIFIER:
+    if present < 8 or data[prefix_at + 8:prefix_at + 12] != _IDENTIFIER:
         raise ModuleFormatError("the FlatBuffer's file identifier is not IREE", name=label,
                                 field="module.fb.identifier",
                                 value=bytes(data[prefix_at + 8:prefix_at + 12]))
     fb_start = prefix_at + 4
-    fb = _Fb(data[fb_start:fb_start + length], label, fb_start)
+    fb = _Fb(data[fb_start:fb_start + present], label, fb_start)
     rodata_base = -(-(fb_start + length) // SEGMENT_ALIGNMENT) * SEGMENT_ALIGNMENT
     try:
         return _read(fb, data, label, rodata_base)
@@ -809,7 +820,7 @@ def _read(fb: _Fb, data: memoryview, label: str, rodata_base: int) -> ModuleDef:
     db = root.table("debug_database", "DebugDatabaseDef")
     if db is not None:
         db.path = "debug_database"
-        debug = _debug(fb, db, dcount)
+        debug = _debug(fb, db, exports, dcount)
 
     # names: the debug database's, else the first export's, else a made-up one
     export_names: dict[int, str] = {}
@@ -817,10 +828,10 @@ def _read(fb: _Fb, data: memoryview, label: str, rodata_base: int) -> ModuleDef:
         export_names.setdefault(e.function, e.name)
     functions = []
     for i, (off, blen, req, blocks, ni32, nref) in enumerate(descriptors):
-        fname = None
-        if debug is not None and i < len(debug.function_names):
+        fname = export_names.get(i)
+        if fname is None and debug is not None:
             fname = debug.function_names[i] or None
-        fname = fname or export_names.get(i) or f"__func{i}"
+        fname = fname or f"__func{i}"
         cc, fattrs = sig_info[i]
         functions.append(FunctionDef(i, fname, cc, off, blen, ni32, nref, req, blocks,
                                      fattrs))
@@ -873,7 +884,7 @@ def _rodata(fb: _Fb, r: _Table, index: int, data: memoryview, base: int) -> Roda
     return RodataDef(index, ext_len, _alignment(off), None, True, off)
 
 
-def _debug(fb: _Fb, db: _Table, dcount: int) -> DebugInfo:
+def _debug(fb: _Fb, db: _Table, exports: list, dcount: int) -> DebugInfo:
     tvec = db.vector("location_table_type", 1)
     vvec = db.vector("location_table", 4)
     tstart, tcount = tvec if tvec is not None else (0, 0)
@@ -934,7 +945,24 @@ def _debug(fb: _Fb, db: _Table, dcount: int) -> DebugInfo:
                     fb.fail(f"{f.path}.locations[{j}].location", f"location {loc} of "
                             f"{vcount}", loc)
         maps.append(entries)
-    return DebugInfo(tuple(names), tuple(raw), tuple(maps))
+    # A source map belongs to the function of its index (the schema), but
+    # iree-compile 3.x writes each function's map at index 0 (the last one
+    # encoded stays): a map named like exactly one export is that export's.
+    by_name: dict[str, set] = {}
+    for e in exports:
+        by_name.setdefault(e.name, set()).add(e.function)
+    owner_names: list = [None] * dcount
+    owner_maps: list = [()] * dcount
+    taken = [False] * dcount
+    for i, (fname, entries) in enumerate(zip(names, maps)):
+        target = i
+        named = by_name.get(fname) if fname else None
+        if named and len(named) == 1:
+            target = next(iter(named))
+        if not taken[target]:
+            taken[target] = True
+            owner_names[target], owner_maps[target] = fname, entries
+    return DebugInfo(tuple(owner_names), tuple(raw), tuple(owner_maps))
 
 
 # --- ZIP members read by other parts ---------------------------------------------------
