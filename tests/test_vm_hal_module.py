@@ -200,3 +200,317 @@ def test_mlp_by_hand_matches_iree(mlp, arch, backend):
             np.testing.assert_array_equal(out, theirs)
         else:
             np.testing.assert_allclose(out, theirs, rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.skipif(HOST != "x86_64", reason="x86_64 host only")
+@pytest.mark.parametrize("bad", [np.zeros((4, 15), np.float32),
+                                 np.zeros((4, 16), np.float64),
+                                 np.zeros((16,), np.float32),
+                                 np.zeros((4, 16), np.int32)])
+def test_wrong_input_fails_as_iree_does(mlp, bad):
+    """buffer_view.assert names the expected and actual shape or element
+    type in IREE's words."""
+    import iree.runtime as rt
+    compiled, mdef = mlp("x86_64")
+    module = rt.load_vm_flatbuffer_file(str(compiled.vmfb), driver="local-task")
+    with pytest.raises(ValueError) as theirs:
+        module.predict(bad)
+    with HalModule(arch="x86_64") as hal:
+        prog = MlpProgram(hal, mdef)
+        with pytest.raises(VmStatusError) as ours:
+            prog.predict(hal.wrap_input(bad))
+    assert ours.value.code == 3
+    assert "INVALID_ARGUMENT; " + ours.value.message + ";" in str(theirs.value)
+
+
+def test_device_queries():
+    with HalModule(arch="aarch64", backend="emulated", cpu="sve") as hal:
+        q = hal.exports["hal.device.query.i64"][1]
+        dev = hal.exports["hal.devices.get"][1](0)
+        assert dev is hal.device and hal.exports["hal.devices.get"][1](1) is None
+        assert q(dev, s("hal.device.id"), s("local*")) == (1, 1)
+        assert q(dev, s("hal.device.id"), s("local-task")) == (1, 1)
+        assert q(dev, s("hal.device.id"), s("vulkan*")) == (1, 0)
+        assert q(dev, s("hal.executable.format"), s("embedded-elf-arm_64")) == (1, 1)
+        assert q(dev, s("hal.executable.format"), s("embedded-elf-x86_64")) == (1, 0)
+        assert q(dev, s("hal.executable.format"), s("system-elf-arm_64")) == (1, 0)
+        assert q(dev, s("hal.device"), s("concurrency")) == (1, 1)
+        ok, workers = q(dev, s("hal.dispatch"), s("concurrency"))
+        assert ok == 1 and workers >= 1
+        assert q(dev, s("hal.cpu"), s("sve")) == (1, 1)        # the profile's
+        assert q(dev, s("hal.cpu"), s("sme")) == (1, 0)
+        assert q(dev, s("hal.cpu"), s("avx2")) == (0, 0)       # another arch's
+        assert q(dev, s("hal.nothing"), s("x")) == (0, 0)
+        with pytest.raises(VmStatusError) as e:
+            q(None, s("hal.device.id"), s("local*"))
+        assert e.value.code == 3 and "!hal.device" in e.value.message
+    with HalModule(arch="x86_64", workers=3) as hal:
+        q = hal.exports["hal.device.query.i64"][1]
+        assert q(hal.device, s("hal.dispatch"), s("concurrency")) == (1, 3)
+        assert q(hal.device, s("hal.cpu"), s("avx2")) == (1, 0)  # generic CPU
+
+
+def test_wrap_input_and_to_numpy_round_trip():
+    with HalModule(arch="x86_64") as hal:
+        for a in (np.arange(12, dtype=np.int32).reshape(3, 4),
+                  np.arange(10, dtype=np.float64)[::2],          # not contiguous
+                  np.array([True, False, True]), np.float16(1.5) * np.ones((2, 2, 2)),
+                  np.array(7, np.uint8), np.zeros((0, 3), np.float32)):
+            view = hal.wrap_input(a)
+            assert view.buffer.address % 64 == 0
+            out = hal.to_numpy(view)
+            assert out.dtype == a.dtype and out.shape == a.shape
+            np.testing.assert_array_equal(out, a)
+            assert not np.shares_memory(out, view.buffer.array)
+        view = hal.wrap_input(np.zeros((2, 3), np.int32))
+        e = hal.exports
+        assert e["hal.buffer_view.element_type"][1](view) == 0x11000020   # si32
+        assert e["hal.buffer_view.rank"][1](view) == 2
+        assert e["hal.buffer_view.dim"][1](view, 1) == 3
+        assert e["hal.buffer_view.encoding_type"][1](view) == 1
+        with pytest.raises(VmStatusError) as err:
+            e["hal.buffer_view.dim"][1](view, 2)
+        assert err.value.code == 11
+        with pytest.raises(VmStatusError):
+            hal.to_numpy(view.buffer)
+
+
+def test_buffers_ranges_and_host_access():
+    with HalModule(arch="x86_64", fill_byte=0xAB) as hal:
+        e = {k[4:]: fn for k, (_, fn) in hal.exports.items()}
+        alloc = e["device.allocator"](hal.device)
+        buf = e["allocator.allocate"](alloc, ANY, DEVICE_LOCAL, DISPATCH_TRANSFER, 64)
+        assert e["buffer.length"](buf) == 64 and buf.address % 64 == 0
+        assert e["buffer.load"](buf, 0, 4) == -0x54545455          # 0xABABABAB
+        e["buffer.store"](0x01020304, buf, 8, 4)
+        e["buffer.store"](-1, buf, 12, 2)
+        assert e["buffer.load"](buf, 8, 4) == 0x01020304
+        assert e["buffer.load"](buf, 12, 4) == -0x54540001         # 0xABABFFFF
+        sub = e["buffer.subspan"](buf, 8, 16)
+        assert e["buffer.length"](sub) == 16 and e["buffer.load"](sub, 0, 1) == 4
+        assert e["buffer.subspan"](buf, 8, WHOLE).length == 56
+        for call, args in (("buffer.subspan", (buf, 60, 8)),
+                           ("buffer.load", (buf, 62, 4)),
+                           ("buffer.store", (1, buf, 64, 1)),
+                           ("buffer_view.create", (buf, 32, 64, F32, DENSE, ((16,),)))):
+            with pytest.raises(VmStatusError) as err:
+                e[call](*args)
+            assert err.value.code == 11, call
+        with pytest.raises(VmStatusError) as err:
+            e["buffer.length"](None)
+        assert err.value.code == 3 and "null" in err.value.message
+        with pytest.raises(VmStatusError) as err:
+            e["buffer.length"](hal.device)
+        assert err.value.code == 3 and "!hal.device" in err.value.message
+        view = e["buffer_view.create"](buf, 16, 32, F32, DENSE, ((2,), (4,)))
+        assert e["buffer_view.buffer"](view).length == 32
+        with pytest.raises(VmStatusError) as err:
+            e["buffer.assert"](buf, s("tensor"), alloc, 128, DEVICE_VISIBLE, 3)
+        assert err.value.code == 3 and err.value.message == (
+            "tensor buffer byte length 64 less than expected minimum 128")
+        e["buffer.assert"](buf, s("tensor"), alloc, 64, DEVICE_LOCAL, DISPATCH_TRANSFER)
+
+
+def test_transfers_recorded_and_queued():
+    with HalModule(arch="x86_64") as hal:
+        e = {k[4:]: fn for k, (_, fn) in hal.exports.items()}
+        dev = hal.device
+        a = e["device.queue.alloca"](dev, ANY, None, None, 0, DEVICE_LOCAL,
+                                     DISPATCH_TRANSFER, 32, 0)
+        b = e["device.queue.alloca"](dev, ANY, None, None, 0, DEVICE_LOCAL,
+                                     DISPATCH_TRANSFER, 32, 0)
+        cb = e["command_buffer.create"](dev, 1, 3, ANY, 2)
+        # slot 0: fill 16-bit pattern; update bytes into slot 1; copy direct
+        e["command_buffer.fill_buffer"](cb, None, 0, 32, 0, 0x1234, 2, 0)
+        e["command_buffer.update_buffer"](cb, VmBuffer(b"wxyz", True), 1, None, 4,
+                                          3, 1, 0)
+        e["command_buffer.copy_buffer"](cb, 0, 0, a, 2, b, 20, 6, 0)
+        e["command_buffer.execution_barrier"](cb, 28, 13, 0)
+        e["command_buffer.finalize"](cb)
+        with pytest.raises(VmStatusError) as err:
+            e["command_buffer.fill_buffer"](cb, a, 0, 4, 0, 0, 1, 0)
+        assert err.value.code == 9
+        with pytest.raises(VmStatusError) as err:        # slots need a table
+            e["device.queue.execute"](dev, ANY, None, None, cb, 0)
+        assert err.value.code == 3
+        with pytest.raises(VmStatusError) as err:        # slot 1 too short
+            e["device.queue.execute.indirect"](dev, ANY, None, None, cb, 0,
+                                               ((a, 0, 32), (b, 0, 6)))
+        assert err.value.code == 11
+        done = e["fence.create"](dev, 0)
+        e["device.queue.execute.indirect"](dev, ANY, None, done, cb, 0,
+                                           ((a, 0, WHOLE), (b, 0, 32)))
+        assert e["fence.query"](done) == 0
+        assert a.array.tobytes() == bytes.fromhex("3412") * 16
+        assert b.array[4:7].tobytes() == b"xyz"
+        assert b.array[20:26].tobytes() == bytes.fromhex("341234123412")
+        e["device.queue.fill"](dev, ANY, None, None, a, 4, 8, 0x7F, 1, 0)
+        e["device.queue.copy"](dev, ANY, None, None, a, 0, b, 0, 16, 0)
+        e["device.queue.update"](dev, ANY, None, None, VmBuffer(b"0123456789"), 2,
+                                 b, 30, 2, 0)
+        assert b.array[:16].tobytes() == bytes.fromhex("34123412") + b"\x7f" * 8 \
+            + bytes.fromhex("34123412")
+        assert b.array[30:].tobytes() == b"23"
+        data = VmBuffer(b"\0" * 5 + b"file-bytes", True)
+        f = e["ex.file.from_memory"](dev, ANY, 1, data, 5, 10, 0)
+        e["device.queue.read"](dev, ANY, None, None, f, 5, a, 0, 5, 0)
+        assert a.array[:5].tobytes() == b"bytes"
+        with pytest.raises(VmStatusError) as err:
+            e["device.queue.read"](dev, ANY, None, None, f, 8, a, 0, 5, 0)
+        assert err.value.code == 11
+        with pytest.raises(VmStatusError) as err:
+            e["device.queue.copy"](dev, ANY, None, None, a, 30, b, 0, 4, 0)
+        assert err.value.code == 11
+
+
+def test_allocator_import_of_read_only_data():
+    raw = np.zeros(256, np.uint8)
+    start = -raw.ctypes.data % 64
+    raw[start:start + 8] = np.arange(8)
+    aligned = VmBuffer(memoryview(raw[start:start + 128]).toreadonly(), True)
+    skewed = VmBuffer(memoryview(raw[start + 4:start + 68]).toreadonly(), True)
+    with HalModule(arch="x86_64") as hal:
+        imp = hal.exports["hal.allocator.import"][1]
+        alloc = hal.device.allocator
+        immutable = DISPATCH_TRANSFER | (1 << 19)
+        buf = imp(alloc, 1, ANY, DEVICE_LOCAL, immutable, aligned, 0, WHOLE)
+        assert buf.length == 128 and buf.address == raw.ctypes.data + start
+        assert not buf.array.flags.writeable
+        assert imp(alloc, 1, ANY, DEVICE_LOCAL, immutable, skewed, 0, 64) is None
+        copy = imp(alloc, 0, ANY, DEVICE_LOCAL, immutable, skewed, 0, 64)
+        assert copy.address % 64 == 0 and copy.array[:4].tolist() == [4, 5, 6, 7]
+        with pytest.raises(VmStatusError) as err:        # read-only as mutable
+            imp(alloc, 1, ANY, DEVICE_LOCAL, DISPATCH_TRANSFER, aligned, 0, 64)
+        assert err.value.code == 7
+        with pytest.raises(VmStatusError) as err:
+            imp(alloc, 1, ANY, DEVICE_LOCAL, immutable, aligned, 64, 128)
+        assert err.value.code == 3
+
+
+def test_fences_defer_queue_work_until_signalled():
+    with HalModule(arch="x86_64") as hal:
+        e = {k[4:]: fn for k, (_, fn) in hal.exports.items()}
+        dev = hal.device
+        buf = e["allocator.allocate"](dev.allocator, ANY, DEVICE_LOCAL, 3, 8)
+        gate, other = e["fence.create"](dev, 0), e["fence.create"](dev, 0)
+        both = e["fence.join"](0, ((gate,), (None,), (other,)))
+        done = e["fence.create"](dev, 0)
+        e["device.queue.fill"](dev, ANY, both, done, buf, 0, 8, 5, 1, 0)
+        assert e["fence.query"](done) == 17                        # DEFERRED
+        assert e["fence.await"](0, 0, ((done,),)) == 4             # DEADLINE_EXCEEDED
+        with pytest.raises(VmStatusError) as err:
+            e["fence.await"](-1, 0, ((done,),))
+        assert err.value.code == 4
+        e["fence.signal"](gate)
+        assert buf.array.tolist() == [0] * 8 and e["fence.query"](done) == 17
+        e["fence.signal"](other)
+        assert buf.array.tolist() == [5] * 8
+        assert e["fence.query"](done) == 0 and e["fence.await"](-1, 0, ((done,),)) == 0
+        assert e["fence.join"](0, ((None,),)) is None
+        assert e["fence.query"](e["fence.join"](0, ((done,), (gate,)))) == 0
+        # a failed fence fails what waits on it, and the await
+        gate = e["fence.create"](dev, 0)
+        after = e["fence.create"](dev, 0)
+        e["device.queue.fill"](dev, ANY, gate, after, buf, 0, 8, 9, 1, 0)
+        e["fence.fail"](gate, 10)
+        assert buf.array.tolist() == [5] * 8
+        assert e["fence.query"](after) == 10
+        with pytest.raises(VmStatusError) as err:
+            e["fence.await"](-1, 0, ((done,), (after,)))
+        assert err.value.code == 10 and "ABORTED" in err.value.message
+
+
+@pytest.mark.skipif(HOST != "x86_64", reason="x86_64 host only")
+def test_mlp_through_executable_dispatch(mlp):
+    """A time limit or several workers send dispatches through
+    hal_cpu.Executable.dispatch; the results are the same."""
+    compiled, mdef = mlp("x86_64")
+    x = inputs(3)
+    with HalModule(arch="x86_64", workers=2) as hal:
+        prog = MlpProgram(hal, mdef)
+        many = hal.to_numpy(prog.predict(hal.wrap_input(x)))
+    with HalModule(arch="x86_64") as hal:
+        prog = MlpProgram(hal, mdef)
+        fast = hal.to_numpy(prog.predict(hal.wrap_input(x)))
+        hal.timeout = 5
+        limited = hal.to_numpy(prog.predict(hal.wrap_input(x)))
+        hal.timeout = None
+        again = hal.to_numpy(prog.predict(hal.wrap_input(x)))
+        with pytest.raises(Exception):
+            hal.timeout = -1
+    np.testing.assert_array_equal(many, fast)
+    np.testing.assert_array_equal(limited, fast)
+    np.testing.assert_array_equal(again, fast)
+
+
+def test_executable_create_checks_format_and_caches(mlp):
+    compiled, mdef = mlp("aarch64")
+    with HalModule(arch="x86_64") as hal:
+        prog_fmt = rodata(mdef, lambda b: b.startswith(b"embedded-elf-"))[0]
+        elf = rodata(mdef, lambda b: b.startswith(b"\x7fELF"))[0]
+        create = hal.exports["hal.executable.create"][1]
+        with pytest.raises(VmStatusError) as err:
+            create(hal.device, ANY, prog_fmt, elf, None)
+        assert err.value.code == 5 and "embedded-elf-arm_64" in err.value.message
+    with HalModule(arch="aarch64", backend="emulated") as hal:
+        create = hal.exports["hal.executable.create"][1]
+        exe = create(hal.device, ANY, prog_fmt, elf, None)
+        assert create(hal.device, ANY, prog_fmt, elf, None) is exe
+        lookup = hal.exports["hal.executable.lookup.function"][1]
+        assert lookup(exe, s(exe.library.exports[1].name)) == 1
+        with pytest.raises(VmStatusError) as err:
+            lookup(exe, s("nope"))
+        assert err.value.code == 5
+        with pytest.raises(VmStatusError) as err:
+            create(hal.device, ANY, prog_fmt, elf, VmBuffer(b"abc"))
+        assert err.value.code == 3
+    hal.close()                                   # again: nothing happens
+    assert exe.closed
+    with pytest.raises(VmStatusError):
+        create(hal.device, ANY, prog_fmt, elf, None)
+
+
+@pytest.mark.parametrize("arch,backend", [
+    pytest.param(HOST, "native", marks=pytest.mark.skipif(
+        HOST not in ("x86_64", "aarch64"), reason="no native executables")),
+    ("riscv64", "emulated")])
+def test_plugin_executable_with_direct_bindings(compile_cache, arch, backend):
+    """IREE's custom-dispatch sample: its executable imports simple_mul from
+    an executable plugin; dispatched here with direct bindings and
+    queue.execute."""
+    from hal_cpu.plugins import PluginManager
+    prebuilt = HERE.parent / "sample_plugins" / "prebuilt" / "standalone.sos"
+    c = compile_program(HERE.parent / "sample_plugins" / "standalone_example.mlir",
+                        arch, compile_cache)
+    mdef = read_module(c.vmfb)
+    (fmt,) = rodata(mdef, lambda b: b.startswith(b"embedded-elf-"))
+    (elf,) = rodata(mdef, lambda b: b.startswith(b"\x7fELF"))
+    n = 100
+    a = np.arange(n, dtype=np.float32) - 30
+    b = np.linspace(-2, 2, n, dtype=np.float32)
+    plugins = PluginManager.from_specs([str(prebuilt)], arch=arch, backend=backend)
+    with HalModule(arch=arch, backend=backend, plugins=plugins) as hal:
+        e = {k[4:]: fn for k, (_, fn) in hal.exports.items()}
+        dev = hal.device
+        exe = e["executable.create"](dev, ANY, fmt, elf, None)
+        mul = e["executable.lookup.function"](exe, s("mul"))
+        va, vb = hal.wrap_input(a), hal.wrap_input(b)
+        out = e["allocator.allocate"](dev.allocator, ANY, DEVICE_LOCAL,
+                                      DISPATCH_TRANSFER, 4 * n)
+        cb = e["command_buffer.create"](dev, 1, 3, ANY, 0)
+        e["command_buffer.dispatch"](cb, exe, mul, -(-n // 64), 1, 1, 0,
+                                     ((n,), (0,)),
+                                     ((0, 0, va.buffer, 0, 4 * n),
+                                      (0, 0, vb.buffer, 0, 4 * n),
+                                      (0, 0, out, 0, WHOLE)))
+        e["command_buffer.finalize"](cb)
+        done = e["fence.create"](dev, 0)
+        e["device.queue.execute"](dev, ANY, None, done, cb, 0)
+        assert e["fence.await"](-1, 0, ((done,),)) == 0
+        view = e["buffer_view.create"](out, 0, 4 * n, F32, DENSE, ((n,),))
+        np.testing.assert_allclose(hal.to_numpy(view), a * b, rtol=1e-6)
+    plugins.close()
+    with HalModule(arch=arch, backend=backend) as hal:
+        from hal_cpu.errors import UnresolvedImportError
+        with pytest.raises(UnresolvedImportError):
+            hal.exports["hal.executable.create"][1](hal.device, ANY, fmt, elf, None)

@@ -593,7 +593,10 @@ class HalModule:
         copied once into new 64-byte-aligned storage (kernels never see the
         caller's array)."""
         array = np.asarray(array)
-        code = ELEMENT_CODES.get(dtype_name(array.dtype))
+        name = dtype_name(array.dtype)
+        if name[:1] == "i" and name != "i1":
+            name = "s" + name       # signed, as IREE's Python binding has it
+        code = ELEMENT_CODES.get(name)
         if code is None:
             raise _status(INVALID_ARGUMENT, f"dtype {array.dtype} has no HAL "
                           "element type")
