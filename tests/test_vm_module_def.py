@@ -251,7 +251,7 @@ class Fb:
     def field(self, table, name, schema="BytecodeModuleDef"):
         """Position of a field of the table at ``table``."""
         vt = table - struct.unpack_from("<i", self.raw, self.base + table)[0]
-        slot = md.SCHEMA[schema][name]
+        slot = md.SCHEMA[schema][name][0]
         off = struct.unpack_from("<H", self.raw, self.base + vt + 4 + 2 * slot)[0]
         assert off, name
         return table + off

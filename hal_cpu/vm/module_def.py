@@ -89,45 +89,86 @@ _ZIP_LOCAL = b"PK\x03\x04"
 _MODULE_MEMBER = "module.fb"
 
 # --- the schema, as data --------------------------------------------------------------
-#: Field slots (the n-th field of a table is at vtable offset 4 + 2n; a
-#: union takes two slots: its type, then its value).
+#: Each table's fields: name -> (slot, kind). The n-th field of a table is at
+#: vtable offset 4 + 2n; a union takes two slots, its type (``u8``) and its
+#: value. Kinds: scalars ``u8 i16 u32 i32 u64``, ``string``, ``table:T``,
+#: ``union:U`` (a union's value), and vectors ``[u8]``, ``[i32]``,
+#: ``[table:T]``, ``[struct:S]``, ``[union:U]``.
 SCHEMA = {
     "BytecodeModuleDef": {
-        "name": 0, "version": 1, "requirements": 2, "attrs": 3, "types": 4,
-        "dependencies": 5, "imported_functions": 6, "exported_functions": 7,
-        "function_signatures": 8, "rodata_segments": 9, "rwdata_segments": 10,
-        "module_state": 11, "function_descriptors": 12, "bytecode_version": 13,
-        "bytecode_data": 14, "debug_database": 15},
-    "AttrDef": {"key": 0, "value": 1},
-    "TypeDef": {"full_name": 0},
-    "FunctionSignatureDef": {"calling_convention": 0, "attrs": 1},
-    "ModuleDependencyDef": {"name": 0, "minimum_version": 1, "flags": 2},
-    "ImportFunctionDef": {"full_name": 0, "signature": 1, "flags": 2},
-    "ExportFunctionDef": {"local_name": 0, "internal_ordinal": 1},
-    "RodataSegmentDef": {"compression_type_type": 0, "compression_type": 1,
-                         "embedded_data": 2, "external_data_offset": 3,
-                         "external_data_length": 4},
+        "name": (0, "string"), "version": (1, "u32"), "requirements": (2, "u32"),
+        "attrs": (3, "[table:AttrDef]"), "types": (4, "[table:TypeDef]"),
+        "dependencies": (5, "[table:ModuleDependencyDef]"),
+        "imported_functions": (6, "[table:ImportFunctionDef]"),
+        "exported_functions": (7, "[table:ExportFunctionDef]"),
+        "function_signatures": (8, "[table:FunctionSignatureDef]"),
+        "rodata_segments": (9, "[table:RodataSegmentDef]"),
+        "rwdata_segments": (10, "[table:RwdataSegmentDef]"),
+        "module_state": (11, "table:ModuleStateDef"),
+        "function_descriptors": (12, "[struct:FunctionDescriptor]"),
+        "bytecode_version": (13, "u32"), "bytecode_data": (14, "[u8]"),
+        "debug_database": (15, "table:DebugDatabaseDef")},
+    "AttrDef": {"key": (0, "string"), "value": (1, "string")},
+    "TypeDef": {"full_name": (0, "string")},
+    "FunctionSignatureDef": {"calling_convention": (0, "string"),
+                             "attrs": (1, "[table:AttrDef]")},
+    "ModuleDependencyDef": {"name": (0, "string"), "minimum_version": (1, "u32"),
+                            "flags": (2, "u32")},
+    "ImportFunctionDef": {"full_name": (0, "string"),
+                          "signature": (1, "table:FunctionSignatureDef"),
+                          "flags": (2, "u32")},
+    "ExportFunctionDef": {"local_name": (0, "string"), "internal_ordinal": (1, "i32")},
+    "RodataSegmentDef": {"compression_type_type": (0, "u8"),
+                         "compression_type": (1, "union:CompressionTypeDef"),
+                         "embedded_data": (2, "[u8]"), "external_data_offset": (3, "u64"),
+                         "external_data_length": (4, "u64")},
     "UncompressedDataDef": {},
-    "RwdataSegmentDef": {"byte_size": 0},
-    "ModuleStateDef": {"global_bytes_capacity": 0, "global_ref_count": 1},
-    "CallSiteLocDef": {"callee": 0, "caller": 1},
-    "FileLineColLocDef": {"filename": 0, "line": 1, "column": 2},
-    "FusedLocDef": {"metadata": 0, "locations": 1},
-    "NameLocDef": {"name": 0, "child_location": 1},
-    "FunctionSourceMapDef": {"local_name": 0, "locations": 1},
-    "DebugDatabaseDef": {"location_table_type": 0, "location_table": 1, "functions": 2},
+    "RwdataSegmentDef": {"byte_size": (0, "i32")},
+    "ModuleStateDef": {"global_bytes_capacity": (0, "i32"), "global_ref_count": (1, "i32")},
+    "CallSiteLocDef": {"callee": (0, "i32"), "caller": (1, "i32")},
+    "FileLineColLocDef": {"filename": (0, "string"), "line": (1, "i32"),
+                          "column": (2, "i32")},
+    "FusedLocDef": {"metadata": (0, "string"), "locations": (1, "[i32]")},
+    "NameLocDef": {"name": (0, "string"), "child_location": (1, "i32")},
+    "FunctionSourceMapDef": {"local_name": (0, "string"),
+                             "locations": (1, "[struct:BytecodeLocationDef]")},
+    "DebugDatabaseDef": {"location_table_type": (0, "[u8]"),
+                         "location_table": (1, "[union:LocationTypeDef]"),
+                         "functions": (2, "[table:FunctionSourceMapDef]")},
 }
+#: Structs: name -> fields (name, byte offset, kind); their sizes in
+#: :data:`STRUCT_SIZES`.
+STRUCTS = {
+    "FunctionDescriptor": (("bytecode_offset", 0, "i32"), ("bytecode_length", 4, "i32"),
+                           ("requirements", 8, "u32"), ("reserved", 12, "i16"),
+                           ("block_count", 14, "i16"), ("i32_register_count", 16, "i16"),
+                           ("ref_register_count", 18, "i16")),
+    "BytecodeLocationDef": (("bytecode_offset", 0, "i32"), ("location", 4, "i32")),
+}
+STRUCT_SIZES = {"FunctionDescriptor": 20, "BytecodeLocationDef": 8}
+#: Unions: name -> {type byte: table}; a union vector's types are the
+#: vector field before it (``location_table_type``).
+UNIONS = {"CompressionTypeDef": {1: "UncompressedDataDef"},
+          "LocationTypeDef": {1: "CallSiteLocDef", 2: "FileLineColLocDef",
+                              3: "FusedLocDef", 4: "NameLocDef"}}
 #: Flag bits of dependencies and imports.
 FLAG_OPTIONAL = 1 << 1
 #: Union members: CompressionTypeDef and LocationTypeDef.
 COMPRESSION_NONE, COMPRESSION_UNCOMPRESSED = 0, 1
 LOC_NONE, LOC_CALLSITE, LOC_FILELINECOL, LOC_FUSED, LOC_NAME = range(5)
-#: struct FunctionDescriptor: bytecode_offset:int32, bytecode_length:int32,
-#: requirements:uint32, reserved:int16, block_count:int16,
-#: i32_register_count:int16, ref_register_count:int16.
-_DESCRIPTOR = struct.Struct("<iiIhhhh")
-#: struct BytecodeLocationDef: bytecode_offset:int32, location:int32.
-_BYTECODE_LOCATION = struct.Struct("<ii")
+_CODES = {"u8": "B", "i16": "h", "u16": "H", "u32": "I", "i32": "i", "u64": "Q"}
+
+
+def _struct(name: str) -> struct.Struct:
+    fields = STRUCTS[name]
+    assert [f[1] for f in fields] == sorted(f[1] for f in fields)
+    s = struct.Struct("<" + "".join(_CODES[k] for _, _, k in fields))
+    assert s.size == STRUCT_SIZES[name]
+    return s
+
+
+_DESCRIPTOR = _struct("FunctionDescriptor")
+_BYTECODE_LOCATION = _struct("BytecodeLocationDef")
 
 _SCALARS = {"u8": N.Uint8Flags, "u16": N.Uint16Flags, "i16": N.Int16Flags,
             "u32": N.Uint32Flags, "i32": N.Int32Flags, "u64": N.Uint64Flags}
@@ -425,7 +466,7 @@ class _Table:
 
     def _field(self, name: str, size: int) -> int | None:
         """Absolute position of field ``name`` (``size`` bytes) or None."""
-        voff = 4 + 2 * self.slots[name]
+        voff = 4 + 2 * self.slots[name][0]
         if voff + 2 > self.vt_size:
             return None
         off = self.t.Offset(voff)          # inside the checked vtable
@@ -899,8 +940,7 @@ def _debug(fb: _Fb, db: _Table, exports: list, dcount: int) -> DebugInfo:
         if kind == LOC_NONE:
             raw.append((LOC_NONE,))
             continue
-        schema = {LOC_CALLSITE: "CallSiteLocDef", LOC_FILELINECOL: "FileLineColLocDef",
-                  LOC_FUSED: "FusedLocDef", LOC_NAME: "NameLocDef"}.get(kind)
+        schema = UNIONS["LocationTypeDef"].get(kind)
         if schema is None:
             fb.fail(where, f"unknown location type {kind}", kind)
         t = fb.table(fb.uoffset_target(vstart + 4 * i, where), schema, where)
