@@ -40,3 +40,9 @@ imports, the HAL module and host modules):
   one-type segment still gives 1-tuples); results: ``v`` -> None, one
   result -> the value, several -> a tuple.
 """
+
+from .program import Function, LinkError, Program, load_program  # noqa: E402
+from .refs import VmBuffer, VmError, VmList, VmStatusError  # noqa: E402
+
+__all__ = ["load_program", "Program", "Function", "LinkError", "VmError",
+           "VmStatusError", "VmBuffer", "VmList"]

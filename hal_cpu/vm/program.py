@@ -304,16 +304,9 @@ def _link_bytecode(mdef, registered: list[_Linked], label: str) -> _BytecodeModu
     from . import translate as tr
     _check_dependencies(mdef, registered, label)
     _check_types(mdef, registered, label)
-    env = tr.Env()
-    env.imports = [_resolve(imp, registered, label) for imp in mdef.imports]
-    env.rodata = [VmBuffer(mdef.rodata_bytes(seg.index), True, f"rodata[{seg.index}]")
-                  for seg in mdef.rodata]
-    env.global_bytes = bytearray(mdef.global_bytes)
-    env.global_refs = [None] * mdef.global_refs
-    env.types = list(mdef.types)
-    debug = mdef.debug
-    env.locate = (lambda f, off: debug.locate(f, off)) if debug is not None else (lambda f, off: None)
-    env.functions = [None] * len(mdef.functions)
+    env = tr.Env.for_module(
+        mdef, imports=[_resolve(imp, registered, label) for imp in mdef.imports],
+        functions=[None] * len(mdef.functions))
     for f in mdef.functions:
         env.functions[f.ordinal] = tr.translate(f, mdef.function_bytecode(f.ordinal),
                                                 env, module_name=mdef.name)
@@ -426,7 +419,8 @@ class Program:
     def __init__(self, mdefs: Sequence, labels: Sequence[str], hal,
                  host_modules: Sequence = (), check: bool = True):
         self.hal, self.label = hal, labels[-1]
-        self.arch = getattr(hal, "arch", None)
+        arch = getattr(hal, "arch", None)
+        self.arch = getattr(arch, "name", arch)
         self.modules = list(mdefs)
         self._lock = threading.RLock()
         self._closed = False

@@ -1,0 +1,255 @@
+"""Compiled modules (``.vmfb``) as programs: ``hal-cpu run-module``,
+``check-module`` and ``benchmark-module`` take them as IREE's tools do, and
+:func:`hal_cpu.vm.load_program` loads once and calls many.
+
+The references are IREE's own tools (``iree-run-module`` output byte for
+byte), the MLIR path's output for the custom-module samples, and numpy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fatelf import arches
+from hal_cpu.cli import main
+from hal_cpu.iree import compile_program
+from hal_cpu.vm import LinkError, VmError, load_program
+from program_specs import ALL_PROGRAMS
+from conftest import PREBUILT, ROOT
+
+PROGRAMS = ROOT / "tests" / "programs"
+CHECKS = sorted((PROGRAMS / "check").glob("*.mlir"))
+MODULES = PROGRAMS / "host_modules"
+CUSTOM = MODULES / "custom_string.py"
+MLP = ROOT / "bench" / "programs" / "mlp.mlir"
+IREE_RUN_MODULE = Path(sys.executable).parent / "iree-run-module"
+HOST = arches.host_arch()
+
+
+def cli(capsys, *args):
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def vmfb(path, arch, cache, *flags):
+    return compile_program(path, arch, cache, extra_flags=list(flags)).vmfb
+
+
+def iree_run_module(module, function, flags) -> str:
+    proc = subprocess.run([str(IREE_RUN_MODULE), "--device=local-sync",
+                           f"--module={module}", f"--function={function}", *flags],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+# ---------------------------------------------------------------------------
+# check-module on .vmfb
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64", "riscv64", "riscv32"])
+def test_check_programs_pass_from_vmfb(compile_cache, capsys, arch):
+    """The check-style programs, compiled to .vmfb, pass through
+    ``check-module x.vmfb`` (natively on the host, emulated elsewhere) as
+    they pass from MLIR."""
+    for path in CHECKS:
+        if path.name == "failing.mlir":
+            continue
+        module = vmfb(path, arch, compile_cache)
+        rc, out, err = cli(capsys, "check-module", module)
+        lines = out.splitlines()
+        assert rc == 0, f"{path.name}: {out}{err}"
+        assert lines[-1].endswith(f"functions passed ({arch})"), out
+        n = int(lines[-1].split()[0])
+        assert n >= 2 and lines[-1].startswith(f"{n} of {n} ")
+        assert all(ln.startswith("PASS @") for ln in lines[:-1]), out
+
+
+def test_check_failures_from_vmfb_read_as_from_mlir(compile_cache, capsys):
+    src = PROGRAMS / "check" / "failing.mlir"
+    rc, want, _ = cli(capsys, "check-module", src, f"--cache_dir={compile_cache}")
+    assert rc == 1
+    rc, got, _ = cli(capsys, "check-module", f"--module={vmfb(src, HOST, compile_cache)}")
+    assert rc == 1
+    assert got == want
+
+
+# ---------------------------------------------------------------------------
+# run-module on .vmfb: as iree-run-module prints
+
+@pytest.mark.skipif(HOST != "x86_64", reason="x86_64 host only")
+@pytest.mark.parametrize("name", ["matmul", "softmax", "int_ops", "mm_rowsum"])
+def test_run_module_prints_what_iree_prints(compile_cache, capsys, tmp_path, name):
+    spec = ALL_PROGRAMS[name]
+    inputs = spec.make_inputs(np.random.default_rng(3))
+    flags = []
+    for i, x in enumerate(inputs):
+        if isinstance(x, np.ndarray):
+            np.save(tmp_path / f"in{i}.npy", x)
+            flags.append(f"--input=@{tmp_path / f'in{i}.npy'}")
+        else:
+            flags.append(f"--input={x}")
+    module = vmfb(spec.path, HOST, compile_cache)
+    rc, ours, err = cli(capsys, "run-module", f"--module={module}",
+                        f"--function={spec.function}", "--device=local-task", *flags)
+    assert rc == 0, err
+    assert ours == iree_run_module(module, spec.function, flags)
+
+
+@pytest.mark.parametrize("arch", ["aarch64", "riscv64", "riscv32"])
+def test_cross_compiled_vmfb_runs_emulated_without_arch(compile_cache, capsys,
+                                                       tmp_path, arch):
+    """The architecture comes from the module: a .vmfb for another CPU runs
+    emulated on this one without --arch."""
+    spec = ALL_PROGRAMS["matmul"]
+    a, b = spec.make_inputs(np.random.default_rng(4))
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    module = vmfb(spec.path, arch, compile_cache)
+    rc, out, err = cli(capsys, "run-module", module, "--function=matmul",
+                       f"--input=@{tmp_path / 'a.npy'}", f"--input=@{tmp_path / 'b.npy'}",
+                       f"--output=@{tmp_path / 'r.npy'}")
+    assert rc == 0, err
+    np.testing.assert_allclose(np.load(tmp_path / "r.npy"), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_several_modules_last_one_runs(compile_cache, capsys):
+    """``--module`` repeats as in IREE's tools; the last module's function
+    runs, and an MLIR file among them is compiled first."""
+    first = vmfb(ALL_PROGRAMS["matmul"].path, HOST, compile_cache)
+    rc, out, err = cli(capsys, "run-module", f"--module={first}",
+                       f"--module={MLP}", f"--cache_dir={compile_cache}",
+                       "--function=predict", "--input=4x16xf32=1")
+    assert rc == 0, err
+    assert out.startswith("EXEC @predict\nresult[0]: hal.buffer_view\n4x8xf32=[0.125 ")
+
+
+# ---------------------------------------------------------------------------
+# host modules and plugins from .vmfb
+
+def test_custom_module_samples_from_vmfb(compile_cache, capsys):
+    """The custom-module samples print from .vmfb what they print from MLIR;
+    ``--module=x.py`` still means a host module."""
+    cases = [("basic.mlir", "main", f"{CUSTOM}", ()),
+             ("basic.mlir", "main", f"{CUSTOM}@create_custom_module?debug=1",
+              ("--iree-execution-model=host-only",)),
+             ("static.mlir", "main", f"{CUSTOM}", ()),
+             ("dynamic.mlir", "main", f"{CUSTOM}@create_custom_module?prefix=%3E%20", ())]
+    for name, function, spec, flags in cases:
+        src = MODULES / name
+        rc, want, err = cli(capsys, "run-module", src, f"--cache_dir={compile_cache}",
+                            f"--function={function}", f"--module={spec}",
+                            *[f"--compile_flag={f}" for f in flags])
+        assert rc == 0, err
+        module = vmfb(src, HOST, compile_cache, *flags)
+        rc, got, err = cli(capsys, "run-module", f"--module={module}",
+                           f"--function={function}", f"--host_module={spec}")
+        assert rc == 0, err
+        assert got == want, name
+        rc, got2, err = cli(capsys, "run-module", f"--module={spec}",
+                            f"--module={module}", f"--function={function}")
+        assert rc == 0, err
+        assert got2 == want
+
+
+def test_missing_host_module_is_one_line_naming_the_import(compile_cache, capsys):
+    module = vmfb(MODULES / "basic.mlir", HOST, compile_cache)
+    rc, out, err = cli(capsys, "run-module", module, "--function=main")
+    assert rc == 1 and out == "" and len(err.splitlines()) == 1
+    assert "custom" in err and module.name in err
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64", "riscv32"])
+def test_plugin_sample_from_vmfb(compile_cache, capsys, tmp_path, arch):
+    """IREE's custom_dispatch plugin sample (our copy) from .vmfb, the
+    simple_mul import resolved by the prebuilt plugin bundle."""
+    src = ROOT / "sample_plugins" / "standalone_example.mlir"
+    module = vmfb(src, arch, compile_cache)
+    flags = ["--input=70xf32=1.5", "--input=70xf32=-3",
+             f"--executable_plugin={PREBUILT / 'standalone.sos'}"]
+    rc, ours, err = cli(capsys, "run-module", module, "--function=mixed_invocation",
+                        *flags)
+    assert rc == 0, err
+    assert "70xf32=-7.5 -7.5" in ours
+    if arch == HOST == "x86_64":
+        assert ours == iree_run_module(module, "mixed_invocation", flags)
+
+
+# ---------------------------------------------------------------------------
+# the Python API: load once, call many
+
+def test_load_once_call_many_threads(compile_cache):
+    module = vmfb(MLP, HOST, compile_cache)
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((4, 16)).astype(np.float32) for _ in range(8)]
+    with load_program(module) as prog:
+        predict = prog.function("predict")
+        want = [predict(x)[0] for x in xs]
+        for x, w in zip(xs, want):
+            e = np.exp(np.maximum(x @ np.full((16, 8), 0.05, np.float32) + 0.1, 0.1))
+            np.testing.assert_allclose(w, e / e.sum(1, keepdims=True), rtol=1e-5)
+        errors = []
+
+        def worker(k):
+            try:
+                for i in range(50):
+                    j = (i + k) % len(xs)
+                    np.testing.assert_array_equal(predict(xs[j])[0], want[j])
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert list(prog.functions) == ["predict"]
+        with pytest.raises(VmError, match="no public function @nope"):
+            prog.function("nope")
+        with pytest.raises(TypeError, match="takes 1 arguments"):
+            predict()
+    with pytest.raises(VmError, match="closed"):
+        predict(xs[0])
+
+
+def test_emulated_program_matches_native(compile_cache):
+    spec = ALL_PROGRAMS["softmax"]
+    (x,) = spec.make_inputs(np.random.default_rng(1))
+    with load_program(vmfb(spec.path, "aarch64", compile_cache)) as prog:
+        assert prog.arch == "aarch64"
+        (got,) = prog(spec.function, x)
+    np.testing.assert_allclose(got, spec.numpy_reference([x])[0], rtol=1e-5, atol=1e-6)
+
+
+def test_link_errors_are_typed(compile_cache):
+    module = vmfb(MODULES / "basic.mlir", HOST, compile_cache)
+    with pytest.raises(LinkError, match="custom"):
+        load_program(module)
+
+
+# ---------------------------------------------------------------------------
+# benchmark-module
+
+def test_benchmark_module_prints_per_call_times(compile_cache, capsys):
+    module = vmfb(MLP, HOST, compile_cache)
+    rc, out, err = cli(capsys, "benchmark-module", f"--module={module}",
+                       "--function=predict", "--input=4x16xf32=1",
+                       "--benchmark_repetitions=20", "--device=local-sync")
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("BM_predict (") and lines[0].endswith(": 20 calls")
+    assert "min " in lines[1] and "median " in lines[1] and "mean " in lines[1]
+    rc, out, err = cli(capsys, "benchmark-module", f"--module={module}",
+                       "--function=predict", "--input=4x16xf32=1",
+                       "--benchmark_min_time=40x")
+    assert rc == 0, err
+    assert out.splitlines()[0].endswith(": 40 calls")
+    rc, out, err = cli(capsys, "benchmark-module", f"--module={module}",
+                       "--function=predict", "--input=4x16xf32=1",
+                       "--device=cuda")
+    assert rc == 1 and "--device" in err
