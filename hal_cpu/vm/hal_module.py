@@ -821,18 +821,24 @@ class HalModule:
             raise _status(PERMISSION_DENIED, "source buffer is immutable and can "
                           "only be imported for constant usage")
         array = np.frombuffer(source.data, np.uint8, length, offset)
-        address = array.ctypes.data if length else 0
-        if address % _arrays.BINDING_ALIGNMENT:
-            # Kernels assume 64-byte-aligned bindings: a try-import fails
-            # (the program copies into an allocation), an import copies.
-            if try_:
-                return None
-            copy = _arrays.empty(length, np.uint8)
-            copy[:] = array
-            array, address = copy, copy.ctypes.data
-        elif source.readonly or usage & USAGE_SHARING_IMMUTABLE:
-            array = array[:]
-            array.flags.writeable = False
+        if source.readonly:
+            # Kernels may write an imported constant in place (iree-compile
+            # sorts an unfoldable constant where it lies): the module's data
+            # must not change (nor fault, when mapped read-only), so the
+            # buffer is a private aligned copy.
+            array, address = self._new_storage(length)
+            array[:] = np.frombuffer(source.data, np.uint8, length, offset)
+        else:
+            address = array.ctypes.data if length else 0
+            if address % _arrays.BINDING_ALIGNMENT:
+                # Kernels assume 64-byte-aligned bindings: a try-import
+                # fails (the program copies into an allocation), an import
+                # copies.
+                if try_:
+                    return None
+                copy, address = self._new_storage(length)
+                copy[:] = array
+                array = copy
         memory = (_u32(memory_types) & ~MEMORY_TYPE_OPTIMAL) | MEMORY_TYPE_CPU
         return Buffer(array, address, memory, usage | USAGE_CPU)
 
