@@ -110,6 +110,8 @@ def preload() -> None:
     import hal_cpu.dispatch  # noqa: F401
     import hal_cpu.plugins  # noqa: F401
     import hal_cpu.runtime  # noqa: F401
+    import hal_cpu.vm.module_def  # noqa: F401
+    import hal_cpu.vmfb  # noqa: F401
 
 
 def instrument(rep: Reporter) -> None:
@@ -451,8 +453,15 @@ def run_code(case, data, rep, opts):
     run_executable(case, data, rep, opts)
 
 
+def run_vmfb(case, data, rep, opts):
+    """A mutated ``.vmfb`` read by the VM module reader (see
+    :func:`fuzz.vmfb.run`)."""
+    from .vmfb import run as run_module_file
+    run_module_file(case, data, rep, opts)
+
+
 RUNNERS = {"code": run_code, "elf": run_executable, "plugin": run_plugin, "fatelf": run_bundle,
-           "threads": run_threads, "files": run_files}
+           "threads": run_threads, "files": run_files, "vmfb": run_vmfb}
 
 
 def _frames(tb, limit=12):

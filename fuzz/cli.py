@@ -35,14 +35,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("native", "emulated", "both"), default="both",
                    help="backends to fuzz (default both)")
     p.add_argument("--target", choices=("elf", "fatelf", "plugin", "threads", "files",
-                                        "code", "all"), default="all",
+                                        "code", "vmfb", "all"), default="all",
                    help="inputs: IREE executables, FatELF bundles, plugins, "
                         "executables dispatched from threads while closed "
                         "(threads), executables given as FIFOs, directories, "
                         "devices or huge sparse files (files), or all (default all); "
                         "code: executables whose dispatched export has hostile "
                         "machine code (planted system calls aimed at canaries, "
-                        "random instructions), emulated only, never part of all")
+                        "random instructions), emulated only, never part of all; "
+                        "vmfb: compiled modules (.vmfb) read by the VM module reader, "
+                        "on one backend (no code runs), never part of all")
     p.add_argument("--kill-host", type=float, default=0.0, metavar="FRACTION",
                    help="code target: the fraction of cases whose child process kills "
                         "itself (SIGKILL) 0.05-1 s into the run, as a crashing program "
@@ -134,6 +136,8 @@ def main(argv=None) -> int:
                   "native one the hostile code would run on this host)", file=sys.stderr)
             return 2
         backends = ("emulated",)
+    if targets == ("vmfb",) and args.backend == "both":
+        backends = ("native",)      # no code of the file runs: one backend is enough
     if args.engine != "auto":
         os.environ["PKR_ENGINE"] = args.engine      # the children inherit it
     source = _source_state()   # the code the children run: imported now

@@ -36,8 +36,9 @@ RUNTIME_BUNDLE = ROOT / "hal_cpu" / "runtime" / "runtime.sos"
 
 TARGETS = ("elf", "fatelf", "plugin", "threads", "files")
 #: Targets run only when named (not part of ``--target all``): ``code``,
-#: hostile machine code in a valid executable, emulated only.
-EXTRA_TARGETS = ("code",)
+#: hostile machine code in a valid executable, emulated only; ``vmfb``,
+#: compiled modules for the VM module reader (:mod:`fuzz.vmfb`).
+EXTRA_TARGETS = ("code", "vmfb")
 #: Targets whose cases are mutated executables (``threads``: dispatched
 #: from several threads while another closes it; ``files``: given as a
 #: path that is a FIFO, a directory, a device, a huge sparse file...).
@@ -134,7 +135,20 @@ class Corpus:
             self.seeds["fatelf"].append(Seed(_rel(path), kind, data, None, None, fm,
                                              list(fm.arches)))
 
+    def vmfb_seeds(self) -> list[Seed]:
+        """The ``vmfb`` seeds, compiled (or taken from the compile cache)
+        the first time a case needs them."""
+        if not self.seeds["vmfb"]:
+            from .vmfb import VmfbModel, seed_files
+            for name, path in seed_files():
+                data = path.read_bytes()
+                self.seeds["vmfb"].append(Seed(name, "vmfb", data, name.rsplit("@", 1)[1],
+                                               None, VmfbModel.build(data, name)))
+        return self.seeds["vmfb"]
+
     def eligible(self, target: str, backend: str) -> list[Seed]:
+        if target == "vmfb":
+            return self.vmfb_seeds()
         seeds = self.seeds[target]
         if target == "code":
             # hostile code never runs natively: it would run on this host;
@@ -150,6 +164,8 @@ class Corpus:
         return seeds
 
     def seed(self, path: str) -> Seed:
+        if path.startswith("vmfb:"):
+            self.vmfb_seeds()
         for seeds in self.seeds.values():  # (threads/files share elf's)
             for s in seeds:
                 if s.path == path:
@@ -201,6 +217,10 @@ def make_case(corpus: Corpus, seed: int, backend: str, index: int,
             k = random.Random(f"pkr-fuzz-kill:{seed}:{backend}:{index}")
             if k.random() < kill_host:
                 extra["kill_host_after"] = round(k.uniform(0.05, 1.0), 3)
+    elif target == "vmfb":
+        from .vmfb import mutate_vmfb
+        arch = s.arch
+        muts = mutate_vmfb(rng, s.model)
     else:
         arch = s.arch
         muts = mutate.mutate_elf(rng, s.model)
