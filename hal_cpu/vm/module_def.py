@@ -659,7 +659,8 @@ def read_module(source, *, name: str | None = None,
     """Read and verify the VM module of a ``.vmfb``.
 
     Args:
-        source: a path (``str`` or path-like; a regular file, mapped) or the
+        source: a path (``str`` or path-like; a regular file, mapped: the
+            map lives as long as the module and the views it gave) or the
             bytes of a ``.vmfb`` or of a bare ``module.fb``.
         name: the name used in errors (default: the path, or
             ``<memory>``).
