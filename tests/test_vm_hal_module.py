@@ -521,3 +521,81 @@ def test_plugin_executable_with_direct_bindings(compile_cache, arch, backend):
         from hal_cpu.errors import UnresolvedImportError
         with pytest.raises(UnresolvedImportError):
             hal.exports["hal.executable.create"][1](hal.device, ANY, fmt, elf, None)
+
+
+# ---------------------------------------------------------------------------
+# whole functions through the VM (hal_cpu.vm.translate)
+
+def _load(vmfb, **kwargs):
+    pytest.importorskip("hal_cpu.vm.translate")
+    from hal_cpu.vm.program import load_program
+    return load_program(vmfb, **kwargs)
+
+
+@pytest.mark.parametrize("arch,backend", [
+    pytest.param("x86_64", "native", marks=pytest.mark.skipif(
+        HOST != "x86_64", reason="x86_64 host only")),
+    ("aarch64", "emulated")])
+def test_mlp_through_the_vm(mlp, arch, backend):
+    compiled, _ = mlp(arch)
+    prog = _load(compiled.vmfb, arch=arch, backend=backend)
+    try:
+        predict = prog.function("predict")
+        for seed in range(3):
+            x = inputs(seed)
+            (out,) = predict(x)
+            np.testing.assert_allclose(out, reference(x), rtol=2e-6, atol=1e-7)
+        with pytest.raises(VmStatusError) as err:
+            predict(np.zeros((4, 15), np.float32))
+        assert err.value.code == 3
+        assert "input0 shape dimension 1 mismatch; expected 16 but have 15" \
+            in err.value.message
+    finally:
+        prog.hal.close()
+
+
+@pytest.mark.skipif(HOST != "x86_64", reason="x86_64 host only")
+def test_programs_through_the_vm_match_iree(compile_cache):
+    """Programs with dynamic shapes, integer types, gathers give IREE's
+    runtime's results bit for bit."""
+    import iree.runtime as rt
+    from program_specs import ACCEPTANCE
+    rng = np.random.default_rng(5)
+    for name in ("matmul_dyn", "int_ops", "gather", "softmax"):
+        spec = ACCEPTANCE[name]
+        c = compile_program(spec.path, "x86_64", compile_cache)
+        ins = spec.make_inputs(rng)
+        prog = _load(c.vmfb, arch="x86_64", backend="native")
+        try:
+            ours = prog.function(spec.function)(*ins)
+        finally:
+            prog.hal.close()
+        module = rt.load_vm_flatbuffer_file(str(c.vmfb), driver="local-task")
+        theirs = getattr(module, spec.function)(*ins)
+        theirs = theirs if isinstance(theirs, (list, tuple)) else [theirs]
+        assert len(ours) == len(theirs), name
+        for a, b in zip(ours, theirs):
+            b = np.asarray(b.to_host() if hasattr(b, "to_host") else b)
+            assert a.dtype == b.dtype and a.shape == b.shape, name
+            np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+@pytest.mark.parametrize("arch,backend", [
+    pytest.param("x86_64", "native", marks=pytest.mark.skipif(
+        HOST != "x86_64", reason="x86_64 host only")),
+    ("riscv64", "emulated")])
+def test_check_programs_through_the_vm(compile_cache, arch, backend):
+    """The check-module programs: constants read from files and imported,
+    fills, copies, in-place sorts of constants; every check passes."""
+    checks = HERE / "programs" / "check"
+    names = (("gather_sort", "elementwise", "linalg") if backend == "native"
+             else ("gather_sort",))
+    for name in names:
+        c = compile_program(checks / f"{name}.mlir", arch, compile_cache)
+        prog = _load(c.vmfb, arch=arch, backend=backend)
+        try:
+            for fn in prog.functions:
+                prog.function(fn)()
+                prog.function(fn)()          # constants unchanged by the first
+        finally:
+            prog.hal.close()
