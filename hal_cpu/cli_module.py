@@ -1071,8 +1071,9 @@ def _vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | No
     from .vm.module_def import read_module
     from .vm.program import module_arch
     host_modules = [load_module_spec(s) for s in hosts]
+    files = [read_module(f, name=f) for f in files]
     if arch is None:
-        arch = module_arch(read_module(files[-1])) or arches.host_arch()
+        arch = module_arch(files[-1]) or arches.host_arch()
     emulation = emulation_options(args)
     with contextlib.ExitStack() as stack:
         plugins = None

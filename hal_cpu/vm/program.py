@@ -522,9 +522,10 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
     times.
 
     Args:
-        paths: a ``.vmfb`` path (or bytes), or a sequence of them in
-            registration order; the last one's public functions are the
-            program's.
+        paths: a ``.vmfb`` path (or bytes, or a
+            :class:`~hal_cpu.vm.module_def.ModuleDef` already read), or a
+            sequence of them in registration order; the last one's public
+            functions are the program's.
         arch: the architecture to run the executables as (name or alias);
             default: the one the last module's executables name.
         backend: ``auto`` (native when ``arch`` is this machine's),
@@ -557,6 +558,10 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
         paths = [paths]
     mdefs, labels = [], []
     for p in paths:
+        if hasattr(p, "functions") and hasattr(p, "imports"):    # a ModuleDef
+            mdefs.append(p)
+            labels.append(getattr(p, "source", None) or p.name)
+            continue
         label = "<bytes>" if isinstance(p, (bytes, bytearray)) else os.fspath(p)
         mdefs.append(read_module(p, name=label))
         labels.append(label)
