@@ -180,6 +180,16 @@ class DispatchLayout:
             + pad(ptrs_at - consts_at - 4 * constant_count)
             + word * (2 * binding_count)
             + pad(range0_at - lens_at - ps * binding_count) + rng.format[1:])
+        # The head from the binding pointers on (what write_again writes).
+        self._tail = struct.Struct(
+            state.format[0] + word * (2 * binding_count)
+            + pad(range0_at - lens_at - ps * binding_count) + rng.format[1:])
+        assert (state.format[0] in "<>=!"
+                and self._tail.size == self._head.size - ptrs_at)
+        self._ptrs_at = ptrs_at
+        #: what the last write_again wrote the dispatch state and constants
+        #: for (None: write() wrote them since)
+        self.written = None
         per = _up(wg.size, 64) + _up(rng.size, 64)
         total = head + per * workers + 64
         self.block = backend.alloc(total, 64)
@@ -282,6 +292,7 @@ class DispatchLayout:
         0's range as ``[0, end)`` (one write)."""
         sx, sy, sz = workgroup_size
         cx, cy, cz = workgroup_count
+        self.written = None
         self._head.pack_into(
             self._target, 0, sx, sy, sz, self.constant_count, cx, cy, cz,
             max_concurrency, self.binding_count, self.consts, self.ptrs,
@@ -292,6 +303,25 @@ class DispatchLayout:
         if self._stopped:
             self.backend.write(self.stop, self._zero)
             self._stopped = False
+
+    def write_again(self, owner, workgroup_size, workgroup_count,
+                    constants: Sequence[int], pointers: Sequence[int],
+                    lengths: Sequence[int], end: int) -> None:
+        """:meth:`write` for one worker, where the dispatch state and
+        constants (``workgroup_size``, ``workgroup_count``, ``constants``)
+        are those of ``owner``: when the last write was this method's for
+        the same ``owner`` (and the block is packed in place, no stop flag
+        raised), only the binding pointers and lengths and worker 0's range
+        are written."""
+        if self.written is owner and not self._stopped:
+            self._tail.pack_into(self._view, self._ptrs_at, *pointers,
+                                 *lengths, 0, end, runtime.NO_INDEX,
+                                 self.stop, 0, 0)
+            return
+        self.write(workgroup_size, workgroup_count, 1, constants, pointers,
+                   lengths, end)
+        if self._view is not None:
+            self.written = owner
 
     def write_range(self, worker: int, begin: int, end: int) -> None:
         self.backend.write(self.ranges[worker], self._range_struct.pack(

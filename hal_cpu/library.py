@@ -29,7 +29,7 @@ from elfloader import Backend
 
 from . import abi, runtime
 from .dispatch import (FIRST_CHUNK, SHARE_SECONDS, DispatchLayout,
-                       cpu_leases, run_grid)
+                       check_return, cpu_leases, run_grid)
 from .arrays import (BINDING_ALIGNMENT, COPY_WARN_BYTES,
                      AlignmentCopyWarning)
 from .errors import (DispatchError, ExportNotFoundError, LibraryError,
@@ -38,6 +38,10 @@ from .memory import GuestView, ptr_array
 
 _get_ident = threading.get_ident
 _perf_counter = time.perf_counter
+_ndarray = np.ndarray
+_KEY_TYPES = (int, str)
+_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
 
 
 @dataclass(frozen=True)
@@ -275,6 +279,15 @@ def _workers(workers, total: int, path: str, default: int) -> int:
     return max(1, min(workers, total, 255))
 
 
+class _Quick:
+    """What :meth:`Executable.dispatch` validated for a small native
+    dispatch, to repeat it (:meth:`Executable._repeat`)."""
+
+    __slots__ = ("grid", "workers_arg", "n", "key", "ordinal",
+                 "label", "constants", "constant_count", "consts", "wc",
+                 "wsize", "total", "shares")
+
+
 class Executable:
     """A loaded executable library.
 
@@ -331,11 +344,19 @@ class Executable:
         self._closed = True               # until loaded
         self._released = False
         self._layouts: dict[tuple, list[DispatchLayout]] = {}
+        # export key -> _Quick: a validated small native dispatch to repeat
+        self._quick: dict = {}
         self._leases = None
         self._copy_warned: set[int] = set()
         # export ordinal -> seconds per workgroup in its last dispatch with
         # the default workers (decides whether the next one shares)
         self._pace: dict[int, float] = {}
+        # export ordinal -> seconds per workgroup measured in its last
+        # one-worker dispatch with the default workers: the pace kept is
+        # the smaller of the last two such, so that one dispatch slowed
+        # down from outside (the thread preempted, a garbage collection)
+        # does not make the next one share a small grid.
+        self._timed: dict[int, float] = {}
         self._allocs: list[int] = []
         self.last_workers = 0
         self._default_workers = host_workers()
@@ -577,6 +598,17 @@ class Executable:
             elfloader.EmulationError: the emulated CPU faulted (the message
                 is a fault report naming the worker's workgroup).
         """
+        quick = (self._quick.get(export) if type(export) in _KEY_TYPES
+                 and workgroup_size is None else None)
+        if (quick is not None and quick.grid is workgroup_count
+                and workers is quick.workers_arg and not timeout
+                and progress is None and len(bindings) == quick.n
+                and (constants is quick.constants or not constants
+                     and not quick.constant_count)
+                and not self._closed):
+            done = self._repeat(quick, bindings)
+            if done:
+                return
         if self._closed:
             raise LibraryError("the executable is closed", name=self.path,
                                field="dispatch", value=export)
@@ -602,6 +634,7 @@ class Executable:
                                 "dispatch can run", name=self.path,
                                 field="workgroup_count", value=wc)
         timed = False
+        workers_arg = workers
         if workers is None:
             # Default: one worker unless the grid takes long enough (by the
             # export's pace in earlier dispatches) to pay for sharing it.
@@ -693,9 +726,19 @@ class Executable:
                     raise self._fault(exc, exp, pointers, lengths, layout) from None
             ran = True
             if timed:
-                self._pace[exp.ordinal] = (_perf_counter() - started) / total
+                self._note_pace(exp.ordinal,
+                                (_perf_counter() - started) / total)
             elif layout.per_workgroup is not None and workers > 1:
                 self._pace[exp.ordinal] = layout.per_workgroup
+            if (finishers is None and workers == 1 and total <= layout.whole
+                    and self._in_place and workgroup_size is None
+                    and not timeout and progress is None
+                    and type(export) in (int, str)
+                    and type(workgroup_count) is tuple
+                    and (not consts or type(constants) is tuple)
+                    and not getattr(self.backend, "timeout_us", 0)):
+                self._remember(export, exp, workgroup_count, wc, total, key,
+                               constants, consts, timed, workers_arg)
         finally:
             try:
                 if finishers is not None:
@@ -708,6 +751,93 @@ class Executable:
                     self._layouts.setdefault(key, []).append(layout)
                 if self._closed:
                     self._end_dispatch(me, key, None, False)
+
+    def _note_pace(self, ordinal: int, pace: float) -> None:
+        """Keep ``pace`` (seconds per workgroup of a one-worker dispatch
+        with the default workers): the export's pace becomes the smaller of
+        it and the one measured before."""
+        last = self._timed.get(ordinal, pace)
+        self._timed[ordinal] = pace
+        self._pace[ordinal] = min(pace, last)
+
+    def _remember(self, export, exp: Export, grid: tuple, wc, total: int,
+                  key, constants, consts, timed: bool, workers_arg) -> None:
+        """Keep what a small native dispatch that ran in place validated,
+        for :meth:`_repeat` (one per export key: the last grid)."""
+        q = _Quick()
+        q.grid, q.workers_arg = grid, workers_arg
+        q.n, q.key, q.ordinal, q.label = key[1], key, exp.ordinal, exp.label
+        q.constants = constants if consts else None
+        q.constant_count, q.consts = len(consts), consts
+        q.wc, q.wsize, q.total = wc, exp.workgroup_size, total
+        # Default workers on a grid that could be shared: the export's pace
+        # decides, as in dispatch().
+        q.shares = workers_arg is None and total > 1 and self._default_workers > 1
+        assert not q.shares or timed
+        self._quick[export] = q
+
+    def _repeat(self, q: "_Quick", bindings) -> bool:
+        """Run a dispatch with the export, grid object, workers argument and
+        constants object of ``q`` (a dispatch :meth:`dispatch` validated and
+        ran in one crossing, natively, bindings in place) when it is exactly
+        that again: every binding a numpy array the native backend uses in
+        place (writable, C-contiguous, not empty, at a 64-byte aligned
+        address: checked for each call), the layout pool not empty, the
+        default worker count still 1. Returns False (nothing done) when it
+        is not, for :meth:`dispatch` to take its general path."""
+        pointers, lengths = [], []
+        for a in bindings:
+            if type(a) is not _ndarray:
+                return False
+            try:
+                # Writable, C-contiguous and not empty (as map_array checks).
+                address = _addressof(_from_buffer(a))
+            except (TypeError, ValueError):
+                return False
+            if address % BINDING_ALIGNMENT:
+                return False
+            pointers.append(address)
+            lengths.append(a.nbytes)
+        if self.backend._closed:
+            return False
+        shares = q.shares
+        if shares:
+            pace = self._pace.get(q.ordinal)
+            if pace is not None and pace * q.total > SHARE_SECONDS:
+                return False
+        me = _get_ident()
+        self._running.append(me)
+        if self._closed:
+            self._end_dispatch(me, q.key, None)
+            return False
+        try:
+            layout = self._layouts[q.key].pop()
+        except (KeyError, IndexError):
+            self._end_dispatch(me, q.key, None)
+            return False
+        try:
+            self.last_workers = 1
+            total = q.total
+            if shares:
+                started = _perf_counter()
+            layout.write_again(q, q.wsize, q.wc, q.consts, pointers, lengths,
+                               total)
+            ret = layout.loops[0]()
+            if ret:
+                check_return(layout, ret, total, q.wc, q.label, self.path)
+            if layout.local_checks:
+                layout.check_local(q.label, self.path)
+            if shares:
+                pace = (_perf_counter() - started) / total
+                last = self._timed.get(q.ordinal, pace)
+                self._timed[q.ordinal] = pace
+                self._pace[q.ordinal] = pace if pace < last else last
+        finally:
+            self._running.remove(me)
+            self._layouts.setdefault(q.key, []).append(layout)
+            if self._closed:
+                self._end_dispatch(me, q.key, None, False)
+        return True
 
     def _note_copies(self, exp: Export, bindings) -> None:
         """Warn (once per export) when a binding over
@@ -847,6 +977,7 @@ class Executable:
         """Free the layouts, allocations, module and (owned) backend; no
         dispatch runs."""
         _LIVE.discard(self)
+        self._quick = {}
         for pool in self._layouts.values():
             for layout in pool:
                 layout.close()
