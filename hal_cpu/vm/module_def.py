@@ -34,6 +34,7 @@ the checks.
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import struct
@@ -270,6 +271,7 @@ class DebugInfo:
     function_names: tuple
     _table: tuple = field(repr=False, compare=False, default=())
     _maps: tuple = field(repr=False, compare=False, default=())
+    _index: dict = field(repr=False, compare=False, default_factory=dict)
 
     def locations(self, ordinal: int) -> tuple:
         """``(bytecode offset, location or None)`` of every op of function
@@ -300,13 +302,18 @@ class DebugInfo:
     def _entry(self, ordinal, offset, nearest):
         if not 0 <= ordinal < len(self._maps):
             return None
-        best = None
-        for off, loc in self._maps[ordinal]:
-            if off == offset:
-                return loc
-            if nearest and off <= offset and (best is None or off >= best[0]):
-                best = (off, loc)
-        return best[1] if best else None
+        index = self._index.get(ordinal)
+        if index is None:
+            first: dict = {}
+            for off, loc in self._maps[ordinal]:
+                first.setdefault(off, loc)
+            index = self._index[ordinal] = (first, sorted(first))
+        first, keys = index
+        loc = first.get(offset)
+        if loc is None and nearest:
+            at = bisect.bisect_right(keys, offset) - 1
+            loc = first[keys[at]] if at >= 0 else None
+        return loc
 
     def _format(self, loc: int) -> str | None:
         out: list[str] = []
