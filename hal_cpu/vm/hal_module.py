@@ -565,6 +565,9 @@ class HalModule:
         self.format = self.arch.iree_format
         self._executables: dict[tuple, tuple[VmBuffer, Executable]] = {}
         self._pool: dict[int, list[tuple[np.ndarray, int]]] = {}
+        # (dtype, shape) of inputs and (dims, element type) of results seen
+        self._inputs: dict[tuple, tuple] = {}
+        self._outputs: dict[tuple, tuple] = {}
         self._slab_lock = threading.Lock()
         self._slab = None
         self._slab_address = 0
@@ -592,7 +595,24 @@ class HalModule:
         """A function input (numpy array) as a ``!hal.buffer_view``, its bytes
         copied once into new 64-byte-aligned storage (kernels never see the
         caller's array)."""
-        array = np.asarray(array)
+        if type(array) is not np.ndarray:
+            array = np.asarray(array)
+        key = (array.dtype, array.shape)
+        info = self._inputs.get(key)
+        if info is None:
+            info = self._input_info(array, key)
+        code, nbytes, dims = info
+        storage, address = self._new_storage(nbytes)
+        try:
+            storage.data[:] = memoryview(array).cast("B")
+        except (TypeError, ValueError, NotImplementedError):
+            # (not C-contiguous, 0-d, or a dtype without a buffer format)
+            np.copyto(storage.view(array.dtype).reshape(array.shape), array,
+                      casting="no")
+        return BufferView(Buffer(storage, address, MEMORY_TYPE_CPU, USAGE_CPU),
+                          dims, code, ENCODING_DENSE_ROW_MAJOR)
+
+    def _input_info(self, array: np.ndarray, key) -> tuple:
         name = dtype_name(array.dtype)
         if name[:1] == "i" and name != "i1":
             name = "s" + name       # signed, as IREE's Python binding has it
@@ -600,13 +620,11 @@ class HalModule:
         if code is None:
             raise _status(INVALID_ARGUMENT, f"dtype {array.dtype} has no HAL "
                           "element type")
-        shape = array.shape
-        storage, address = self._new_storage(array.nbytes)
-        np.copyto(storage.view(array.dtype).reshape(shape), array,
-                  casting="no")
-        buf = Buffer(storage, address, MEMORY_TYPE_CPU, USAGE_CPU)
-        return BufferView(buf, tuple((int(d),) for d in shape), code,
-                          ENCODING_DENSE_ROW_MAJOR)
+        info = (code, array.nbytes, tuple((int(d),) for d in array.shape))
+        if len(self._inputs) >= 1024:
+            self._inputs.clear()
+        self._inputs[key] = info
+        return info
 
     def to_numpy(self, view) -> np.ndarray:
         """A new numpy array of ``view``'s shape and element type holding its
@@ -618,6 +636,19 @@ class HalModule:
         """
         if type(view) is not BufferView:
             raise _bad_ref(view, BufferView, "to_numpy")
+        key = (view.dims, view.element_type)
+        info = self._outputs.get(key)
+        if info is None:
+            info = self._output_info(view, key)
+        shape, dtype, nbytes = info
+        buf = view.buffer
+        if nbytes > buf.length:
+            raise _status(OUT_OF_RANGE, f"buffer view {_format_shape(shape)}x"
+                          f"{_element_type_name(view.element_type)} needs "
+                          f"{nbytes} bytes; its buffer has {buf.length}")
+        return np.ndarray(shape, dtype, buf.array).copy()
+
+    def _output_info(self, view: BufferView, key) -> tuple:
         dtype = ELEMENT_DTYPES.get(view.element_type)
         if dtype is None:
             raise _status(UNIMPLEMENTED, "no numpy dtype for element type "
@@ -626,12 +657,11 @@ class HalModule:
         count = 1
         for d in shape:
             count *= d
-        nbytes = count * dtype.itemsize
-        if nbytes > view.buffer.length:
-            raise _status(OUT_OF_RANGE, f"buffer view {_format_shape(shape)}x"
-                          f"{_element_type_name(view.element_type)} needs "
-                          f"{nbytes} bytes; its buffer has {view.buffer.length}")
-        return view.buffer.array[:nbytes].view(dtype).reshape(shape).copy()
+        info = (shape, dtype, count * dtype.itemsize)
+        if len(self._outputs) >= 1024:
+            self._outputs.clear()
+        self._outputs[key] = info
+        return info
 
     def close(self) -> None:
         """Unload every executable (closing again does nothing)."""
@@ -684,8 +714,8 @@ class HalModule:
         else:
             array, address = self._new_storage(size)
         array.fill(self.fill_byte)
-        return Buffer(array, address, (memory_type & ~MEMORY_TYPE_OPTIMAL)
-                      | MEMORY_TYPE_CPU, _u32(usage) | USAGE_CPU, None, pooled)
+        return Buffer(array, address, (memory_type & 0xFFFFFFFE) | MEMORY_TYPE_CPU,
+                      (usage & 0xFFFFFFFF) | USAGE_CPU, None, pooled)
 
     def _new_storage(self, size: int) -> tuple[np.ndarray, int]:
         """Uninitialized 64-byte-aligned bytes and their address: small
@@ -869,13 +899,13 @@ class HalModule:
             raise _status(INVALID_ARGUMENT, f"{_string(message, '')} buffer byte "
                           f"length {buffer.length} less than expected minimum "
                           f"{minimum_length}")
-        memory_types = _u32(memory_types)
+        memory_types &= 0xFFFFFFFF
         if buffer.memory_type & memory_types != memory_types:
             raise _status(PERMISSION_DENIED, f"{_string(message, '')} buffer "
                           "memory type is not compatible; buffer has "
                           f"{buffer.memory_type:08X}, operation requires "
                           f"{memory_types:08X}")
-        usage = _u32(usage)
+        usage &= 0xFFFFFFFF
         if buffer.usage & usage != usage:
             raise _status(PERMISSION_DENIED, f"{_string(message, '')} requested "
                           "usage was not specified when the buffer was allocated; "
@@ -949,7 +979,8 @@ class HalModule:
             length = self._check_range(buffer, offset, length, "invalid subspan "
                                        "of an existing buffer")
             buffer = buffer.subspan(offset, length)
-        return BufferView(buffer, dims, _u32(element_type), _u32(encoding_type))
+        return BufferView(buffer, dims, element_type & 0xFFFFFFFF,
+                          encoding_type & 0xFFFFFFFF)
 
     def buffer_view_assert(self, view, message, element_type: int,
                            encoding_type: int, dims) -> None:
@@ -1275,7 +1306,7 @@ class HalModule:
         if pool:
             raise _status(UNIMPLEMENTED, "VM queue allocation pools are not "
                           "supported")
-        buf = self._allocate(size, _u32(memory_types), usage, True)
+        buf = self._allocate(size, memory_types, usage, True)
         if wait is None and signal is not None and type(signal) is Fence \
                 and signal.parts is None and signal.code is None \
                 and signal.waiters is None:
@@ -1398,6 +1429,7 @@ class HalModule:
         if type(cb) is not CommandBuffer:
             raise _bad_ref(cb, CommandBuffer, what)
         lens, addrs = [], []
+        add_len, add_address = lens.append, addrs.append
         for buf, off, n in table:
             if type(buf) is Buffer:
                 total = buf.length
@@ -1405,11 +1437,11 @@ class HalModule:
                     n = total - off
                 if off < 0 or n < 0 or off + n > total:
                     self._table_error(what, table, len(lens))
-                lens.append(n)
-                addrs.append(buf.address + off)
+                add_len(n)
+                add_address(buf.address + off)
             elif buf is None:
-                lens.append(-1)
-                addrs.append(0)
+                add_len(-1)
+                add_address(0)
             else:
                 self._table_error(what, table, len(lens))
         count = len(lens)
