@@ -25,10 +25,15 @@ class VmStatusError(VmError):
 
     def __init__(self, code: int, message: str, location: str | None = None, *,
                  name: str | None = None):
-        self.code, self.message, self.location = code, message, location
+        self.code, self.location = code, location
         at = f"{location}: " if location else ""
         super().__init__(f"{at}{message} (status {code})", name=name,
                          field="status", value=code)
+        self.message = message
+
+    def set_location(self, location: str | None) -> None:
+        """Give the error the location of the op that raised it."""
+        VmStatusError.__init__(self, self.code, self.message, location, name=self.name)
 
 
 class VmBuffer:
@@ -41,6 +46,9 @@ class VmBuffer:
     """
 
     __slots__ = ("data", "readonly", "name")
+
+    #: the VM type name (``vm.cast.any.ref`` checks it)
+    vm_type = "!vm.buffer"
 
     def __init__(self, data, readonly: bool = False, name: str = "buffer"):
         mv = memoryview(data)
@@ -65,6 +73,9 @@ class VmList(list):
     ``!hal.buffer_view``) in :attr:`element_type`."""
 
     __slots__ = ("element_type",)
+
+    #: the VM type name (``vm.cast.any.ref`` checks it)
+    vm_type = "!vm.list"
 
     def __init__(self, element_type: str = "?", items=()):
         super().__init__(items)

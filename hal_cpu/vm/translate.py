@@ -1,0 +1,1424 @@
+"""A VM bytecode function to one Python function.
+
+:func:`translate` decodes a function's bytecode and writes it out as the
+source of a single Python function, compiled once with :func:`compile`:
+registers are local variables (``i<n>`` for the 32-bit register file, one
+local per value: an ``i64``/``f64`` lives in the local of its even
+register; ``r<n>`` for refs), each op is a line or two of Python, and a
+function with branches becomes ``while True:`` over a block number with one
+``if _b == <k>:`` section per block (a branch to a later block falls
+through to it; only a branch back to the same or an earlier block goes
+round the loop). A function without branches stays straight-line code.
+Calling the result runs no per-op dispatch at all.
+
+Calling convention (see :mod:`hal_cpu.vm`): the translated function takes
+its arguments as the function's ``cconv`` lists them and returns None, one
+value or a tuple. Imports are called the same way; a variadic segment is
+passed as a tuple of tuples.
+
+What the ops do follows IREE's bytecode interpreter (``dispatch.c``,
+``ops.h``): 32/64-bit integer arithmetic wraps; shift amounts are taken
+modulo the width; f32 results are rounded to f32 (values stay Python
+floats); float to integer casts round half away from zero; f64 to 32-bit
+integer casts go through f32 as IREE's do. Where IREE's C code is
+undefined (integer division by zero), a :class:`VmStatusError` is raised
+(INVALID_ARGUMENT); ``INT_MIN / -1`` wraps to ``INT_MIN`` (remainder 0).
+Branch operands are one parallel copy (all sources read before any
+destination is written), except that a scratch register the list itself
+fills (the compiler's temporary for breaking a cycle of copies) passes on
+the value it was given.
+
+A status error raised while a translated function runs (a failing op, an
+import's error) gets the location (``file:line:col`` from
+:attr:`Env.locate`) of the op that raised it when it has none.
+
+Backward branches check :data:`BACKEDGE_HOOK`: when its one element is set
+to a callable, it is called at every backward branch (a place to enforce
+a time limit); unset, the check costs one list lookup and compare.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import math
+import struct
+import sys
+from typing import Callable
+
+from . import isa
+from .decode import BytecodeError, Instruction, decode
+from .refs import VmBuffer, VmError, VmList, VmStatusError
+
+__all__ = ["Env", "translate", "UnsupportedOpError", "BACKEDGE_HOOK",
+           "parse_cconv"]
+
+#: ``[None]`` or ``[callable]``: called at every backward branch of every
+#: translated function (e.g. to check a deadline and raise)
+BACKEDGE_HOOK: list = [None]
+
+# iree_status_code_t values used here
+INVALID_ARGUMENT, NOT_FOUND, OUT_OF_RANGE, PERMISSION_DENIED = 3, 5, 11, 7
+FAILED_PRECONDITION = 9
+
+
+class UnsupportedOpError(VmError):
+    """The translator cannot run an op of the function (raised when the
+    function is translated, never silently skipped).
+
+    Attributes:
+        op: the op's name (``vm.buffer.hash``); offset: its bytecode offset;
+        location: its source location when the module has debug info.
+    """
+
+    def __init__(self, message: str, *, op: str, function: str, offset: int,
+                 location: str | None = None):
+        self.op, self.offset, self.location = op, offset, location
+        at = f" at {location}" if location else ""
+        super().__init__(f"{op} (bytecode offset 0x{offset:X}{at}): {message}",
+                         name=function, field=op, value=offset)
+
+
+class Env:
+    """What translated functions see; built by the linker.
+
+    Attributes:
+        imports: import ordinal -> callable (the package's calling
+            convention), or None for an unresolved optional import
+            (``vm.import.resolved`` gives 0, a call raises
+            :class:`VmStatusError` NOT_FOUND). Read when a function is
+            translated: fill it first.
+        functions: internal function ordinal -> translated callable; looked
+            up at each call, so it may be filled after translation.
+        rodata: read-only data ordinal -> :class:`VmBuffer`.
+        global_bytes: the globals' bytes (``vm.global.*.i32/i64/f32/f64``).
+        global_refs: the ref globals.
+        types: the module's type table (names, e.g. ``!hal.buffer``).
+        locate: (function ordinal, bytecode offset) -> ``file:line:col`` or
+            None.
+        import_cconvs: import ordinal -> calling convention string (needed
+            by ``vm.call.variadic``; when absent, a callable's ``cconv``
+            attribute is used).
+        import_names: import ordinal -> name, for messages.
+    """
+
+    def __init__(self, *, imports=(), functions=None, rodata=(),
+                 global_bytes=None, global_refs=None, types=(),
+                 locate: Callable[[int, int], str | None] | None = None,
+                 import_cconvs=(), import_names=()):
+        self.imports = list(imports)
+        self.functions = [] if functions is None else functions
+        self.rodata = list(rodata)
+        self.global_bytes = bytearray() if global_bytes is None else global_bytes
+        self.global_refs = [] if global_refs is None else global_refs
+        self.types = list(types)
+        self.locate = locate or (lambda ordinal, offset: None)
+        self.import_cconvs = list(import_cconvs)
+        self.import_names = list(import_names)
+
+    @classmethod
+    def for_module(cls, module, **kw) -> "Env":
+        """An Env with the rodata, globals, types, debug locations and
+        import signatures of a :class:`~hal_cpu.vm.module_def.ModuleDef`;
+        ``imports``/``functions`` from ``kw`` (default: none resolved)."""
+        rodata = [VmBuffer(module.rodata_bytes(i), readonly=True, name=f"rodata[{i}]")
+                  for i in range(len(module.rodata))]
+        debug = module.debug
+        locate = ((lambda o, off: debug.location(o, off, nearest=True))
+                  if debug is not None else None)
+        kw.setdefault("imports", [None] * len(module.imports))
+        return cls(rodata=rodata, global_bytes=bytearray(module.global_bytes),
+                   global_refs=[None] * module.global_refs, types=module.types,
+                   locate=locate, import_cconvs=[i.cconv for i in module.imports],
+                   import_names=[i.name for i in module.imports], **kw)
+
+
+# ---------------------------------------------------------------------------
+# calling conventions
+
+def _split_types(s: str, what: str) -> list:
+    """``"iIC rID v"`` -> ['i', 'I', ('r', 'I'), ...]; ``v`` dropped."""
+    out, i = [], 0
+    while i < len(s):
+        c = s[i]
+        if c == "C":
+            j = s.find("D", i)
+            if j < 0:
+                raise ValueError(f"unterminated variadic segment in {what}")
+            out.append(tuple(s[i + 1:j]))
+            i = j + 1
+            continue
+        if c not in "v":
+            if c not in "iIfFr":
+                raise ValueError(f"unknown type {c!r} in {what}")
+            out.append(c)
+        i += 1
+    return out
+
+
+def parse_cconv(cconv: str) -> tuple[list, list]:
+    """A calling convention string (``0rIC iD_r``) -> (arguments, results),
+    each a list of type characters (``i I f F r``) or tuples (a variadic
+    segment's element types)."""
+    if not cconv.startswith("0") or "_" not in cconv:
+        raise ValueError(f"calling convention {cconv!r} is not 0<args>_<results>")
+    args, _, results = cconv[1:].partition("_")
+    return _split_types(args, cconv), _split_types(results, cconv)
+
+
+# ---------------------------------------------------------------------------
+# runtime helpers (globals of the generated functions)
+
+_M32, _M64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
+_S_I8, _S_U8 = struct.Struct("<b"), struct.Struct("<B")
+_S_I16, _S_U16 = struct.Struct("<h"), struct.Struct("<H")
+_S_I32, _S_U32 = struct.Struct("<i"), struct.Struct("<I")
+_S_I64, _S_U64 = struct.Struct("<q"), struct.Struct("<Q")
+_S_F32, _S_F64 = struct.Struct("<f"), struct.Struct("<d")
+_pf, _uf = _S_F32.pack, _S_F32.unpack
+_INF, _NAN = math.inf, math.nan
+
+
+def _status(code, message):
+    return VmStatusError(code, message)
+
+
+def _r32(x: float) -> float:
+    """``x`` rounded to f32 (overflow -> signed infinity)."""
+    try:
+        return _uf(_pf(x))[0]
+    except OverflowError:
+        return math.copysign(_INF, x)
+
+
+def _fdiv(a: float, b: float) -> float:
+    try:
+        return a / b
+    except ZeroDivisionError:
+        if a != a or a == 0:
+            return _NAN
+        return math.copysign(_INF, a) * math.copysign(1.0, b)
+
+
+def _wrap32(x: int) -> int:
+    return ((x + 0x80000000) & _M32) - 0x80000000
+
+
+def _wrap64(x: int) -> int:
+    return ((x + 0x8000000000000000) & _M64) - 0x8000000000000000
+
+
+def _cdiv(a: int, b: int, bits: int) -> int:
+    """C signed division (truncating); wraps INT_MIN / -1."""
+    if b == 0:
+        raise _status(INVALID_ARGUMENT, "integer division by zero")
+    q = abs(a) // abs(b)
+    if (a < 0) != (b < 0):
+        q = -q
+    return _wrap32(q) if bits == 32 else _wrap64(q)
+
+
+def _crem(a: int, b: int, bits: int) -> int:
+    """C signed remainder (sign of the dividend)."""
+    if b == 0:
+        raise _status(INVALID_ARGUMENT, "integer remainder by zero")
+    r = abs(a) % abs(b)
+    return -r if a < 0 else r
+
+
+def _udiv(a: int, b: int, bits: int) -> int:
+    m = _M32 if bits == 32 else _M64
+    if b & m == 0:
+        raise _status(INVALID_ARGUMENT, "integer division by zero")
+    q = (a & m) // (b & m)
+    return _wrap32(q) if bits == 32 else _wrap64(q)
+
+
+def _urem(a: int, b: int, bits: int) -> int:
+    m = _M32 if bits == 32 else _M64
+    if b & m == 0:
+        raise _status(INVALID_ARGUMENT, "integer remainder by zero")
+    r = (a & m) % (b & m)
+    return _wrap32(r) if bits == 32 else _wrap64(r)
+
+
+def _round_away(x: float) -> float:
+    """C ``round``: half away from zero (float in, float out)."""
+    if x != x or x in (_INF, -_INF):
+        return x
+    t = float(math.trunc(x))
+    if abs(x - t) >= 0.5:
+        t += math.copysign(1.0, x)
+    return math.copysign(t, x) if t == 0 else t
+
+
+def _round_even(x: float) -> float:
+    if x != x or x in (_INF, -_INF):
+        return x
+    r = float(round(x))
+    return math.copysign(r, x) if r == 0 else r
+
+
+def _ceil(x: float) -> float:
+    if x != x or x in (_INF, -_INF):
+        return x
+    r = float(math.ceil(x))
+    return math.copysign(r, x) if r == 0 else r
+
+
+def _floor(x: float) -> float:
+    if x != x or x in (_INF, -_INF):
+        return x
+    r = float(math.floor(x))
+    return math.copysign(r, x) if r == 0 else r
+
+
+_I64_MIN = -0x8000000000000000
+
+
+def _lround64(x: float) -> int:
+    """C ``llround``/``lround`` (64-bit long): NaN and out of range give
+    INT64_MIN as x86-64 does."""
+    r = _round_away(x)
+    if r != r or not -9.223372036854775808e18 <= r < 9.223372036854775808e18:
+        return _I64_MIN
+    return int(r)
+
+
+def _f2i32(x: float) -> int:
+    """``(int32_t)lroundf(x)`` (also ``(uint32_t)llroundf``)."""
+    return _wrap32(_lround64(x))
+
+
+def _f2u64(x: float) -> int:
+    """``(uint64_t)roundf(x)``/``round(x)`` as x86-64 converts, as i64 bits."""
+    r = _round_away(x)
+    if r != r:
+        return _I64_MIN
+    if r < 9.223372036854775808e18:
+        return int(r) if r >= -9.223372036854775808e18 else _I64_MIN
+    if r < 1.8446744073709552e19:
+        return _wrap64(int(r))
+    return 0
+
+
+def _int_to_f32(v: int) -> float:
+    """An integer correctly rounded (to nearest even) to f32."""
+    a = abs(v)
+    n = a.bit_length()
+    if n <= 24:
+        return float(v)
+    shift = n - 24
+    q, rem = a >> shift, a & ((1 << shift) - 1)
+    half = 1 << (shift - 1)
+    if rem > half or (rem == half and q & 1):
+        q += 1
+    r = _r32(math.ldexp(float(q), shift)) if n < 1000 else _INF
+    return -r if v < 0 else r
+
+
+def _bits_f32(v: int) -> float:
+    return _uf(_S_I32.pack(v))[0]
+
+
+def _f32_bits(x: float) -> int:
+    return _S_I32.unpack(_pf(x))[0]
+
+
+def _bits_f64(v: int) -> float:
+    return _S_F64.unpack(_S_I64.pack(v))[0]
+
+
+def _f64_bits(x: float) -> int:
+    return _S_I64.unpack(_S_F64.pack(x))[0]
+
+
+def _fma32(a, b, c):
+    return _r32(_r32(a * b) + c)
+
+
+# libm for the transcendental ops (the functions IREE's runtime calls)
+def _load_libm():
+    for name in (ctypes.util.find_library("m"), "libm.so.6", "libm.dylib"):
+        if not name:
+            continue
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+_LIBM = _load_libm()
+
+
+def _libm_fn(name: str, nargs: int, f32: bool, fallback):
+    if _LIBM is not None and hasattr(_LIBM, name):
+        fn = getattr(_LIBM, name)
+        t = ctypes.c_float if f32 else ctypes.c_double
+        fn.restype, fn.argtypes = t, [t] * nargs
+        return fn
+
+    def slow(*args):
+        try:
+            r = fallback(*args)
+        except (ValueError, ZeroDivisionError):
+            r = _NAN
+        except OverflowError:
+            r = _INF
+        return _r32(r) if f32 else r
+    return slow
+
+
+_MATH = {  # mnemonic stem -> (libm name (f64), python fallback, arg count)
+    "atan": ("atan", math.atan, 1), "atan2": ("atan2", math.atan2, 2),
+    "cos": ("cos", math.cos, 1), "sin": ("sin", math.sin, 1),
+    "exp": ("exp", math.exp, 1), "exp2": ("exp2", lambda x: 2.0 ** x, 1),
+    "expm1": ("expm1", math.expm1, 1), "log": ("log", math.log, 1),
+    "log10": ("log10", math.log10, 1), "log1p": ("log1p", math.log1p, 1),
+    "log2": ("log2", math.log2, 1), "pow": ("pow", math.pow, 2),
+    "sqrt": ("sqrt", math.sqrt, 1), "tanh": ("tanh", math.tanh, 1),
+    "erf": ("erf", math.erf, 1), "rem": ("remainder", math.remainder, 2),
+}
+_MATH_FNS = {}
+for _stem, (_c, _py, _n) in _MATH.items():
+    _MATH_FNS[_stem + ".f64"] = _libm_fn(_c, _n, False, _py)
+    _MATH_FNS[_stem + ".f32"] = _libm_fn(_c + "f", _n, True, _py)
+
+
+def _rsqrt64(x):
+    s = _MATH_FNS["sqrt.f64"](x)
+    return _fdiv(1.0, s)
+
+
+def _rsqrt32(x):
+    return _r32(_fdiv(1.0, _MATH_FNS["sqrt.f32"](x)))
+
+
+# buffers
+
+def _buf(b, what):
+    if b is None:
+        raise _status(INVALID_ARGUMENT, f"{what} is null")
+    return b.data
+
+
+def _range(d, byte_off, nbytes, size):
+    if byte_off < 0 or nbytes < 0 or byte_off + nbytes > len(d):
+        raise _status(OUT_OF_RANGE, f"out-of-bounds access detected (offset={byte_off}, "
+                      f"length={nbytes}, alignment={size}, buffer length={len(d)})")
+
+
+def _make_load(st: struct.Struct, size: int):
+    unpack = st.unpack_from
+
+    def load(b, off):
+        d = _buf(b, "source_buffer")
+        o = off * size
+        if off < 0 or o + size > len(d):
+            _range(d, o, size, size)
+        return unpack(d, o)[0]
+    return load
+
+
+def _writable(b, what):
+    d = _buf(b, what)
+    if b.readonly or d.readonly:
+        raise _status(PERMISSION_DENIED, "buffer is read-only and cannot be mapped for mutation")
+    return d
+
+
+def _make_store(st: struct.Struct, size: int, mask: int | None):
+    pack = st.pack_into
+
+    def store(b, off, v):
+        d = _writable(b, "target_buffer")
+        o = off * size
+        if off < 0 or o + size > len(d):
+            _range(d, o, size, size)
+        pack(d, o, v & mask if mask is not None else v)
+    return store
+
+
+def _make_fill(st: struct.Struct, size: int, mask: int | None):
+    def fill(b, off, n, v):
+        d = _writable(b, "buffer")
+        o, nb = off * size, n * size
+        _range(d, o, nb, size)
+        d[o:o + nb] = st.pack(v & mask if mask is not None else v) * n
+    return fill
+
+
+_BUF_LOAD = {
+    "buffer.load.i8.u": _make_load(_S_U8, 1), "buffer.load.i8.s": _make_load(_S_I8, 1),
+    "buffer.load.i16.u": _make_load(_S_U16, 2), "buffer.load.i16.s": _make_load(_S_I16, 2),
+    "buffer.load.i32": _make_load(_S_I32, 4), "buffer.load.i64": _make_load(_S_I64, 8),
+    "buffer.load.f32": _make_load(_S_F32, 4), "buffer.load.f64": _make_load(_S_F64, 8),
+}
+_BUF_STORE = {
+    "buffer.store.i8": _make_store(_S_U8, 1, 0xFF),
+    "buffer.store.i16": _make_store(_S_U16, 2, 0xFFFF),
+    "buffer.store.i32": _make_store(_S_I32, 4, None),
+    "buffer.store.i64": _make_store(_S_I64, 8, None),
+    "buffer.store.f32": _make_store(_S_F32, 4, None),
+    "buffer.store.f64": _make_store(_S_F64, 8, None),
+}
+_BUF_FILL = {
+    "buffer.fill.i8": _make_fill(_S_U8, 1, 0xFF),
+    "buffer.fill.i16": _make_fill(_S_U16, 2, 0xFFFF),
+    "buffer.fill.i32": _make_fill(_S_I32, 4, None),
+    "buffer.fill.i64": _make_fill(_S_I64, 8, None),
+    "buffer.fill.f32": _make_fill(_S_F32, 4, None),
+    "buffer.fill.f64": _make_fill(_S_F64, 8, None),
+}
+
+
+def _buffer_alloc(length, alignment):
+    if length < 0:
+        raise _status(OUT_OF_RANGE, f"buffer length {length} is negative")
+    return VmBuffer(bytearray(length), readonly=False, name="vm.buffer")
+
+
+def _buffer_clone(src, off, length, alignment):
+    d = _buf(src, "source")
+    _range(d, off, length, 1)
+    return VmBuffer(bytearray(d[off:off + length]), readonly=False, name="vm.buffer")
+
+
+def _buffer_length(b):
+    return len(_buf(b, "buffer"))
+
+
+def _buffer_copy(src, soff, dst, doff, length):
+    s = _buf(src, "source_buffer")
+    d = _writable(dst, "target_buffer")
+    _range(s, soff, length, 1)
+    _range(d, doff, length, 1)
+    d[doff:doff + length] = s[soff:soff + length].tobytes()
+
+
+def _buffer_compare(lhs, loff, rhs, roff, length):
+    a = _buf(lhs, "lhs_buffer")
+    b = _buf(rhs, "rhs_buffer")
+    _range(a, loff, length, 1)
+    _range(b, roff, length, 1)
+    return 1 if a[loff:loff + length] == b[roff:roff + length] else 0
+
+
+# lists
+
+_LIST_DEFAULTS = {"i8": 0, "i16": 0, "i32": 0, "i64": 0, "f32": 0.0, "f64": 0.0}
+
+
+def _list(l):
+    if l is None:
+        raise _status(INVALID_ARGUMENT, "list is null")
+    return l
+
+
+def _list_index(l, i):
+    if not 0 <= i < len(l):
+        raise _status(OUT_OF_RANGE, f"index {i & _M32} out of bounds ({len(l)})")
+
+
+def _list_alloc(type_name, capacity):
+    return VmList(type_name)
+
+
+def _list_resize(l, n):
+    _list(l)
+    n &= _M32
+    if n < len(l):
+        del l[n:]
+    else:
+        l.extend([_LIST_DEFAULTS.get(getattr(l, "element_type", "?"))] * (n - len(l)))
+
+
+def _list_get_int(l, i, bits):
+    _list_index(_list(l), i)
+    v = l[i]
+    if isinstance(v, float) or not isinstance(v, int):
+        raise _status(FAILED_PRECONDITION, f"list element {i} is not an integer: {v!r}")
+    return _wrap32(v) if bits == 32 else _wrap64(v)
+
+
+def _list_get_float(l, i, bits):
+    _list_index(_list(l), i)
+    v = l[i]
+    if not isinstance(v, (int, float)):
+        raise _status(FAILED_PRECONDITION, f"list element {i} is not a number: {v!r}")
+    return _r32(float(v)) if bits == 32 else float(v)
+
+
+def _list_set(l, i, v):
+    _list_index(_list(l), i)
+    l[i] = v
+
+
+def _list_get_ref(l, i, type_name):
+    _list_index(_list(l), i)
+    v = l[i]
+    if v is not None and isinstance(v, (int, float)):
+        return None
+    if v is not None and not _type_ok(v, type_name):
+        return None
+    return v
+
+
+# refs
+
+_ANY_TYPES = frozenset(("?", "!vm.ref<?>", "!vm.opaque", "opaque"))
+
+
+def _type_ok(obj, type_name) -> bool:
+    """Whether ``obj`` is of the VM type ``type_name`` (lenient: objects
+    without a ``vm_type`` attribute pass)."""
+    if obj is None or type_name is None or type_name in _ANY_TYPES:
+        return True
+    have = getattr(obj, "vm_type", None)
+    if have is None:
+        return True
+    return (have == type_name or type_name.startswith(have + "<")
+            or have.startswith(type_name + "<"))
+
+
+def _cast_ref(obj, type_name):
+    if not _type_ok(obj, type_name):
+        raise _status(INVALID_ARGUMENT, f"ref of type {getattr(obj, 'vm_type', '?')} "
+                      f"cannot be cast to {type_name}")
+    return obj
+
+
+def _global_index(refs, i):
+    if not 0 <= i < len(refs):
+        raise _status(OUT_OF_RANGE, f"ref global {i} out of range ({len(refs)})")
+    return i
+
+
+def _global_offset(gb, off, size):
+    off &= _M32
+    if off + size > len(gb):
+        raise _status(OUT_OF_RANGE, f"global byte_offset out of range: {off} "
+                      f"(rwdata={len(gb)})")
+    return off
+
+
+def _print(name, *values):
+    print(f"vm.print {name}: " + " ".join(repr(v) for v in values), file=sys.stderr)
+
+
+def _unresolved(name, ordinal):
+    def call(*args):
+        raise _status(NOT_FOUND, f"optional import `{name}` (ordinal {ordinal}) not resolved")
+    return call
+
+
+def _annotate(err: VmStatusError, code, lines: dict, locate, ordinal: int) -> None:
+    """Give ``err`` the location of the op of ``code`` (a translated
+    function's code object) it passed through, when it has none."""
+    if err.location is not None:
+        return
+    tb = err.__traceback__
+    while tb is not None and tb.tb_frame.f_code is not code:
+        tb = tb.tb_next
+    if tb is None:
+        return
+    offset = lines.get(tb.tb_lineno)
+    if offset is None:
+        return
+    loc = locate(ordinal, offset)
+    if loc is not None:
+        err.set_location(loc)
+
+
+_HELPERS = {
+    "_r32": _r32, "_uf": _uf, "_pf": _pf, "_fdiv": _fdiv, "_wrap32": _wrap32,
+    "_wrap64": _wrap64, "_cdiv": _cdiv, "_crem": _crem, "_udiv": _udiv,
+    "_urem": _urem, "_round_away": _round_away, "_round_even": _round_even,
+    "_ceil": _ceil, "_floor": _floor, "_lround64": _lround64, "_f2i32": _f2i32,
+    "_f2u64": _f2u64, "_int_to_f32": _int_to_f32, "_bits_f32": _bits_f32,
+    "_f32_bits": _f32_bits, "_bits_f64": _bits_f64, "_f64_bits": _f64_bits,
+    "_fma32": _fma32, "_rsqrt64": _rsqrt64, "_rsqrt32": _rsqrt32,
+    "_buffer_alloc": _buffer_alloc, "_buffer_clone": _buffer_clone,
+    "_buffer_length": _buffer_length, "_buffer_copy": _buffer_copy,
+    "_buffer_compare": _buffer_compare, "_list": _list, "_list_alloc": _list_alloc,
+    "_list_resize": _list_resize, "_list_get_int": _list_get_int,
+    "_list_get_float": _list_get_float, "_list_set": _list_set,
+    "_list_get_ref": _list_get_ref, "_cast_ref": _cast_ref,
+    "_global_index": _global_index, "_global_offset": _global_offset,
+    "_print": _print, "_status": _status, "_VmStatusError": VmStatusError,
+    "_INF": _INF, "_NAN": _NAN, "_BH": BACKEDGE_HOOK,
+    "_ld_i32": _S_I32.unpack_from, "_ld_i64": _S_I64.unpack_from,
+    "_ld_f32": _S_F32.unpack_from, "_ld_f64": _S_F64.unpack_from,
+    "_st_i32": _S_I32.pack_into, "_st_i64": _S_I64.pack_into,
+    "_st_f32": _S_F32.pack_into, "_st_f64": _S_F64.pack_into,
+}
+for _name, _fn in list(_BUF_LOAD.items()) + list(_BUF_STORE.items()) + list(_BUF_FILL.items()):
+    _HELPERS["_" + _name.replace(".", "_")] = _fn
+for _name, _fn in _MATH_FNS.items():
+    _HELPERS["_m_" + _name.replace(".", "_")] = _fn
+
+
+# ---------------------------------------------------------------------------
+# code generation
+
+_TERMINATORS = frozenset(("br", "cond_br", "br_table", "return", "fail", "yield",
+                          "break", "cond_break", "call.yieldable",
+                          "call.variadic.yieldable"))
+_W32 = "if not -2147483648 <= {d} <= 2147483647: {d} = ((({d}) + 2147483648) & 4294967295) - 2147483648"
+_W64 = ("if not -9223372036854775808 <= {d} <= 9223372036854775807: "
+        "{d} = ((({d}) + 9223372036854775808) & 18446744073709551615) - 9223372036854775808")
+
+
+def _flit(x: float) -> str:
+    if x != x:
+        return "_NAN"
+    if x in (_INF, -_INF):
+        return "_INF" if x > 0 else "(-_INF)"
+    return repr(x)
+
+
+class _Gen:
+    def __init__(self, function, instrs: list[Instruction], env: Env, module_name: str):
+        self.fn = function
+        self.fname = function.name
+        self.instrs = instrs
+        self.env = env
+        self.module_name = module_name
+        self.ns: dict = dict(_HELPERS)
+        self.ns.update({"_fns": env.functions, "_gb": env.global_bytes,
+                        "_grefs": env.global_refs})
+        self.lines: list[str] = []
+        self.line_offsets: dict[int, int] = {}   # source line -> bytecode offset
+        self.consts = 0
+        self.cur: Instruction | None = None
+        # blocks: marker offset -> index
+        self.block_index = {ins.offset: k for k, ins in enumerate(
+            i for i in instrs if i.op.opset == isa.CORE and i.op.opcode == isa.BLOCK_OPCODE)}
+        self.looping = any(i.op.name in ("br", "cond_br", "br_table", "yield", "break",
+                                         "cond_break", "call.yieldable",
+                                         "call.variadic.yieldable")
+                           for i in instrs)
+
+    # -- helpers
+    def where(self, ins: Instruction) -> str | None:
+        try:
+            return self.env.locate(self.fn.ordinal, ins.offset)
+        except Exception:
+            return None
+
+    def unsupported(self, ins: Instruction, why: str):
+        raise UnsupportedOpError(why, op=ins.name, function=f"{self.module_name}.{self.fname}",
+                                 offset=ins.offset, location=self.where(ins))
+
+    def bad(self, ins: Instruction, why: str, value=None):
+        raise BytecodeError(why, function=f"{self.module_name}.{self.fname}",
+                            offset=ins.offset, value=value)
+
+    def const(self, value, prefix="_k") -> str:
+        name = f"{prefix}{self.consts}"
+        self.consts += 1
+        self.ns[name] = value
+        return name
+
+    def emit(self, indent: int, text: str):
+        for line in text.split("\n"):
+            self.lines.append("    " * indent + line)
+            if self.cur is not None:
+                self.line_offsets[len(self.lines)] = self.cur.offset
+
+    @staticmethod
+    def reg(r: int) -> str:
+        return f"r{r & isa.REF_MASK}" if r & isa.REF_BIT else f"i{r}"
+
+    def type_name(self, ins, t: int):
+        types = self.env.types
+        if not 0 <= t < len(types):
+            return None  # IREE maps unknown type ids to the first entry: lenient
+        return types[t]
+
+    # -- structure
+    def params(self) -> list[str]:
+        cconv = self.fn.cconv or "0v_v"
+        try:
+            args, _ = parse_cconv(cconv)
+        except ValueError as e:
+            raise BytecodeError(str(e), function=f"{self.module_name}.{self.fname}",
+                                offset=0, value=cconv) from None
+        names, ni, nr = [], 0, 0
+        for a in args:
+            if isinstance(a, tuple):
+                raise UnsupportedOpError("variadic arguments of an internal function",
+                                         op="vm.func", function=self.fname, offset=0)
+            if a == "r":
+                names.append(f"r{nr}")
+                nr += 1
+            elif a in "IF":
+                ni += ni & 1
+                names.append(f"i{ni}")
+                ni += 2
+            else:
+                names.append(f"i{ni}")
+                ni += 1
+        return names
+
+    def source(self, pyname: str) -> str:
+        params = self.params()
+        self.emit(0, f"def {pyname}({', '.join(params)}):")
+        # registers read before any write on some path: hi halves of 64-bit
+        # values copied by branch operands, never-written registers
+        written = set(params)
+        read = set()
+        for ins in self.instrs:
+            for f, a in zip(ins.op.fields, ins.args):
+                if f.kind in isa.REGISTER_KINDS:
+                    (written if f.write else read).add(self.reg(a) if f.kind != "ref"
+                                                       else f"r{a & isa.REF_MASK}")
+                elif f.kind == "regs":
+                    for r in a:
+                        (written if f.write else read).add(self.reg(r))
+                elif f.kind == "remap":
+                    for s, d in a:
+                        read.add(self.reg(s))
+                        written.add(self.reg(d))
+                elif f.kind == "cases":
+                    for _, pairs in a:
+                        for s, d in pairs:
+                            read.add(self.reg(s))
+                            written.add(self.reg(d))
+        init = sorted(read - set(params) - (written - self._maybe_unset()))
+        self.scratch = self._scratch_registers(set(params))
+        self.emit(1, "try:")
+        if init:
+            ints = [n for n in init if n[0] == "i"]
+            refs = [n for n in init if n[0] == "r"]
+            if ints:
+                self.emit(2, " = ".join(ints) + " = 0")
+            if refs:
+                self.emit(2, " = ".join(refs) + " = None")
+        blocks = self.split_blocks()
+        self.nblocks = len(blocks)
+        if self.looping:
+            self.emit(2, "_b = 0")
+            self.emit(2, "while True:")
+            for k, block in enumerate(blocks):
+                self.cur = None
+                self.emit(3, f"if _b == {k}:")
+                self.block(block, k, len(blocks), 4)
+        else:
+            for k, block in enumerate(blocks):
+                self.block(block, k, len(blocks), 2)
+        self.cur = None
+        self.emit(1, "except _VmStatusError as _e:")
+        self.emit(2, "_annotate(_e)")
+        self.emit(2, "raise")
+        return "\n".join(self.lines) + "\n"
+
+    def _scratch_registers(self, params: set) -> set:
+        """Registers named only by branch operand lists."""
+        named, ordinary = set(), set(params)
+        for ins in self.instrs:
+            for f, a in zip(ins.op.fields, ins.args):
+                if f.kind in isa.REGISTER_KINDS:
+                    ordinary.add(self.reg(a))
+                    if f.kind in ("i64", "f64"):
+                        ordinary.add(f"i{a + 1}")
+                elif f.kind == "regs":
+                    ordinary.update(self.reg(r) for r in a)
+                elif f.kind in ("remap", "cases"):
+                    pairs = a if f.kind == "remap" else [p for _, ps in a for p in ps]
+                    for s, d in pairs:
+                        named.add(self.reg(s))
+                        named.add(self.reg(d))
+        return named - ordinary
+
+    def _maybe_unset(self) -> set:
+        """Registers written somewhere but possibly read first: the odd
+        (high-half) registers named as branch operand sources."""
+        out = set()
+        for ins in self.instrs:
+            for f, a in zip(ins.op.fields, ins.args):
+                pairs = (a if f.kind == "remap" else
+                         [p for _, ps in a for p in ps] if f.kind == "cases" else ())
+                for s, _ in pairs:
+                    if not s & isa.REF_BIT and s & 1:
+                        out.add(f"i{s}")
+        return out
+
+    def split_blocks(self) -> list[list[Instruction]]:
+        blocks: list[list[Instruction]] = []
+        for ins in self.instrs:
+            if ins.op.opset == isa.CORE and ins.op.opcode == isa.BLOCK_OPCODE:
+                blocks.append([])
+            elif not blocks:
+                self.bad(ins, "code before the first block marker")
+            else:
+                blocks[-1].append(ins)
+        if not blocks:
+            raise BytecodeError("the function has no code",
+                                function=f"{self.module_name}.{self.fname}", offset=0)
+        return blocks
+
+    def block(self, block: list[Instruction], k: int, nblocks: int, ind: int):
+        ended = False
+        for ins in block:
+            self.cur = ins
+            ended = self.op(ins, k, ind)
+        if not ended:
+            if k + 1 >= nblocks:
+                at = block[-1] if block else self.instrs[-1]
+                self.bad(at, "the last block does not end in a terminator")
+            # falls into the next block
+            if self.looping:
+                self.cur = block[-1] if block else self.cur
+                self.emit(ind, f"_b = {k + 1}")
+        if not block and not ended and not self.looping:
+            self.emit(ind, "pass")
+
+    def jump(self, target: int, pairs, k: int, ind: int):
+        """Branch operands, then go to the block at ``target``.
+
+        The operands are one parallel copy: every source is read before any
+        destination is written. A scratch register (one that only branch
+        operand lists name: the compiler's temporary for breaking a cycle
+        of copies) written earlier in the list passes on what it was given.
+        """
+        srcs, dsts, given = [], [], {}
+        for s, d in pairs:
+            ds, ss = self.reg(d), self.reg(s)
+            ss = given.get(ss, ss)
+            if ds in self.scratch:
+                given[ds] = ss
+            if ds != ss:
+                srcs.append(ss)
+                dsts.append(ds)
+        if len(dsts) == 1:
+            self.emit(ind, f"{dsts[0]} = {srcs[0]}")
+        elif dsts:
+            self.emit(ind, f"{', '.join(dsts)} = {', '.join(srcs)}")
+        dest = self.block_index[target]
+        if not self.looping:  # pragma: no cover - looping is set for any branch
+            raise AssertionError("branch in a straight-line function")
+        self.emit(ind, f"_b = {dest}")
+        if dest <= k:
+            self.emit(ind, "if _BH[0] is not None: _BH[0]()")
+            self.emit(ind, "continue")
+
+    # -- ops: returns True when the op ends the block
+    def op(self, ins: Instruction, k: int, ind: int) -> bool:
+        name = ins.op.name
+        a = ins.args
+        R = self.reg
+        e = lambda text: self.emit(ind, text)  # noqa: E731
+        stem, _, t = name.rpartition(".")
+        if ins.op.opset != isa.CORE:
+            return self.float_op(ins, ind)
+
+        # constants
+        if name in ("const.i32.zero", "const.i64.zero"):
+            e(f"{R(a[0])} = 0")
+        elif name in ("const.i32", "const.i64"):
+            e(f"{R(a[1])} = {a[0]}")
+        elif name == "const.ref.zero":
+            e(f"{R(a[0])} = None")
+        elif name == "const.ref.rodata":
+            if not 0 <= a[0] < len(self.env.rodata):
+                self.bad(ins, f"rodata ordinal {a[0]} out of range", a[0])
+            e(f"{R(a[1])} = {self.const(self.env.rodata[a[0]], '_ro')}")
+        # globals
+        elif name.startswith("global."):
+            self.global_op(ins, ind)
+        # integer arithmetic
+        elif name in ("add.i32", "sub.i32", "mul.i32", "add.i64", "sub.i64", "mul.i64"):
+            sym = {"add": "+", "sub": "-", "mul": "*"}[name[:3]]
+            d = R(a[2])
+            e(f"{d} = {R(a[0])} {sym} {R(a[1])}")
+            e((_W32 if t == "i32" else _W64).format(d=d))
+        elif name in ("fma.i32", "fma.i64"):
+            d = R(a[3])
+            e(f"{d} = {R(a[0])} * {R(a[1])} + {R(a[2])}")
+            e((_W32 if t == "i32" else _W64).format(d=d))
+        elif stem in ("div.i32", "div.i64", "rem.i32", "rem.i64"):
+            bits = 32 if "i32" in name else 64
+            fn = {("div", "s"): "_cdiv", ("div", "u"): "_udiv", ("rem", "s"): "_crem",
+                  ("rem", "u"): "_urem"}[(name[:3], t)]
+            e(f"{R(a[2])} = {fn}({R(a[0])}, {R(a[1])}, {bits})")
+        elif name in ("not.i32", "not.i64"):
+            e(f"{R(a[1])} = ~{R(a[0])}")
+        elif name[:4] in ("and.", "or.i", "xor.") and t in ("i32", "i64"):
+            sym = {"and": "&", "or": "|", "xor": "^"}[name.split(".")[0]]
+            e(f"{R(a[2])} = {R(a[0])} {sym} {R(a[1])}")
+        elif name in ("shl.i32", "shl.i64"):
+            d = R(a[2])
+            w = 31 if t == "i32" else 63
+            e(f"{d} = {R(a[0])} << ({R(a[1])} & {w})")
+            e((_W32 if t == "i32" else _W64).format(d=d))
+        elif name in ("shr.i32.s", "shr.i64.s"):
+            w = 31 if "i32" in name else 63
+            e(f"{R(a[2])} = {R(a[0])} >> ({R(a[1])} & {w})")
+        elif name in ("shr.i32.u", "shr.i64.u"):
+            d = R(a[2])
+            if "i32" in name:
+                e(f"{d} = ({R(a[0])} & 4294967295) >> ({R(a[1])} & 31)")
+                e(f"if {d} > 2147483647: {d} -= 4294967296")
+            else:
+                e(f"{d} = ({R(a[0])} & 18446744073709551615) >> ({R(a[1])} & 63)")
+                e(f"if {d} > 9223372036854775807: {d} -= 18446744073709551616")
+        elif name in ("abs.i32", "abs.i64"):
+            d = R(a[1])
+            e(f"{d} = abs({R(a[0])})")
+            e((_W32 if t == "i32" else _W64).format(d=d))
+        elif stem in ("min.i32", "max.i32", "min.i64", "max.i64"):
+            x, y, d = R(a[0]), R(a[1]), R(a[2])
+            if t == "s":
+                xs, ys = x, y
+            else:
+                m = "4294967295" if "i32" in name else "18446744073709551615"
+                xs, ys = f"({x} & {m})", f"({y} & {m})"
+            if name.startswith("min"):
+                e(f"{d} = {y} if {ys} < {xs} else {x}")
+            else:
+                e(f"{d} = {y} if {xs} < {ys} else {x}")
+        elif name in ("ctlz.i32", "ctlz.i64"):
+            w, m = (32, "4294967295") if t == "i32" else (64, "18446744073709551615")
+            e(f"{R(a[1])} = {w} - ({R(a[0])} & {m}).bit_length()")
+        # width conversions
+        elif name == "trunc.i32.i8" or name == "ext.i8.i32.u":
+            e(f"{R(a[1])} = {R(a[0])} & 255")
+        elif name == "trunc.i32.i16" or name == "ext.i16.i32.u":
+            e(f"{R(a[1])} = {R(a[0])} & 65535")
+        elif name == "ext.i8.i32.s":
+            e(f"{R(a[1])} = (({R(a[0])} & 255) ^ 128) - 128")
+        elif name == "ext.i16.i32.s":
+            e(f"{R(a[1])} = (({R(a[0])} & 65535) ^ 32768) - 32768")
+        elif name == "trunc.i64.i32":
+            e(f"{R(a[1])} = (({R(a[0])} & 4294967295) ^ 2147483648) - 2147483648")
+        elif name == "ext.i32.i64.s":
+            e(f"{R(a[1])} = {R(a[0])}")
+        elif name == "ext.i32.i64.u":
+            e(f"{R(a[1])} = {R(a[0])} & 4294967295")
+        # comparisons
+        elif name.startswith("cmp."):
+            self.cmp_op(ins, ind)
+        # select / switch
+        elif name in ("select.i32", "select.i64"):
+            e(f"{R(a[3])} = {R(a[1])} if {R(a[0])} else {R(a[2])}")
+        elif name == "select.ref":
+            tn = self.type_name(ins, a[1])
+            e(f"{R(a[4])} = _cast_ref({R(a[2])} if {R(a[0])} else {R(a[3])}, {tn!r})")
+        elif name in ("switch.i32", "switch.i64", "switch.ref"):
+            if name == "switch.ref":
+                idx, dflt, vals, d = a[0], a[2], a[3], a[4]
+            else:
+                idx, dflt, vals, d = a
+            x = R(idx)
+            if vals:
+                tup = "(" + "".join(R(v) + ", " for v in vals) + ")"
+                e(f"{R(d)} = {tup}[{x}] if 0 <= {x} < {len(vals)} else {R(dflt)}")
+            else:
+                e(f"{R(d)} = {R(dflt)}")
+        # refs
+        elif name == "assign.ref":
+            e(f"{R(a[1])} = {R(a[0])}")
+        elif name == "cast.any.ref":
+            e(f"{R(a[2])} = _cast_ref({R(a[0])}, {self.type_name(ins, a[1])!r})")
+        elif name == "discard.refs":
+            regs = [R(r) for r in a[0] if r & isa.REF_BIT]
+            if regs:
+                e(" = ".join(regs) + " = None")
+        # buffers
+        elif name.startswith("buffer."):
+            self.buffer_op(ins, ind)
+        # lists
+        elif name.startswith("list."):
+            self.list_op(ins, ind)
+        # calls and control flow
+        elif name in ("call", "call.variadic", "call.yieldable", "call.variadic.yieldable"):
+            self.call_op(ins, ind)
+            if name.endswith("yieldable"):
+                self.jump(a[-2], (), k, ind)
+                return True
+        elif name == "return":
+            regs = [R(r) for r in a[0]]
+            if not regs:
+                e("return None")
+            elif len(regs) == 1:
+                e(f"return {regs[0]}")
+            else:
+                e("return (" + ", ".join(regs) + ")")
+            return True
+        elif name == "fail":
+            # a zero status is no failure: execution goes on into the next block
+            msg = self.const(a[1])
+            e(f"if {R(a[0])}: raise _status({R(a[0])} & 4294967295, {msg})")
+            if k + 1 >= self.nblocks:
+                e("raise _status(13, 'vm.fail with status 0 ran off the end of the function')")
+            elif self.looping:
+                e(f"_b = {k + 1}")
+            return True
+        elif name in ("br", "yield", "break"):
+            self.jump(a[0], a[1], k, ind)
+            return True
+        elif name == "cond_break":
+            self.jump(a[1], a[2], k, ind)
+            return True
+        elif name == "cond_br":
+            e(f"if {R(a[0])}:")
+            self.jump(a[1], a[2], k, ind + 1)
+            e("else:")
+            self.jump(a[3], a[4], k, ind + 1)
+            return True
+        elif name == "br_table":
+            x = R(a[0])
+            cases = a[4]
+            for n, (target, pairs) in enumerate(cases):
+                e(f"{'if' if n == 0 else 'elif'} {x} == {n}:")
+                self.jump(target, pairs, k, ind + 1)
+            if cases:
+                e("else:")
+                self.jump(a[1], a[2], k, ind + 1)
+            else:
+                self.jump(a[1], a[2], k, ind)
+            return True
+        elif name == "import.resolved":
+            ordinal = a[0] & ~isa.IMPORT_BIT
+            if not a[0] & isa.IMPORT_BIT or ordinal >= len(self.env.imports):
+                self.bad(ins, f"vm.import.resolved of a function that is not an import: "
+                              f"0x{a[0]:08X}", a[0])
+            e(f"{R(a[1])} = {0 if self.env.imports[ordinal] is None else 1}")
+        elif name == "trace":
+            pass
+        elif name == "print":
+            args = "".join(", " + R(r) for r in a[1])
+            e(f"_print({a[0]!r}{args})")
+        else:
+            self.unsupported(ins, "not supported by the translator")
+        return False
+
+    def global_op(self, ins: Instruction, ind: int):
+        name, a, R = ins.op.name, ins.args, self.reg
+        e = lambda text: self.emit(ind, text)  # noqa: E731
+        t = name.rpartition(".")[2]
+        size = {"i32": 4, "i64": 8, "f32": 4, "f64": 8}.get(t)
+        if t == "ref":
+            n = len(self.env.global_refs)
+            if ".indirect." in name:
+                idx = f"_global_index(_grefs, {R(a[0])})"
+            else:
+                if not 0 <= a[0] < n:
+                    self.bad(ins, f"ref global {a[0]} out of range ({n})", a[0])
+                idx = str(a[0])
+            if name.startswith("global.load"):
+                e(f"{R(a[2])} = _grefs[{idx}]")
+            else:
+                e(f"_grefs[{idx}] = {R(a[2])}")
+            return
+        if ".indirect." in name:
+            off = f"_global_offset(_gb, {R(a[0])}, {size})"
+        else:
+            if a[0] + size > len(self.env.global_bytes):
+                self.bad(ins, f"global byte offset {a[0]} + {size} past the "
+                              f"{len(self.env.global_bytes)} bytes of globals", a[0])
+            off = str(a[0])
+        if name.startswith("global.load"):
+            e(f"{R(a[1])} = _ld_{t}(_gb, {off})[0]")
+        else:
+            e(f"_st_{t}(_gb, {off}, {R(a[1])})")
+
+    def cmp_op(self, ins: Instruction, ind: int):
+        name, a, R = ins.op.name, ins.args, self.reg
+        e = lambda text: self.emit(ind, text)  # noqa: E731
+        parts = name.split(".")  # cmp, eq, i32[, s]
+        rel, t = parts[1], parts[2]
+        if rel == "nz":
+            x = R(a[0])
+            cond = f"{x} is not None" if t == "ref" else x
+            e(f"{R(a[1])} = 1 if {cond} else 0")
+            return
+        if rel == "nan":
+            x = R(a[0])
+            e(f"{R(a[1])} = 1 if {x} != {x} else 0")
+            return
+        x, y, d = R(a[0]), R(a[1]), R(a[2])
+        if t == "ref":
+            e(f"{d} = 1 if {x} {'is' if rel == 'eq' else 'is not'} {y} else 0")
+            return
+        if t in ("i32", "i64") and len(parts) > 3 and parts[3] == "u":
+            m = "4294967295" if t == "i32" else "18446744073709551615"
+            x, y = f"({x} & {m})", f"({y} & {m})"
+        sym = {"eq": "==", "ne": "!=", "lt": "<", "lte": "<="}[rel]
+        cond = f"{x} {sym} {y}"
+        if t in ("f32", "f64") and parts[3] == "u" and rel != "ne":
+            cond = f"{x} != {x} or {y} != {y} or {cond}"
+        e(f"{d} = 1 if {cond} else 0")
+
+    def buffer_op(self, ins: Instruction, ind: int):
+        name, a, R = ins.op.name, ins.args, self.reg
+        e = lambda text: self.emit(ind, text)  # noqa: E731
+        fn = "_" + name.replace(".", "_")
+        if name in _BUF_LOAD:
+            e(f"{R(a[2])} = {fn}({R(a[0])}, {R(a[1])})")
+        elif name in _BUF_STORE:
+            e(f"{fn}({R(a[0])}, {R(a[1])}, {R(a[2])})")
+        elif name in _BUF_FILL:
+            e(f"{fn}({R(a[0])}, {R(a[1])}, {R(a[2])}, {R(a[3])})")
+        elif name == "buffer.alloc":
+            e(f"{R(a[2])} = _buffer_alloc({R(a[0])}, {R(a[1])})")
+        elif name == "buffer.clone":
+            e(f"{R(a[4])} = _buffer_clone({R(a[0])}, {R(a[1])}, {R(a[2])}, {R(a[3])})")
+        elif name == "buffer.length":
+            e(f"{R(a[1])} = _buffer_length({R(a[0])})")
+        elif name == "buffer.copy":
+            e(f"_buffer_copy({', '.join(R(x) for x in a)})")
+        elif name == "buffer.compare":
+            e(f"{R(a[5])} = _buffer_compare({', '.join(R(x) for x in a[:5])})")
+        else:
+            self.unsupported(ins, "not supported by the translator")
+
+    def list_op(self, ins: Instruction, ind: int):
+        name, a, R = ins.op.name, ins.args, self.reg
+        e = lambda text: self.emit(ind, text)  # noqa: E731
+        if name == "list.alloc":
+            e(f"{R(a[2])} = _list_alloc({self.type_name(ins, a[0])!r}, {R(a[1])})")
+        elif name == "list.reserve":
+            e(f"_list({R(a[0])})")
+        elif name == "list.size":
+            e(f"{R(a[1])} = len(_list({R(a[0])}))")
+        elif name == "list.resize":
+            e(f"_list_resize({R(a[0])}, {R(a[1])})")
+        elif name in ("list.get.i32", "list.get.i64"):
+            e(f"{R(a[2])} = _list_get_int({R(a[0])}, {R(a[1])}, {name[-2:]})")
+        elif name in ("list.get.f32", "list.get.f64"):
+            e(f"{R(a[2])} = _list_get_float({R(a[0])}, {R(a[1])}, {name[-2:]})")
+        elif name == "list.get.ref":
+            e(f"{R(a[3])} = _list_get_ref({R(a[0])}, {R(a[1])}, "
+              f"{self.type_name(ins, a[2])!r})")
+        elif name.startswith("list.set."):
+            e(f"_list_set({R(a[0])}, {R(a[1])}, {R(a[2])})")
+        else:
+            self.unsupported(ins, "not supported by the translator")
+
+    def call_op(self, ins: Instruction, ind: int):
+        name, a, R = ins.op.name, ins.args, self.reg
+        callee = a[0]
+        variadic = "variadic" in name
+        segments = a[1] if variadic else None
+        operands = a[2] if variadic else a[1]
+        results = a[-1]
+        if callee & isa.IMPORT_BIT:
+            ordinal = callee & ~isa.IMPORT_BIT
+            if ordinal >= len(self.env.imports):
+                self.bad(ins, f"import ordinal {ordinal} out of range "
+                              f"({len(self.env.imports)} imports)", callee)
+            fn = self.env.imports[ordinal]
+            iname = (self.env.import_names[ordinal]
+                     if ordinal < len(self.env.import_names) else f"import[{ordinal}]")
+            if fn is None:
+                fn = _unresolved(iname, ordinal)
+            target = self.const(fn, "_imp")
+        else:
+            if variadic:
+                self.unsupported(ins, "variadic calls of internal functions")
+            target = f"_fns[{callee}]"
+            iname = None
+        if variadic:
+            args = self.variadic_args(ins, callee & ~isa.IMPORT_BIT, iname, segments, operands)
+        else:
+            args = [R(r) for r in operands]
+        call = f"{target}({', '.join(args)})"
+        if not results:
+            self.emit(ind, call)
+        elif len(results) == 1:
+            self.emit(ind, f"{R(results[0])} = {call}")
+        else:
+            self.emit(ind, ", ".join(R(r) for r in results) + f" = {call}")
+
+    def variadic_args(self, ins, ordinal, iname, segments, operands) -> list[str]:
+        env, R = self.env, self.reg
+        cconv = env.import_cconvs[ordinal] if ordinal < len(env.import_cconvs) else None
+        if cconv is None:
+            cconv = getattr(env.imports[ordinal], "cconv", None)
+        if cconv is None:
+            self.unsupported(ins, f"no calling convention known for variadic import {iname}")
+        try:
+            items, _ = parse_cconv(cconv)
+        except ValueError as err:
+            self.bad(ins, f"import {iname}: {err}", cconv)
+        if len(items) != len(segments):
+            self.bad(ins, f"{len(segments)} segment sizes for the {len(items)} arguments "
+                          f"of {iname} ({cconv})", len(segments))
+        regs = [R(r) for r in operands]
+        pos, out = 0, []
+        for item, size in zip(items, segments):
+            if not isinstance(item, tuple):
+                if size not in (0xFFFF, 1):
+                    self.bad(ins, f"segment size {size} for the non-variadic argument "
+                                  f"of {iname}", size)
+                out.append(regs[pos] if pos < len(regs) else "None")
+                pos += 1
+                continue
+            count = 1 if size == 0xFFFF else size
+            width = len(item)
+            tuples = []
+            for _ in range(count):
+                tuples.append("(" + "".join(x + ", " for x in regs[pos:pos + width]) + ")")
+                pos += width
+            out.append("(" + "".join(x + ", " for x in tuples) + ")")
+        if pos != len(regs):
+            self.bad(ins, f"{len(regs)} operands for segments {list(segments)} of "
+                          f"{iname} ({cconv})", len(regs))
+        return out
+
+    def float_op(self, ins: Instruction, ind: int) -> bool:
+        name, a, R = ins.op.name, ins.args, self.reg
+        e = lambda text: self.emit(ind, text)  # noqa: E731
+        parts = name.split(".")
+        f32 = ins.op.opset == isa.EXT_F32
+        t = "f32" if f32 else "f64"
+        rnd = (lambda x: f"_r32({x})") if f32 else (lambda x: x)
+        op = parts[0]
+        if name.startswith("global."):
+            self.global_op(ins, ind)
+        elif name == f"const.{t}.zero":
+            e(f"{R(a[0])} = 0.0")
+        elif name == f"const.{t}":
+            e(f"{R(a[1])} = {_flit(a[0])}")
+        elif op == "list":
+            self.list_op(ins, ind)
+        elif op == "buffer":
+            self.buffer_op(ins, ind)
+        elif op == "select":
+            e(f"{R(a[3])} = {R(a[1])} if {R(a[0])} else {R(a[2])}")
+        elif op == "switch":
+            idx, dflt, vals, d = a
+            x = R(idx)
+            if vals:
+                tup = "(" + "".join(R(v) + ", " for v in vals) + ")"
+                e(f"{R(d)} = {tup}[{x}] if 0 <= {x} < {len(vals)} else {R(dflt)}")
+            else:
+                e(f"{R(d)} = {R(dflt)}")
+        elif op == "cmp":
+            self.cmp_op(ins, ind)
+        elif op in ("add", "sub", "mul") and len(parts) == 2:
+            sym = {"add": "+", "sub": "-", "mul": "*"}[op]
+            d = R(a[2])
+            expr = f"{R(a[0])} {sym} {R(a[1])}"
+            if f32:
+                e(f"try: {d} = _uf(_pf({expr}))[0]\nexcept OverflowError: {d} = _r32({expr})")
+            else:
+                e(f"{d} = {expr}")
+        elif op == "div":
+            e(f"{R(a[2])} = {rnd(f'_fdiv({R(a[0])}, {R(a[1])})')}")
+        elif op == "rem":
+            e(f"{R(a[2])} = _m_rem_{t}({R(a[0])}, {R(a[1])})")
+        elif op == "fma":
+            if f32:
+                e(f"{R(a[3])} = _fma32({R(a[0])}, {R(a[1])}, {R(a[2])})")
+            else:
+                e(f"{R(a[3])} = {R(a[0])} * {R(a[1])} + {R(a[2])}")
+        elif op == "abs":
+            e(f"{R(a[1])} = abs({R(a[0])})")
+        elif op == "neg":
+            e(f"{R(a[1])} = -{R(a[0])}")
+        elif op in ("ceil", "floor"):
+            e(f"{R(a[1])} = _{op}({R(a[0])})")
+        elif op == "round":
+            fn = "_round_even" if name.endswith(".even") else "_round_away"
+            e(f"{R(a[1])} = {fn}({R(a[0])})")
+        elif op in ("min", "max"):
+            x, y, d = R(a[0]), R(a[1]), R(a[2])
+            if op == "min":
+                e(f"{d} = {y} if {y} < {x} else {x}")
+            else:
+                e(f"{d} = {y} if {x} < {y} else {x}")
+        elif op == "rsqrt":
+            e(f"{R(a[1])} = _rsqrt{t[1:]}({R(a[0])})")
+        elif f"{op}.{t}" in _MATH_FNS and len(parts) == 2:
+            n = _MATH[op][2]
+            args = ", ".join(R(x) for x in a[:n])
+            e(f"{R(a[n])} = _m_{op}_{t}({args})")
+        elif name in ("cast.si32.f32", "cast.si32.f64"):
+            e(f"{R(a[1])} = {rnd(f'float({R(a[0])})')}")
+        elif name in ("cast.ui32.f32", "cast.ui32.f64"):
+            e(f"{R(a[1])} = {rnd(f'float({R(a[0])} & 4294967295)')}")
+        elif name == "cast.si64.f32":
+            e(f"{R(a[1])} = _int_to_f32({R(a[0])})")
+        elif name == "cast.ui64.f32":
+            e(f"{R(a[1])} = _int_to_f32({R(a[0])} & 18446744073709551615)")
+        elif name == "cast.si64.f64":
+            e(f"{R(a[1])} = float({R(a[0])})")
+        elif name == "cast.ui64.f64":
+            e(f"{R(a[1])} = float({R(a[0])} & 18446744073709551615)")
+        elif name in ("cast.f32.si32", "cast.f32.ui32"):
+            e(f"{R(a[1])} = _f2i32({R(a[0])})")
+        elif name in ("cast.f64.si32", "cast.f64.ui32"):
+            e(f"{R(a[1])} = _f2i32(_r32({R(a[0])}))")
+        elif name in ("cast.f32.si64", "cast.f64.si64", "cast.f64.ui64"):
+            e(f"{R(a[1])} = _lround64({R(a[0])})")
+        elif name == "cast.f32.ui64":
+            e(f"{R(a[1])} = _f2u64({R(a[0])})")
+        elif name == "bitcast.i32.f32":
+            e(f"{R(a[1])} = _bits_f32({R(a[0])})")
+        elif name == "bitcast.f32.i32":
+            e(f"{R(a[1])} = _f32_bits({R(a[0])})")
+        elif name == "bitcast.i64.f64":
+            e(f"{R(a[1])} = _bits_f64({R(a[0])})")
+        elif name == "bitcast.f64.i64":
+            e(f"{R(a[1])} = _f64_bits({R(a[0])})")
+        elif name == "trunc.f64.f32":
+            e(f"{R(a[1])} = _r32({R(a[0])})")
+        elif name == "ext.f32.f64":
+            e(f"{R(a[1])} = {R(a[0])}")
+        else:
+            self.unsupported(ins, "not supported by the translator")
+        return False
+
+
+def _pyname(module_name: str, name: str, ordinal: int) -> str:
+    clean = "".join(c if c.isalnum() or c == "_" else "_" for c in f"{module_name}_{name}")
+    return f"vm_{clean}_{ordinal}"
+
+
+def translate(function, bytecode, env: Env, *, module_name: str = "module") -> Callable:
+    """Translate one function.
+
+    Args:
+        function: its :class:`~hal_cpu.vm.module_def.FunctionDef` (``ordinal``,
+            ``name``, ``cconv``, ``i32_register_count``,
+            ``ref_register_count`` are used).
+        bytecode: its bytes (``ModuleDef.function_bytecode(ordinal)``).
+        env: what the function sees (:class:`Env`).
+        module_name: for names and messages.
+
+    Returns:
+        A Python function taking the function's arguments and returning its
+        results (see :mod:`hal_cpu.vm`). Its generated source is in its
+        ``vm_source`` attribute.
+
+    Raises:
+        BytecodeError: malformed bytecode.
+        UnsupportedOpError: an op the translator cannot run.
+    """
+    qual = f"{module_name}.{function.name}"
+    instrs = decode(bytecode, function=qual, i32_count=function.i32_register_count,
+                    ref_count=function.ref_register_count)
+    gen = _Gen(function, instrs, env, module_name)
+    pyname = _pyname(module_name, function.name, function.ordinal)
+    src = gen.source(pyname)
+    code = compile(src, f"<vm {qual}>", "exec")
+    ns = gen.ns
+    lines = gen.line_offsets
+    locate = env.locate
+    ordinal = function.ordinal
+    holder: dict = {}
+
+    def annotate(err):
+        _annotate(err, holder["code"], lines, locate, ordinal)
+
+    ns["_annotate"] = annotate
+    exec(code, ns)
+    fn = ns[pyname]
+    holder["code"] = fn.__code__
+    fn.vm_source = src
+    fn.vm_name = qual
+    return fn
