@@ -169,8 +169,9 @@ def test_large_binding_under_a_memory_limit():
 
 
 def test_vmfb_where_source_is_needed(vmfb):
-    for verb in ("run-module", "plan"):
-        check([verb, vmfb], words=["MLIR source", ".vmfb"])
+    check(["plan", vmfb], words=["MLIR source", ".vmfb"])
+    # run-module takes the .vmfb itself: a missing input is one line
+    check(["run-module", vmfb], words=["takes 2 inputs", "0 --input given"])
 
 
 def test_vmfb_inspect_and_run(vmfb, tmp_path):
