@@ -253,10 +253,12 @@ def _round_away(x: float) -> float:
 
 
 def _round_even(x: float) -> float:
-    if x != x or x in (_INF, -_INF):
-        return x
-    r = float(round(x))
-    return math.copysign(r, x) if r == 0 else r
+    """Half to even the way IREE's runtime computes it: round half away,
+    then step a halfway odd result back toward zero (so -0.5 gives +0.0)."""
+    r = _round_away(x)
+    if r == r and abs(x - r) == 0.5 and math.fmod(r, 2.0) != 0:
+        r = r - 1.0 if r > 0 else r + 1.0
+    return r
 
 
 def _ceil(x: float) -> float:
@@ -764,7 +766,10 @@ class _Gen:
 
     def source(self, pyname: str) -> str:
         params = self.params()
-        self.emit(0, f"def {pyname}({', '.join(params)}):")
+        # A caller may pass operands the callee's signature no longer lists
+        # (iree-compile drops an unused argument of a vm.fallback function
+        # but not the call's operand); they are not read.
+        self.emit(0, f"def {pyname}({', '.join(params + ['*_unused'])}):")
         # registers read before any write on some path: hi halves of 64-bit
         # values copied by branch operands, never-written registers
         written = set(params)
