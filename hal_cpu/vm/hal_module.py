@@ -32,6 +32,7 @@ through unchanged.
 from __future__ import annotations
 
 import fnmatch
+import struct
 import threading
 from typing import Callable
 
@@ -121,6 +122,11 @@ CPU_FEATURE_KEYS = {
     "riscv64": ("v", "zvfhmin", "zvfh", "zvfbfwma", "xsmtvdot", "zvl256b",
                 "zvl1024b", "zvl4096b"),
 }
+
+
+#: Worker 0's first workgroup id in a dispatch layout's range (the
+#: workgroup loop leaves it at the end of the range).
+_BEGIN = struct.Struct("<Q")
 
 
 def _element_tables():
@@ -404,20 +410,33 @@ class Executable:
             return
         self.closed = True
         layouts, self.layouts = self.layouts, {}
-        for layout, lock in layouts.values():
+        for layout, lock, *_ in layouts.values():
             with lock:
                 layout.close()
         self.library.close()
 
-    def _layout(self, export, bindings: int, constants: int):
+    def _layout(self, export, bindings: int, constants: int) -> list:
+        """The dispatch layout the commands of ``export`` with these counts
+        share: ``[layout, lock, last, pointers, begin]``: ``last`` is the
+        token of the command whose arguments the layout holds (a repeat of
+        that command rewrites only the binding pointers, through the
+        ``pointers`` view, and worker 0's first workgroup id, through
+        ``begin``)."""
         key = (export.ordinal, bindings, constants)
         entry = self.layouts.get(key)
         if entry is None:
             lib = self.library
-            layout = DispatchLayout(lib.backend, bindings, constants, 1,
+            be = lib.backend
+            layout = DispatchLayout(be, bindings, constants, 1,
                                     export.local_memory_size)
             layout.calls(export.address, lib._env)
-            entry = self.layouts[key] = (layout, threading.Lock())
+            word = "Q" if be.pointer_size == 8 else "I"
+            pointers = (struct.Struct("<" + word * bindings).pack_into,
+                        be.view(layout.ptrs, be.pointer_size * bindings)
+                        if bindings else None)
+            begin = (_BEGIN.pack_into, be.view(layout.ranges[0], 8))
+            entry = self.layouts[key] = [layout, threading.Lock(), None,
+                                         pointers, begin]
         return entry
 
     def dispatch_command(self, ordinal: int, grid: tuple[int, int, int],
@@ -456,31 +475,21 @@ class Executable:
         if (not self.native or dynamic
                 or total > FIRST_CHUNK.get(lib.backend.kind, 1)):
             return slow
-        layout, lock = self._layout(export, len(refs), len(constants))
+        entry = self._layout(export, len(refs), len(constants))
+        layout, lock = entry[0], entry[1]
+        (pack_pointers, pointer_view), (pack_begin, begin_view) = entry[3:5]
         write, loop = layout.write, layout.loops[0]
         wsize = export.workgroup_size
         lengths = [r[3] for r in refs]
         acquire, release = lock.acquire, lock.release
+        token = object()
         if all(r[1] is None for r in refs):
             spec = tuple((r[0], r[2]) for r in refs)
 
-            def run(table: _Table | None) -> None:
-                # (the common case: every binding from the table)
-                if module._slow or not acquire(False):
-                    return slow(table)
-                try:
-                    a = table.addrs
-                    write(wsize, grid, 1, constants, [a[s] + o for s, o in spec],
-                          lengths, total)
-                    ret = loop()
-                finally:
-                    release()
-                if ret:
-                    check_return(layout, ret, total, grid, label, path)
-                if layout.local_checks:
-                    layout.check_local(label, path)
-            return run
-        if all(r[1] is not None for r in refs):
+            def pointers(table):
+                a = table.addrs
+                return [a[s] + o for s, o in spec]
+        elif all(r[1] is not None for r in refs):
             fixed = [r[1].address + r[2] for r in refs]
 
             def pointers(table):
@@ -497,8 +506,19 @@ class Executable:
             if module._slow or not acquire(False):
                 return slow(table)
             try:
-                write(wsize, grid, 1, constants, pointers(table), lengths, total)
+                if entry[2] is token:
+                    # the layout holds this command's grid, constants and
+                    # lengths: only the pointers and the range's start change
+                    if pointer_view is not None:
+                        pack_pointers(pointer_view, 0, *pointers(table))
+                    pack_begin(begin_view, 0, 0)
+                else:
+                    write(wsize, grid, 1, constants, pointers(table), lengths,
+                          total)
+                    entry[2] = token
                 ret = loop()
+                if ret or layout.local_checks:
+                    entry[2] = None
             finally:
                 release()
             if ret:
