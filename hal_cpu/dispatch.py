@@ -137,6 +137,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+_NO_INDEX = runtime.NO_INDEX
+
+
 def _up(value: int, align: int) -> int:
     return -(-value // align) * align
 
@@ -304,22 +307,22 @@ class DispatchLayout:
             self.backend.write(self.stop, self._zero)
             self._stopped = False
 
-    def write_again(self, owner, workgroup_size, workgroup_count,
-                    constants: Sequence[int], pointers: Sequence[int],
-                    lengths: Sequence[int], end: int) -> None:
-        """:meth:`write` for one worker, where the dispatch state and
-        constants (``workgroup_size``, ``workgroup_count``, ``constants``)
-        are those of ``owner``: when the last write was this method's for
-        the same ``owner`` (and the block is packed in place, no stop flag
-        raised), only the binding pointers and lengths and worker 0's range
-        are written."""
+    def write_again(self, owner, pointers: Sequence[int],
+                    lengths: Sequence[int]) -> None:
+        """:meth:`write` for one worker of a dispatch described by
+        ``owner`` (its ``wsize``, ``wc``, ``consts`` and ``total``, worker
+        0's range being ``[0, total)``): when the last write was this
+        method's for the same ``owner`` (and the block is packed in place,
+        no stop flag raised), only the binding pointers and lengths and
+        worker 0's range are written: the dispatch state and constants in
+        the block are ``owner``'s already."""
         if self.written is owner and not self._stopped:
             self._tail.pack_into(self._view, self._ptrs_at, *pointers,
-                                 *lengths, 0, end, runtime.NO_INDEX,
+                                 *lengths, 0, owner.total, _NO_INDEX,
                                  self.stop, 0, 0)
             return
-        self.write(workgroup_size, workgroup_count, 1, constants, pointers,
-                   lengths, end)
+        self.write(owner.wsize, owner.wc, 1, owner.consts, pointers, lengths,
+                   owner.total)
         if self._view is not None:
             self.written = owner
 

@@ -285,7 +285,7 @@ class _Quick:
 
     __slots__ = ("grid", "workers_arg", "n", "key", "ordinal",
                  "label", "constants", "constant_count", "consts", "wc",
-                 "wsize", "total", "shares")
+                 "wsize", "total", "shares", "pool")
 
 
 class Executable:
@@ -770,6 +770,9 @@ class Executable:
         q.constants = constants if consts else None
         q.constant_count, q.consts = len(consts), consts
         q.wc, q.wsize, q.total = wc, exp.workgroup_size, total
+        # (the pool of layouts for the key; an executable's pools live as
+        # long as it is open)
+        q.pool = self._layouts.setdefault(key, [])
         # Default workers on a grid that could be shared: the export's pace
         # decides, as in dispatch().
         q.shares = workers_arg is None and total > 1 and self._default_workers > 1
@@ -810,31 +813,27 @@ class Executable:
         if self._closed:
             self._end_dispatch(me, q.key, None)
             return False
+        pool = q.pool
         try:
-            layout = self._layouts[q.key].pop()
-        except (KeyError, IndexError):
+            layout = pool.pop()
+        except IndexError:
             self._end_dispatch(me, q.key, None)
             return False
         try:
             self.last_workers = 1
-            total = q.total
             if shares:
                 started = _perf_counter()
-            layout.write_again(q, q.wsize, q.wc, q.consts, pointers, lengths,
-                               total)
+            layout.write_again(q, pointers, lengths)
             ret = layout.loops[0]()
             if ret:
-                check_return(layout, ret, total, q.wc, q.label, self.path)
+                check_return(layout, ret, q.total, q.wc, q.label, self.path)
             if layout.local_checks:
                 layout.check_local(q.label, self.path)
             if shares:
-                pace = (_perf_counter() - started) / total
-                last = self._timed.get(q.ordinal, pace)
-                self._timed[q.ordinal] = pace
-                self._pace[q.ordinal] = pace if pace < last else last
+                self._note_pace(q.ordinal, (_perf_counter() - started) / q.total)
         finally:
             self._running.remove(me)
-            self._layouts.setdefault(q.key, []).append(layout)
+            pool.append(layout)
             if self._closed:
                 self._end_dispatch(me, q.key, None, False)
         return True
