@@ -448,6 +448,9 @@ def test_mlp_through_executable_dispatch(mlp):
     np.testing.assert_array_equal(many, fast)
     np.testing.assert_array_equal(limited, fast)
     np.testing.assert_array_equal(again, fast)
+    with pytest.raises(VmStatusError) as err:       # executables unloaded
+        prog.predict(hal.wrap_input(x))
+    assert err.value.code == 9
 
 
 def test_executable_create_checks_format_and_caches(mlp):
@@ -471,6 +474,10 @@ def test_executable_create_checks_format_and_caches(mlp):
         with pytest.raises(VmStatusError) as err:
             create(hal.device, ANY, prog_fmt, elf, VmBuffer(b"abc"))
         assert err.value.code == 3
+        with pytest.raises(VmStatusError) as err:      # constants it lacks
+            create(hal.device, ANY, prog_fmt, elf, VmBuffer(b"abcd"))
+        assert err.value.code == 3 and "declares 0 constants, 1 given" \
+            in err.value.message
     hal.close()                                   # again: nothing happens
     assert exe.closed
     with pytest.raises(VmStatusError):
