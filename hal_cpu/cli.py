@@ -195,6 +195,21 @@ def _version() -> str:
         return "unknown"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: print ``hal-cpu <version>`` and exit; the version is
+    looked up (``importlib.metadata``) only when the option is given."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS,
+                 default=argparse.SUPPRESS, help="show program's version "
+                 "number and exit"):
+        super().__init__(option_strings=option_strings, dest=dest,
+                         default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._print_message(f"hal-cpu {_version()}\n", sys.stdout)
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog="hal-cpu", description="Inspect and run IREE CPU executables "
@@ -202,8 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 success, 1 error (one line on stderr), "
         "2 usage error, 130 interrupted. Long options may be spelled with "
         "_ or - between words (--cache_dir, --cache-dir).")
-    parser.add_argument("--version", action="version",
-                        version=f"hal-cpu {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser(
