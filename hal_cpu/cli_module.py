@@ -1066,11 +1066,13 @@ def _vm_files(args, programs: Sequence[str]) -> tuple[list[str], str | None]:
 @contextlib.contextmanager
 def _vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | None):
     """Load and link the modules; closes them on exit."""
-    from .iree import load_module_spec
     from .vm import load_program
     from .vm.module_def import read_module
     from .vm.program import module_arch
-    host_modules = [load_module_spec(s) for s in hosts]
+    host_modules = []
+    if hosts:
+        from .iree.host_modules import load_module_spec
+        host_modules = [load_module_spec(s) for s in hosts]
     files = [read_module(f, name=f) for f in files]
     if arch is None:
         arch = module_arch(files[-1]) or arches.host_arch()
@@ -1225,7 +1227,11 @@ def cmd_benchmark_module(args) -> int:
                 break
             if deadline is not None and time.monotonic() > deadline:
                 break
-        where = f"{program.arch}, {program.hal.describe() if hasattr(program.hal, 'describe') else args.backend}"
+        import elfloader
+        native = _runs_natively(args.backend, elfloader.arch.by_name(program.arch),
+                                emulation_options(args))
+        where = (f"{program.arch}, {'native' if native else 'emulated'}, "
+                 f"workers={_workers(args) or 'auto'}")
     times.sort()
     n = len(times)
     mean = sum(times) / n
