@@ -32,7 +32,6 @@ through unchanged.
 from __future__ import annotations
 
 import fnmatch
-import struct
 import threading
 from typing import Callable
 
@@ -122,11 +121,6 @@ CPU_FEATURE_KEYS = {
     "riscv64": ("v", "zvfhmin", "zvfh", "zvfbfwma", "xsmtvdot", "zvl256b",
                 "zvl1024b", "zvl4096b"),
 }
-
-
-#: Worker 0's first workgroup id in a dispatch layout's range (the
-#: workgroup loop leaves it at the end of the range).
-_BEGIN = struct.Struct("<Q")
 
 
 def _element_tables():
@@ -384,6 +378,16 @@ def _resolve(table: _Table | None, ref) -> tuple[Buffer, int, int]:
     return buf, base + off, length
 
 
+class _DispatchSpec:
+    """A recorded dispatch as :meth:`hal_cpu.dispatch.DispatchLayout.write_again`
+    reads it: workgroup size, grid, constants, workgroup count."""
+
+    __slots__ = ("wsize", "wc", "consts", "total")
+
+    def __init__(self, wsize, wc, consts, total):
+        self.wsize, self.wc, self.consts, self.total = wsize, wc, consts, total
+
+
 class Executable:
     """A ``!hal.executable``: a loaded :class:`hal_cpu.Executable` and its
     prepared dispatch layouts."""
@@ -410,33 +414,22 @@ class Executable:
             return
         self.closed = True
         layouts, self.layouts = self.layouts, {}
-        for layout, lock, *_ in layouts.values():
+        for layout, lock in layouts.values():
             with lock:
                 layout.close()
         self.library.close()
 
-    def _layout(self, export, bindings: int, constants: int) -> list:
-        """The dispatch layout the commands of ``export`` with these counts
-        share: ``[layout, lock, last, pointers, begin]``: ``last`` is the
-        token of the command whose arguments the layout holds (a repeat of
-        that command rewrites only the binding pointers, through the
-        ``pointers`` view, and worker 0's first workgroup id, through
-        ``begin``)."""
+    def _layout(self, export, bindings: int, constants: int) -> tuple:
+        """The dispatch layout (and its lock) the commands of ``export``
+        with these counts share."""
         key = (export.ordinal, bindings, constants)
         entry = self.layouts.get(key)
         if entry is None:
             lib = self.library
-            be = lib.backend
-            layout = DispatchLayout(be, bindings, constants, 1,
+            layout = DispatchLayout(lib.backend, bindings, constants, 1,
                                     export.local_memory_size)
             layout.calls(export.address, lib._env)
-            word = "Q" if be.pointer_size == 8 else "I"
-            pointers = (struct.Struct("<" + word * bindings).pack_into,
-                        be.view(layout.ptrs, be.pointer_size * bindings)
-                        if bindings else None)
-            begin = (_BEGIN.pack_into, be.view(layout.ranges[0], 8))
-            entry = self.layouts[key] = [layout, threading.Lock(), None,
-                                         pointers, begin]
+            entry = self.layouts[key] = (layout, threading.Lock())
         return entry
 
     def dispatch_command(self, ordinal: int, grid: tuple[int, int, int],
@@ -475,21 +468,32 @@ class Executable:
         if (not self.native or dynamic
                 or total > FIRST_CHUNK.get(lib.backend.kind, 1)):
             return slow
-        entry = self._layout(export, len(refs), len(constants))
-        layout, lock = entry[0], entry[1]
-        (pack_pointers, pointer_view), (pack_begin, begin_view) = entry[3:5]
-        write, loop = layout.write, layout.loops[0]
-        wsize = export.workgroup_size
+        layout, lock = self._layout(export, len(refs), len(constants))
+        write_again, loop = layout.write_again, layout.loops[0]
+        # what write_again needs of the dispatch; repeats of this command on
+        # the layout it wrote last rewrite only pointers, lengths and range
+        described = _DispatchSpec(export.workgroup_size, grid, constants, total)
         lengths = [r[3] for r in refs]
         acquire, release = lock.acquire, lock.release
-        token = object()
         if all(r[1] is None for r in refs):
             spec = tuple((r[0], r[2]) for r in refs)
 
-            def pointers(table):
-                a = table.addrs
-                return [a[s] + o for s, o in spec]
-        elif all(r[1] is not None for r in refs):
+            def run(table: _Table | None) -> None:
+                # (the common case: every binding from the table)
+                if module._slow or not acquire(False):
+                    return slow(table)
+                try:
+                    a = table.addrs
+                    write_again(described, [a[s] + o for s, o in spec], lengths)
+                    ret = loop()
+                finally:
+                    release()
+                if ret:
+                    check_return(layout, ret, total, grid, label, path)
+                if layout.local_checks:
+                    layout.check_local(label, path)
+            return run
+        if all(r[1] is not None for r in refs):
             fixed = [r[1].address + r[2] for r in refs]
 
             def pointers(table):
@@ -506,19 +510,8 @@ class Executable:
             if module._slow or not acquire(False):
                 return slow(table)
             try:
-                if entry[2] is token:
-                    # the layout holds this command's grid, constants and
-                    # lengths: only the pointers and the range's start change
-                    if pointer_view is not None:
-                        pack_pointers(pointer_view, 0, *pointers(table))
-                    pack_begin(begin_view, 0, 0)
-                else:
-                    write(wsize, grid, 1, constants, pointers(table), lengths,
-                          total)
-                    entry[2] = token
+                write_again(described, pointers(table), lengths)
                 ret = loop()
-                if ret or layout.local_checks:
-                    entry[2] = None
             finally:
                 release()
             if ret:
