@@ -548,9 +548,44 @@ def test_br_table_and_fail_location():
 
 def test_unsupported_op_raises_at_translate_time():
     env = Env(locate=lambda ordinal, offset: "prog.mlir:7:3")
-    code = asm(("block",), ("const.i64.zero", 0),
-               ("buffer.hash", R | 0, 0, 0, 2), ("return", ()))
+    env.functions.append(None)
+    # variadic calls go to imports only
+    code = asm(("block",), ("const.i32.zero", 0),
+               ("call.variadic", 0, (1,), (0,), ()), ("return", ()))
     with pytest.raises(UnsupportedOpError) as e:
         translate(_fn(), code, env, module_name="m")
-    assert e.value.op == "vm.buffer.hash" and e.value.location == "prog.mlir:7:3"
+    assert e.value.op == "vm.call.variadic" and e.value.location == "prog.mlir:7:3"
     assert "m.f" in str(e.value) and "prog.mlir:7:3" in str(e.value)
+    assert e.value.offset == 4
+
+
+def _dummy_args(op):
+    out = []
+    for f in op.fields:
+        k = f.kind
+        out.append(2 if k in ("i32", "f32") else 4 if k in ("i64", "f64") else
+                   R | 1 if k == "ref" else 1 if k.startswith("c_") or k == "target" else
+                   isa.IMPORT_BIT if k == "func" else "x" if k == "str" else
+                   () if k in ("regs", "remap", "sizes", "cases") else 0)
+    return out
+
+
+def test_every_op_translates():
+    env = Env(rodata=[VmBuffer(b"")], global_bytes=bytearray(64), global_refs=[None],
+              types=["i32"], imports=[lambda *a: None], import_cconvs=["0v_v"])
+    for name, op in isa.BY_NAME.items():
+        if name == "block":
+            continue
+        code = asm(("block",), (name, *_dummy_args(op)), ("block",), ("return", ()))
+        translate(_fn(), code, env)
+
+
+def test_buffer_hash_is_siphash_2_4():
+    env = Env(rodata=[VmBuffer(bytes(range(64)))])
+    code = asm(("block",), ("const.ref.rodata", 0, R | 0), ("const.i64.zero", 2),
+               ("buffer.hash", R | 0, 2, 0, 4), ("return", (4,)))
+    fn = translate(_fn(cconv="0I_I"), code, env)
+    # SipHash-2-4 reference vectors (key 00..0f, message 00 01 .. n-1)
+    assert fn(0) & 0xFFFFFFFFFFFFFFFF == 0x726FDB47DD0E0E31
+    assert fn(8) & 0xFFFFFFFFFFFFFFFF == 0x93F5F5799A932462
+    assert fn(63) & 0xFFFFFFFFFFFFFFFF == 0x958A324CEB064572

@@ -507,6 +507,50 @@ def _buffer_compare(lhs, loff, rhs, roff, length):
     return 1 if a[loff:loff + length] == b[roff:roff + length] else 0
 
 
+def _sipround(v0, v1, v2, v3):
+    m = _M64
+    v0 = (v0 + v1) & m
+    v1 = ((v1 << 13) | (v1 >> 51)) & m
+    v1 ^= v0
+    v0 = ((v0 << 32) | (v0 >> 32)) & m
+    v2 = (v2 + v3) & m
+    v3 = ((v3 << 16) | (v3 >> 48)) & m
+    v3 ^= v2
+    v0 = (v0 + v3) & m
+    v3 = ((v3 << 21) | (v3 >> 43)) & m
+    v3 ^= v0
+    v2 = (v2 + v1) & m
+    v1 = ((v1 << 17) | (v1 >> 47)) & m
+    v1 ^= v2
+    v2 = ((v2 << 32) | (v2 >> 32)) & m
+    return v0, v1, v2, v3
+
+
+def _buffer_hash(b, off, length):
+    """SipHash-2-4 of the bytes, key 00 01 .. 0f, as a signed i64 (the
+    hash ``vm.buffer.hash`` gives)."""
+    d = _buf(b, "source_buffer")
+    _range(d, off, length, 1)
+    data = d[off:off + length].tobytes()
+    k0, k1 = 0x0706050403020100, 0x0F0E0D0C0B0A0908
+    v0, v1 = 0x736F6D6570736575 ^ k0, 0x646F72616E646F6D ^ k1
+    v2, v3 = 0x6C7967656E657261 ^ k0, 0x7465646279746573 ^ k1
+    full = len(data) - len(data) % 8
+    for i in range(0, full, 8):
+        m = int.from_bytes(data[i:i + 8], "little")
+        v3 ^= m
+        v0, v1, v2, v3 = _sipround(*_sipround(v0, v1, v2, v3))
+        v0 ^= m
+    last = ((len(data) & 0xFF) << 56) | int.from_bytes(data[full:], "little")
+    v3 ^= last
+    v0, v1, v2, v3 = _sipround(*_sipround(v0, v1, v2, v3))
+    v0 ^= last
+    v2 ^= 0xFF
+    for _ in range(4):
+        v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
+    return _wrap64(v0 ^ v1 ^ v2 ^ v3)
+
+
 # lists
 
 _LIST_DEFAULTS = {"i8": 0, "i16": 0, "i32": 0, "i64": 0, "f32": 0.0, "f64": 0.0}
@@ -643,7 +687,7 @@ _HELPERS = {
     "_fma32": _fma32, "_rsqrt64": _rsqrt64, "_rsqrt32": _rsqrt32,
     "_buffer_alloc": _buffer_alloc, "_buffer_clone": _buffer_clone,
     "_buffer_length": _buffer_length, "_buffer_copy": _buffer_copy,
-    "_buffer_compare": _buffer_compare, "_list": _list, "_list_alloc": _list_alloc,
+    "_buffer_compare": _buffer_compare, "_buffer_hash": _buffer_hash, "_list": _list, "_list_alloc": _list_alloc,
     "_list_resize": _list_resize, "_list_get_int": _list_get_int,
     "_list_get_float": _list_get_float, "_list_set": _list_set,
     "_list_get_ref": _list_get_ref, "_cast_ref": _cast_ref,
@@ -1177,6 +1221,8 @@ class _Gen:
             e(f"_buffer_copy({', '.join(R(x) for x in a)})")
         elif name == "buffer.compare":
             e(f"{R(a[5])} = _buffer_compare({', '.join(R(x) for x in a[:5])})")
+        elif name == "buffer.hash":
+            e(f"{R(a[3])} = _buffer_hash({R(a[0])}, {R(a[1])}, {R(a[2])})")
         else:
             self.unsupported(ins, "not supported by the translator")
 

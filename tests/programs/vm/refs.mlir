@@ -22,7 +22,7 @@ func.func @list_sum(%n: i32) -> (i32, i32) {
   return %s, %sz : i32, i32
 }
 
-func.func @buffer_ops(%a: i32, %b: i64, %f: f32) -> (i32, i64, f32, i32, i8, i16, i32) {
+func.func @buffer_ops(%a: i32, %b: i64, %f: f32) -> (i32, i64, f32, i32, i8, i16, i32, i64, i64) {
   %c0 = arith.constant 0 : index
   %c4 = arith.constant 4 : index
   %c8 = arith.constant 8 : index
@@ -45,5 +45,9 @@ func.func @buffer_ops(%a: i32, %b: i64, %f: f32) -> (i32, i64, f32, i32, i8, i16
   %mid = util.buffer.load %buf[%c0 for %c2] : !util.buffer{%c32} -> i16
   %sz = util.buffer.size %buf : !util.buffer
   %szi = arith.index_cast %sz : index to i32
-  return %x, %y, %g, %eqi, %lo, %mid, %szi : i32, i64, f32, i32, i8, i16, i32
+  %h = util.buffer.hash %buf[%c0 for %c24] : !util.buffer{%c32} -> i64
+  %c5 = arith.constant 5 : index
+  %c1 = arith.constant 1 : index
+  %h2 = util.buffer.hash %buf[%c1 for %c5] : !util.buffer{%c32} -> i64
+  return %x, %y, %g, %eqi, %lo, %mid, %szi, %h, %h2 : i32, i64, f32, i32, i8, i16, i32, i64, i64
 }
