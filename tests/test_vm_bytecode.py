@@ -529,6 +529,18 @@ def test_refs_lists_buffers_globals():
     assert isinstance(VmList("i32"), list)
 
 
+def test_registers_read_before_written_start_at_zero():
+    code = asm(("block",), ("cond_br", 0, 1, (), 2, ()),
+               ("block",), ("const.i32", 5, 1), ("br", 2, ((1, 2), (R | 1, R | 0))),
+               ("block",), ("return", (1, 2, 3, R | 0)))
+    fn = translate(_fn(cconv="0i_iiir"), code, Env())
+    assert fn(1) == (5, 5, 0, None)
+    assert fn(0) == (0, 0, 0, None)
+    with pytest.raises(BytecodeError):
+        env = Env(functions=[None])
+        translate(_fn(), asm(("block",), ("call", 3, (), ()), ("return", ())), env)
+
+
 def test_br_table_and_fail_location():
     env = Env(locate=lambda ordinal, offset: f"prog.mlir:{ordinal}:{offset}")
     code = asm(("block",),

@@ -341,7 +341,11 @@ def _fma32(a, b, c):
 
 # libm for the transcendental ops (the functions IREE's runtime calls)
 def _load_libm():
-    for name in (ctypes.util.find_library("m"), "libm.so.6", "libm.dylib"):
+    # The usual sonames before ctypes.util.find_library, which runs
+    # ``ldconfig -p`` (a child process) on Linux.
+    for name in ("libm.so.6", "libm.dylib", "find"):
+        if name == "find":
+            name = ctypes.util.find_library("m")
         if not name:
             continue
         try:
@@ -814,28 +818,11 @@ class _Gen:
         # (iree-compile drops an unused argument of a vm.fallback function
         # but not the call's operand); they are not read.
         self.emit(0, f"def {pyname}({', '.join(params + ['*_unused'])}):")
-        # registers read before any write on some path: hi halves of 64-bit
-        # values copied by branch operands, never-written registers
-        written = set(params)
-        read = set()
-        for ins in self.instrs:
-            for f, a in zip(ins.op.fields, ins.args):
-                if f.kind in isa.REGISTER_KINDS:
-                    (written if f.write else read).add(self.reg(a) if f.kind != "ref"
-                                                       else f"r{a & isa.REF_MASK}")
-                elif f.kind == "regs":
-                    for r in a:
-                        (written if f.write else read).add(self.reg(r))
-                elif f.kind == "remap":
-                    for s, d in a:
-                        read.add(self.reg(s))
-                        written.add(self.reg(d))
-                elif f.kind == "cases":
-                    for _, pairs in a:
-                        for s, d in pairs:
-                            read.add(self.reg(s))
-                            written.add(self.reg(d))
-        init = sorted(read - set(params) - (written - self._maybe_unset()))
+        blocks = self.split_blocks()
+        # registers some path reads before writing (the high halves of
+        # 64-bit values that branch operands copy word by word, or bytecode
+        # that reads a register it never wrote) start as 0 / None
+        init = sorted(self._read_before_written(blocks, set(params)))
         self.scratch = self._scratch_registers(set(params))
         self.emit(1, "try:")
         if init:
@@ -845,7 +832,6 @@ class _Gen:
                 self.emit(2, " = ".join(ints) + " = 0")
             if refs:
                 self.emit(2, " = ".join(refs) + " = None")
-        blocks = self.split_blocks()
         self.nblocks = len(blocks)
         if self.looping:
             self.emit(2, "_b = 0")
@@ -881,18 +867,74 @@ class _Gen:
                         named.add(self.reg(d))
         return named - ordinary
 
-    def _maybe_unset(self) -> set:
-        """Registers written somewhere but possibly read first: the odd
-        (high-half) registers named as branch operand sources."""
-        out = set()
-        for ins in self.instrs:
-            for f, a in zip(ins.op.fields, ins.args):
-                pairs = (a if f.kind == "remap" else
-                         [p for _, ps in a for p in ps] if f.kind == "cases" else ())
-                for s, _ in pairs:
-                    if not s & isa.REF_BIT and s & 1:
-                        out.add(f"i{s}")
-        return out
+    def _edges(self, block: list[Instruction], k: int, nblocks: int):
+        """(successor block, branch operand pairs) of a block."""
+        index, edges = self.block_index, []
+        for ins in block:
+            name, a = ins.op.name, ins.args
+            if name in ("br", "yield", "break"):
+                edges.append((index[a[0]], a[1]))
+            elif name == "cond_break":
+                edges.append((index[a[1]], a[2]))
+            elif name == "cond_br":
+                edges += [(index[a[1]], a[2]), (index[a[3]], a[4])]
+            elif name == "br_table":
+                edges.append((index[a[1]], a[2]))
+                edges += [(index[t], pairs) for t, pairs in a[4]]
+            elif name in ("call.yieldable", "call.variadic.yieldable"):
+                edges.append((index[a[-2]], ()))
+            elif name == "fail" and k + 1 < nblocks:
+                edges.append((k + 1, ()))
+            if name in _TERMINATORS:
+                return edges
+        if k + 1 < nblocks:
+            edges.append((k + 1, ()))
+        return edges
+
+    def _read_before_written(self, blocks, params: set) -> set:
+        """Locals that some path from the entry reads before it writes them
+        (forward must-be-written analysis over the blocks)."""
+        R, n = self.reg, len(blocks)
+        early, defined, edges = [], [], []
+        for k, block in enumerate(blocks):
+            seen, first = set(), set()
+            for ins in block:
+                for f, a in zip(ins.op.fields, ins.args):
+                    if not f.write and (f.kind in isa.REGISTER_KINDS or f.kind == "regs"):
+                        for r in (a if f.kind == "regs" else (a,)):
+                            if R(r) not in seen:
+                                first.add(R(r))
+                for f, a in zip(ins.op.fields, ins.args):
+                    if f.write and (f.kind in isa.REGISTER_KINDS or f.kind == "regs"):
+                        seen.update(R(r) for r in (a if f.kind == "regs" else (a,)))
+                if ins.op.name in _TERMINATORS:
+                    break
+            out = self._edges(block, k, n)
+            for _, pairs in out:
+                first.update(R(s) for s, _ in pairs if R(s) not in seen)
+            early.append(first)
+            defined.append(seen)
+            edges.append(out)
+        entry: list = [None] * n
+        entry[0] = set(params)
+        changed = True
+        while changed:
+            changed = False
+            for k in range(n):
+                if entry[k] is None:
+                    continue
+                base = entry[k] | defined[k]
+                for succ, pairs in edges[k]:
+                    out = base | {R(d) for _, d in pairs}
+                    new = out if entry[succ] is None else entry[succ] & out
+                    if new != entry[succ]:
+                        entry[succ] = new
+                        changed = True
+        need = set()
+        for k in range(n):
+            if entry[k] is not None:
+                need |= early[k] - entry[k]
+        return need
 
     def split_blocks(self) -> list[list[Instruction]]:
         blocks: list[list[Instruction]] = []
@@ -1270,6 +1312,9 @@ class _Gen:
         else:
             if variadic:
                 self.unsupported(ins, "variadic calls of internal functions")
+            if self.env.functions and callee >= len(self.env.functions):
+                self.bad(ins, f"function ordinal {callee} out of range "
+                              f"({len(self.env.functions)} functions)", callee)
             target = f"_fns[{callee}]"
             iname = None
         if variadic:
