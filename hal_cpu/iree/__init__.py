@@ -37,24 +37,52 @@ Architecture names and aliases, and the compiler flags for each, come from
 packages; the functions that need them do.
 """
 
-from .compiler import (BASE_FLAGS, INSTALL_HINT, SUPPORTED_VERSION, Compiled,
-                       compile_many, compile_program, default_cache_dir,
-                       find_iree_compile, iree_compile_version, target_flags,
-                       variant_name)
-from .check import CheckModule
-from .device import DataDependenceError
-from .errors import CompileError, EvaluationError, IreeToolError
-from .host_modules import (HOST_MODULE_ABI_VERSION, HostCallError, HostModule,
-                           HostModuleError, ModuleRegistry, RawTensor, export,
-                           load_module_spec)
-from .machine import UnsupportedOpError
-from .ops_control import ProgramStatusError
-from .plan import (BindingRef, CopyStep, Dispatch, FillStep, ProgramPlan, ResultRef,
-                   plan_dispatches, plan_program)
-from .program import ProgramRun, run_program
-from .reader import Program, load_program, parse_program
-from .reference import reference_run
-from .run import PlanRunner, run_plan
+import importlib
+
+# Public name -> the submodule defining it. Importing this package imports
+# none of them: each is imported on first use of one of its names
+# (PEP 562), so that a caller needing one leaf (``hal_cpu.vm`` reading
+# ``check`` or ``host_modules``) does not pay for the compiler driver, the
+# MLIR reader and the interpreter.
+_EXPORTS = {
+    "compiler": ("BASE_FLAGS", "INSTALL_HINT", "SUPPORTED_VERSION", "Compiled",
+                 "compile_many", "compile_program", "default_cache_dir",
+                 "find_iree_compile", "iree_compile_version", "target_flags",
+                 "variant_name"),
+    "check": ("CheckModule",),
+    "device": ("DataDependenceError",),
+    "errors": ("CompileError", "EvaluationError", "IreeToolError"),
+    "host_modules": ("HOST_MODULE_ABI_VERSION", "HostCallError", "HostModule",
+                     "HostModuleError", "ModuleRegistry", "RawTensor", "export",
+                     "load_module_spec"),
+    "machine": ("UnsupportedOpError",),
+    "ops_control": ("ProgramStatusError",),
+    "plan": ("BindingRef", "CopyStep", "Dispatch", "FillStep", "ProgramPlan",
+             "ResultRef", "plan_dispatches", "plan_program"),
+    "program": ("ProgramRun", "run_program"),
+    "reader": ("Program", "load_program", "parse_program"),
+    "reference": ("reference_run",),
+    "run": ("PlanRunner", "run_plan"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+_SUBMODULES = frozenset({
+    "check", "compiler", "device", "errors", "host_modules", "machine",
+    "ops_control", "ops_hal", "ops_scalar", "ops_util", "optable", "plan",
+    "program", "reader", "reference", "run", "scalars"})
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is not None:
+        return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE) | _SUBMODULES)
+
 
 __all__ = [
     "SUPPORTED_VERSION", "INSTALL_HINT", "BASE_FLAGS",

@@ -42,7 +42,6 @@ from urllib.parse import parse_qsl
 import numpy as np
 
 from ..errors import HalCpuError
-from .device import BufferView, HostBuffer
 from .errors import EvaluationError
 from .scalars import element_dtype, float_dtype, int_width, round_float, signed, wrap
 
@@ -335,8 +334,10 @@ def to_host(m, registry: ModuleRegistry, value, ty: str, what: str):
     if float_dtype(ty) is not None:
         return float(value)
     if ty == "!util.buffer":
+        from .device import HostBuffer
         return bytes(value.data) if isinstance(value, HostBuffer) else None
     if ty == "!hal.buffer_view":
+        from .device import BufferView
         if not isinstance(value, BufferView):
             raise HostCallError(f"{what} is {value!r}, not a buffer view")
         dt = element_dtype(value.element_type)
@@ -369,9 +370,11 @@ def from_host(m, registry: ModuleRegistry, value, ty: str, what: str):
     if ty == "!util.buffer":
         if not isinstance(value, (bytes, bytearray, memoryview)):
             raise HostCallError(f"{what} is {value!r}, not bytes")
+        from .device import HostBuffer
         return HostBuffer(np.frombuffer(bytes(value), np.uint8).copy())
     if ty == "!hal.buffer_view":
         from ..buffers import dtype_name
+        from .device import BufferView
         arr = np.asarray(value)
         try:
             name = dtype_name(arr.dtype)
