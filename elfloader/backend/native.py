@@ -12,6 +12,7 @@ import ctypes.util
 import functools
 import mmap
 import os
+import sys
 import threading
 from typing import Callable
 
@@ -22,7 +23,19 @@ from ..arch import Arch
 from ..errors import ArchitectureMismatchError, BackendError
 from .base import PROT_EXEC, PROT_WRITE, Backend, prot_str
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+def _open_libc() -> ctypes.CDLL:
+    # glibc's soname first: ctypes.util.find_library runs ``ldconfig -p`` (a
+    # child process) on Linux, a noticeable part of a short command's start.
+    if sys.platform.startswith("linux"):
+        try:
+            return ctypes.CDLL("libc.so.6", use_errno=True)
+        except OSError:
+            pass
+    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+_libc = _open_libc()
 _mmap = _libc.mmap
 _mmap.restype = ctypes.c_void_p
 _mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
