@@ -98,3 +98,8 @@ func.func @ctlz(%a: i32, %b: i64) -> (i32, i64) {
   %1 = math.ctlz %b : i64
   return %0, %1 : i32, i64
 }
+func.func @abs_i(%a: i32, %b: i64) -> (i32, i64) {
+  %0 = math.absi %a : i32
+  %1 = math.absi %b : i64
+  return %0, %1 : i32, i64
+}
