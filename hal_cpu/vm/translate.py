@@ -1033,7 +1033,10 @@ class _Gen:
             bits = 32 if "i32" in name else 64
             fn = {("div", "s"): "_cdiv", ("div", "u"): "_udiv", ("rem", "s"): "_crem",
                   ("rem", "u"): "_urem"}[(name[:3], t)]
-            e(f"{R(a[2])} = {fn}({R(a[0])}, {R(a[1])}, {bits})")
+            x, y = R(a[0]), R(a[1])
+            # non-negative operands (the common case) divide the same every way
+            sym = "//" if name.startswith("div") else "%"
+            e(f"{R(a[2])} = {x} {sym} {y} if {x} >= 0 < {y} else {fn}({x}, {y}, {bits})")
         elif name in ("not.i32", "not.i64"):
             e(f"{R(a[1])} = ~{R(a[0])}")
         elif name[:4] in ("and.", "or.i", "xor.") and t in ("i32", "i64"):
