@@ -12,9 +12,18 @@ Python callables, as IREE's local CPU device (``local-task``) behaves:
   with :class:`hal_cpu.Executable` (natively or emulated, with executable
   plugins resolving their imports), one per read-only data buffer;
 * a command buffer records its commands as prepared callables (a dispatch
-  keeps its export, grid, constants and binding references, and natively a
-  dispatch layout of its own), and a queue submission runs them in order on
-  the calling thread;
+  keeps its export, grid, constants and binding references, checked once);
+  a queue submission resolves the binding table to addresses and runs the
+  commands in order on the calling thread. Natively, a dispatch of a small
+  grid writes a dispatch layout kept per export
+  (:meth:`hal_cpu.dispatch.DispatchLayout.write_again`: a repeat rewrites
+  only the binding pointers) and crosses into the workgroup loop once;
+  emulated dispatches, large grids, a time limit or several workers go
+  through :meth:`hal_cpu.Executable.dispatch`;
+* small allocations are carved from shared 64-byte-aligned slabs, and
+  storage given back by ``queue.dealloca`` serves the next allocation of
+  its size; read-only data a program imports is copied once (kernels may
+  write imports in place);
 * every queue operation runs when its wait fence is reached (at once for
   the usual already-signalled or null fence; otherwise when the program
   signals that fence) and then signals its signal fence, so
