@@ -210,7 +210,40 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unbuilt:
+    """Stands for the parser of a subcommand not being run: takes options
+    and groups and keeps nothing (see :class:`_SubParsers`)."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: self
+
+
+class _SubParsers(argparse._SubParsersAction):
+    """Subcommands of which only ``only`` (when set) gets a full parser: the
+    others are registered by name alone, to be found on the command line.
+    Building every subcommand's options is a good part of a short
+    command's start."""
+
+    only: str | None = None
+
+    def add_parser(self, name, **kwargs):
+        if self.only is None or name == self.only:
+            return super().add_parser(name, **kwargs)
+        self._name_parser_map[name] = None
+        return _Unbuilt()
+
+
+def _command_of(argv) -> str | None:
+    """The subcommand when it is the first argument (the parser then needs
+    only that one's options), else None (all are built). A name that is no
+    command leaves every subcommand unbuilt: the error lists the names."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    return args[0] if args and not args[0].startswith("-") else None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``hal-cpu`` parser; with ``command``, only that subcommand's
+    options are built (help listing every command needs ``None``)."""
     parser = ArgumentParser(
         prog="hal-cpu", description="Inspect and run IREE CPU executables "
         "(embedded ELF / FatELF), natively or emulated.",
@@ -218,7 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
         "2 usage error, 130 interrupted. Long options may be spelled with "
         "_ or - between words (--cache_dir, --cache-dir).")
     parser.add_argument("--version", action=_VersionAction)
+    parser.register("action", "parsers", _SubParsers)
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.only = command
 
     p = sub.add_parser(
         "inspect", help="show an executable library or plugin without "
@@ -804,7 +839,7 @@ def cmd_build_plugin(args) -> int:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(_command_of(argv)).parse_args(argv)
     try:
         return {"inspect": cmd_inspect, "run": cmd_run, "demo": cmd_demo,
                 "run-module": cmd_run_module, "plan": cmd_plan,
