@@ -830,7 +830,12 @@ class Executable:
             if layout.local_checks:
                 layout.check_local(q.label, self.path)
             if shares:
-                self._note_pace(q.ordinal, (_perf_counter() - started) / q.total)
+                # (_note_pace, inline)
+                pace = (_perf_counter() - started) / q.total
+                timed = self._timed
+                last = timed.get(q.ordinal, pace)
+                timed[q.ordinal] = pace
+                self._pace[q.ordinal] = pace if pace < last else last
         finally:
             self._running.remove(me)
             pool.append(layout)
