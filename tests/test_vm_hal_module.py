@@ -605,3 +605,40 @@ def test_check_programs_through_the_vm(compile_cache, arch, backend):
                 prog.function(fn)()          # constants unchanged by the first
         finally:
             prog.hal.close()
+
+
+@pytest.mark.skipif(HOST != "x86_64", reason="x86_64 host only")
+def test_threads_share_one_program(compile_cache):
+    """Threads calling one program at once each get their own results (a
+    dispatch whose layout another thread holds goes through
+    Executable.dispatch)."""
+    import threading
+    from program_specs import ACCEPTANCE
+    spec = ACCEPTANCE["matmul_dyn"]
+    c = compile_program(spec.path, "x86_64", compile_cache)
+    rng = np.random.default_rng(9)
+    ins = [spec.make_inputs(rng, m=40 + i, k=64, n=48) for i in range(4)]
+    errors = []
+    prog = _load(c.vmfb, arch="x86_64", backend="native")
+    fn = prog.function(spec.function)
+    want = [fn(*i)[0] for i in ins]          # one thread at a time
+    for w, i in zip(want, ins):
+        np.testing.assert_allclose(w, spec.numpy_reference(i)[0], rtol=1e-4,
+                                   atol=1e-4)
+
+    def work(i):
+        try:
+            for _ in range(100):
+                (out,) = fn(*ins[i])
+                np.testing.assert_array_equal(out, want[i])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+    try:
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        prog.hal.close()
+    assert not errors, errors[0]
