@@ -24,8 +24,6 @@ from __future__ import annotations
 from fatelf.cstruct import pack_array, unpack_array
 
 from .backend import PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE, Backend
-from .diagnose import (INSTRUCTION_FAULTS, Region, Symbolizer, data_address,
-                       engine_of, fault_report, time_limit_kind)
 from .elf import PF_R, PF_W, PF_X
 from .errors import (ArchitectureMismatchError, EmulationError,
                      RelocationError, SymbolNotFoundError, UnsupportedElfError)
@@ -148,6 +146,11 @@ class ElfModule:
         pc = getattr(exc, "pc", None)
         if pc is None:
             return exc
+        # imported on the first fault: disassembly and DWARF are no part of
+        # a run that does not fault
+        from .diagnose import (INSTRUCTION_FAULTS, Region, Symbolizer,
+                               data_address, engine_of, fault_report,
+                               time_limit_kind)
         be, arch = self.backend, self.arch
         thumb = arch.disassembly.thumb_modes is not None and bool(pc & 1)
         pc = pc & ~1 if thumb else pc
