@@ -279,6 +279,12 @@ def _workers(workers, total: int, path: str, default: int) -> int:
     return max(1, min(workers, total, 255))
 
 
+def _int_triple(values: tuple) -> bool:
+    """Whether the three values are ints (not bools, floats, numpy ints)."""
+    x, y, z = values
+    return type(x) is int and type(y) is int and type(z) is int
+
+
 class _Quick:
     """What :meth:`Executable.dispatch` validated for a small native
     dispatch, to repeat it (:meth:`Executable._repeat`)."""
@@ -600,7 +606,11 @@ class Executable:
         """
         quick = (self._quick.get(export) if type(export) in _KEY_TYPES
                  and workgroup_size is None else None)
-        if (quick is not None and quick.grid is workgroup_count
+        if (quick is not None
+                and (quick.grid is workgroup_count
+                     or type(workgroup_count) is tuple
+                     and workgroup_count == quick.grid
+                     and _int_triple(workgroup_count))
                 and workers is quick.workers_arg and not timeout
                 and progress is None and len(bindings) == quick.n
                 and (constants is quick.constants or not constants
@@ -780,10 +790,11 @@ class Executable:
         self._quick[export] = q
 
     def _repeat(self, q: "_Quick", bindings) -> bool:
-        """Run a dispatch with the export, grid object, workers argument and
-        constants object of ``q`` (a dispatch :meth:`dispatch` validated and
-        ran in one crossing, natively, bindings in place) when it is exactly
-        that again: every binding a numpy array the native backend uses in
+        """Run a dispatch with the export, grid (the same tuple, or an equal
+        tuple of ints), workers argument and constants object of ``q`` (a
+        dispatch :meth:`dispatch` validated and ran in one crossing,
+        natively, bindings in place) when it is exactly that again: every
+        binding a numpy array the native backend uses in
         place (writable, C-contiguous, not empty, at a 64-byte aligned
         address: checked for each call), the layout pool not empty, the
         default worker count still 1. Returns False (nothing done) when it

@@ -70,6 +70,26 @@ def test_repeated_dispatch_takes_the_short_path(exe, monkeypatch):
     assert exe.last_workers == 1
 
 
+def test_an_equal_grid_tuple_takes_the_short_path(exe, monkeypatch):
+    seen = _repeats(exe, monkeypatch)
+    x, out = _arrays()
+    n = 9
+    for _ in range(3):
+        out[:] = 0
+        exe.dispatch(0, (n, 1, 1), [x, out])
+        np.testing.assert_allclose(out, _expected(x), rtol=1e-5)
+    assert seen == [True, True]
+    for grid in ((9.0, 1, 1), (True, 1, 1), [9, 1, 1], (np.int64(9), 1, 1)):
+        out[:] = 0
+        if type(grid[0]) in (float, bool):
+            with pytest.raises(DispatchError):
+                exe.dispatch(0, grid, [x, out])
+        else:
+            exe.dispatch(0, grid, [x, out])
+            np.testing.assert_allclose(out, _expected(x), rtol=1e-5)
+    assert seen == [True, True]
+
+
 def test_new_arrays_and_contents_are_seen(exe, monkeypatch):
     seen = _repeats(exe, monkeypatch)
     grid = (9, 1, 1)
