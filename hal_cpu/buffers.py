@@ -11,12 +11,76 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 
 import numpy as np
 
 from fatelf.files import open_regular
 
 from .errors import HalCpuError
+
+
+_FILL_LOCK = threading.RLock()
+
+
+class LazyTable(dict):
+    """A dict some of whose entries (keys in ``later``) come from ``load()``
+    on first need: a lookup of one of those keys, or anything that lists
+    the entries (iteration, ``len``, ``items``...). Used for the element
+    types that need :mod:`ml_dtypes`, so that importing it (a noticeable
+    part of a short command's start) waits for a program that uses one."""
+
+    def __init__(self, entries, later=(), load=dict):
+        super().__init__(entries)
+        self._later = frozenset(later)
+        self._load = load
+
+    def fill(self) -> bool:
+        """Add the deferred entries; False when they were already added."""
+        with _FILL_LOCK:
+            load = self._load
+            if load is None:
+                return False
+            for k, v in load().items():
+                dict.__setitem__(self, k, v)
+            self._load = None
+            return True
+
+    def _need(self, key) -> None:
+        if self._load is not None and key in self._later:
+            self.fill()
+
+    def __getitem__(self, key):
+        self._need(key)
+        return dict.__getitem__(self, key)
+
+    def __contains__(self, key):
+        self._need(key)
+        return dict.__contains__(self, key)
+
+    def get(self, key, default=None):
+        self._need(key)
+        return dict.get(self, key, default)
+
+
+def _listing(name: str):
+    """A :class:`LazyTable` method that first adds the deferred entries."""
+    base = getattr(dict, name)
+
+    def method(self, *args, **kwargs):
+        if self._load is not None:
+            self.fill()
+        return base(self, *args, **kwargs)
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+for _m in ("__iter__", "__len__", "__repr__", "__eq__", "__ne__",
+           "__reversed__", "__or__", "__ror__", "keys", "values", "items",
+           "copy", "pop", "popitem", "setdefault", "update"):
+    setattr(LazyTable, _m, _listing(_m))
+del _m
+
 
 DTYPES = {
     "i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32,
@@ -27,19 +91,41 @@ DTYPES = {
     # complex<f32>, cf128 complex<f64>.
     "cf64": np.complex64, "cf128": np.complex128,
 }
-# bf16 and the 8-bit floats IREE's buffer views print, through ml_dtypes.
-for _name, _attr in (("bf16", "bfloat16"), ("f8E4M3FN", "float8_e4m3fn"),
-                     ("f8E5M2", "float8_e5m2"), ("f8E4M3FNUZ", "float8_e4m3fnuz"),
-                     ("f8E5M2FNUZ", "float8_e5m2fnuz"),
-                     ("f8E4M3B11FNUZ", "float8_e4m3b11fnuz"),
-                     ("f8E4M3", "float8_e4m3"), ("f8E3M4", "float8_e3m4"),
-                     ("f6E2M3FN", "float6_e2m3fn"), ("f6E3M2FN", "float6_e3m2fn"),
-                     ("f4E2M1FN", "float4_e2m1fn"), ("f8E8M0FNU", "float8_e8m0fnu")):
+# bf16 and the 8-bit floats IREE's buffer views print, through ml_dtypes
+# (imported on first use of one of them).
+_ML_DTYPES = (("bf16", "bfloat16"), ("f8E4M3FN", "float8_e4m3fn"),
+              ("f8E5M2", "float8_e5m2"), ("f8E4M3FNUZ", "float8_e4m3fnuz"),
+              ("f8E5M2FNUZ", "float8_e5m2fnuz"),
+              ("f8E4M3B11FNUZ", "float8_e4m3b11fnuz"),
+              ("f8E4M3", "float8_e4m3"), ("f8E3M4", "float8_e3m4"),
+              ("f6E2M3FN", "float6_e2m3fn"), ("f6E3M2FN", "float6_e3m2fn"),
+              ("f4E2M1FN", "float4_e2m1fn"), ("f8E8M0FNU", "float8_e8m0fnu"))
+#: Element type names whose numpy types come from ml_dtypes.
+ML_DTYPE_NAMES = frozenset(name for name, _ in _ML_DTYPES)
+
+
+def _load_ml_dtypes() -> dict:
+    out = {}
     try:
-        DTYPES[_name] = getattr(__import__("ml_dtypes"), _attr)
-    except (ImportError, AttributeError):
-        pass
-_NAMES = {np.dtype(v): k for k, v in reversed(list(DTYPES.items()))}
+        import ml_dtypes
+    except ImportError:
+        return out
+    for name, attr in _ML_DTYPES:
+        t = getattr(ml_dtypes, attr, None)
+        if t is not None:
+            out[name] = t
+    return out
+
+
+def _add_ml_names() -> dict:
+    more = _load_ml_dtypes()
+    for k, v in reversed(list(more.items())):
+        _NAMES[np.dtype(v)] = k
+    return more
+
+
+DTYPES = LazyTable(DTYPES, ML_DTYPE_NAMES, _add_ml_names)
+_NAMES = {np.dtype(v): k for k, v in reversed(list(dict.items(DTYPES)))}
 _SHAPE = re.compile(r"^((?:\d+x)*)([a-zA-Z]+\d+[A-Za-z0-9]*)$")
 #: Largest binding a spec may create, in bytes.
 MAX_SPEC_BYTES = 1 << 34
@@ -53,9 +139,12 @@ def dtype_name(dtype) -> str:
     """IREE element type name of a numpy dtype (``f32``, ``ui8``...)."""
     try:
         return _NAMES[np.dtype(dtype)]
-    except KeyError:
-        raise BindingSpecError(f"dtype {np.dtype(dtype)} has no IREE element "
-                               "type", field="dtype", value=str(dtype)) from None
+    except (KeyError, TypeError):
+        # perhaps a type of ml_dtypes (or its name) before those are added
+        if DTYPES.fill():
+            return dtype_name(dtype)
+    raise BindingSpecError(f"dtype {np.dtype(dtype)} has no IREE element "
+                           "type", field="dtype", value=str(dtype)) from None
 
 
 def parse_binding(spec: str) -> np.ndarray:

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..buffers import DTYPES
+from ..buffers import DTYPES, LazyTable
 
 __all__ = ["int_width", "float_dtype", "wrap", "signed", "round_float",
            "element_dtype", "element_name", "DTYPES"]
 
-_FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
-if "bf16" in DTYPES:
-    _FLOATS["bf16"] = DTYPES["bf16"]
+_FLOATS = LazyTable({"f16": np.float16, "f32": np.float32, "f64": np.float64},
+                    ("bf16",), lambda: ({"bf16": DTYPES["bf16"]}
+                                        if "bf16" in DTYPES else {}))
 
 
 def int_width(ty: str) -> int | None:

@@ -49,7 +49,7 @@ import numpy as np
 from fatelf import arches
 
 from .. import arrays as _arrays
-from ..buffers import DTYPES, dtype_name
+from ..buffers import DTYPES, ML_DTYPE_NAMES, LazyTable, dtype_name
 from ..dispatch import FIRST_CHUNK, DispatchLayout, check_return
 from ..library import host_workers
 from .refs import VmBuffer, VmStatusError
@@ -135,12 +135,18 @@ CPU_FEATURE_KEYS = {
 def _element_tables():
     from ..iree.scalars import ELEMENT_CODES
     codes = dict(ELEMENT_CODES)
-    dtypes = {}
-    for name, code in codes.items():
-        t = DTYPES.get(name)
-        if t is not None:
-            dtypes[code] = np.dtype(t)
-    return codes, dtypes
+
+    def dtypes_of(names):
+        out = {}
+        for name in names:
+            t = DTYPES.get(name)
+            if t is not None:
+                out[codes[name]] = np.dtype(t)
+        return out
+    # the ml_dtypes types (bf16, fp8...) added on first lookup of one
+    later = [n for n in codes if n in ML_DTYPE_NAMES]
+    return codes, LazyTable(dtypes_of(n for n in codes if n not in ML_DTYPE_NAMES),
+                            [codes[n] for n in later], lambda: dtypes_of(later))
 
 
 #: IREE element type name -> ``iree_hal_element_type_t``, and
