@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import struct
-import zipfile
 from dataclasses import dataclass
 
 from fatelf.files import open_regular
@@ -60,6 +59,7 @@ def is_module_file(path) -> bool:
 
 
 def _open(path) -> zipfile.ZipFile:
+    import zipfile
     from .vm.module_def import check_zip_entry
     fd, size = open_regular(path, ModuleFileError)
     f = os.fdopen(fd, "rb")
@@ -142,6 +142,7 @@ def read_executable(path, name: str | None) -> tuple[bytes, str]:
         raise ModuleFileError(f"executable {pick.name} is {pick.size} bytes, "
                               f"more than {MAX_MEMBER_BYTES}", name=label,
                               field="--executable", value=pick.size)
+    import zipfile
     with _open(path) as archive:
         try:
             with archive.open(pick.member) as member:

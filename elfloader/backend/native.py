@@ -8,7 +8,6 @@ Only the host architecture can run here.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import mmap
 import os
@@ -32,7 +31,8 @@ def _open_libc() -> ctypes.CDLL:
             return ctypes.CDLL("libc.so.6", use_errno=True)
         except OSError:
             pass
-    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    from ctypes.util import find_library
+    return ctypes.CDLL(find_library("c") or None, use_errno=True)
 
 
 _libc = _open_libc()

@@ -40,7 +40,6 @@ a time limit); unset, the check costs one list lookup and compare.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import math
 import struct
 import sys
@@ -345,7 +344,8 @@ def _load_libm():
     # ``ldconfig -p`` (a child process) on Linux.
     for name in ("libm.so.6", "libm.dylib", "find"):
         if name == "find":
-            name = ctypes.util.find_library("m")
+            from ctypes.util import find_library
+            name = find_library("m")
         if not name:
             continue
         try:
