@@ -17,7 +17,11 @@ for this machine and for aarch64. Cases:
 * ``hal-cpu benchmark-module`` on the host build: its median per call, as
   a check that the command measures the call and not its own loop;
 * processes: ``hal-cpu run-module mlp.vmfb`` (cached program, native) and
-  ``iree-run-module`` on the same file: wall time from spawn to exit.
+  ``iree-run-module`` on the same file: wall time from spawn to exit. The
+  Python processes run as users run them, with ``.pyc`` files: without
+  ``PYTHONDONTWRITEBYTECODE`` (removed from their environment, so the first,
+  untimed run writes any missing ``.pyc``), else each start would compile
+  the package's modules from source.
 
 Each round runs every case once, in an order rotated by one per round
 (``bench/_timing.py``); the tables give min and median over the rounds,
@@ -27,6 +31,7 @@ and the targets are printed as target vs measured (medians).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -105,6 +110,14 @@ def cli_benchmark(vmfb: Path, seconds: float):
     return measure
 
 
+def user_env() -> dict[str, str]:
+    """This environment without ``PYTHONDONTWRITEBYTECODE``: a command's
+    start-up as users see it, modules loaded from ``.pyc`` files."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     T.add_common_args(parser, rounds=5, quick_rounds=2)
@@ -142,13 +155,14 @@ def main() -> int:
     cases["hal-cpu benchmark-module"] = cli_benchmark(host_vmfb, seconds)
     run_module = [sys.executable, "-m", "hal_cpu", "run-module", str(host_vmfb),
                   "--function=predict", f"--input={INPUT}"]
-    cases["hal-cpu run-module (process)"] = lambda: T.run_process(run_module)
+    env = user_env()
+    cases["hal-cpu run-module (process)"] = lambda: T.run_process(run_module, env=env)
     peer_run = _iree_tool("iree-run-module")
     if peer_run:
         cases["iree-run-module (process)"] = lambda: T.run_process(
             [peer_run, f"--module={host_vmfb}", "--device=local-sync",
              "--function=predict", f"--input={INPUT}"])
-    T.run_process(run_module)   # the first run fills caches
+    T.run_process(run_module, env=env)   # the first run fills caches (.pyc too)
     stats = T.interleave(cases, rounds, warmup=1, progress=True)
     native.close()
     if emulated is not None:
