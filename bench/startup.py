@@ -21,7 +21,9 @@ For scale, the table also has ``python -c pass`` (interpreter start-up) and
 ``python -c "import hal_cpu.cli"``. Every figure is the wall time of a whole
 process (spawn to exit, output discarded); each round runs every command
 once, in an order rotated by one per round; min and median, and the ratio to
-iree-run-module.
+iree-run-module. The processes run without ``PYTHONDONTWRITEBYTECODE``, as
+users run them: modules load from ``.pyc`` files (the discarded warm-up
+round writes any that are missing).
 
 Below the table: whether ``hal-cpu run`` (native backend) imported
 ``unicorn``, checked in a child process through ``sys.modules``, and the
@@ -134,6 +136,8 @@ def main() -> int:
     argv = hal_cpu_argv(kernel, host)
     hal = hal_cpu_command()
     env = dict(os.environ)
+    # as users run: modules from .pyc files (the warm-up round writes them)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
 
     cases: dict[str, T.Measure] = {}
     peer = None
