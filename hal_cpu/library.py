@@ -291,7 +291,7 @@ class _Quick:
 
     __slots__ = ("grid", "workers_arg", "n", "key", "ordinal",
                  "label", "constants", "constant_count", "consts", "wc",
-                 "wsize", "total", "shares", "pool")
+                 "wsize", "total", "shares", "pool", "slow")
 
 
 class Executable:
@@ -361,7 +361,9 @@ class Executable:
         # one-worker dispatch with the default workers: the pace kept is
         # the smaller of the last two such, so that one dispatch slowed
         # down from outside (the thread preempted, a garbage collection)
-        # does not make the next one share a small grid.
+        # does not make the next one share a small grid. (A repeated
+        # dispatch, Executable._repeat, notes its pace only when it or the
+        # one before it took longer than SHARE_SECONDS.)
         self._timed: dict[int, float] = {}
         self._allocs: list[int] = []
         self.last_workers = 0
@@ -786,6 +788,7 @@ class Executable:
         # Default workers on a grid that could be shared: the export's pace
         # decides, as in dispatch().
         q.shares = workers_arg is None and total > 1 and self._default_workers > 1
+        q.slow = True      # (the next repeat notes its pace)
         assert not q.shares or timed
         self._quick[export] = q
 
@@ -841,12 +844,13 @@ class Executable:
             if layout.local_checks:
                 layout.check_local(q.label, self.path)
             if shares:
-                # (_note_pace, inline)
-                pace = (_perf_counter() - started) / q.total
-                timed = self._timed
-                last = timed.get(q.ordinal, pace)
-                timed[q.ordinal] = pace
-                self._pace[q.ordinal] = pace if pace < last else last
+                # Only a slow dispatch, or the first fast one after it, can
+                # change whether the next one shares: the pace is noted
+                # then (in between, the pace noted last is a fast one).
+                elapsed = _perf_counter() - started
+                if elapsed > SHARE_SECONDS or q.slow:
+                    q.slow = elapsed > SHARE_SECONDS
+                    self._note_pace(q.ordinal, elapsed / q.total)
         finally:
             self._running.remove(me)
             pool.append(layout)

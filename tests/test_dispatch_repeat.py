@@ -248,3 +248,34 @@ def test_python_imports_on_the_short_path(compile_cache, monkeypatch):
             fail.clear()
             exe.dispatch(d.export_name, grid, arrays, consts, workers=1)
     assert seen == [True, True, "raised", "raised", True]
+
+
+def test_one_slow_dispatch_does_not_share_the_next(exe, monkeypatch):
+    """Default workers: a small grid is shared after two slow dispatches in
+    a row (each over SHARE_SECONDS), not after one."""
+    if exe._default_workers < 2:
+        pytest.skip("one CPU")
+    from hal_cpu import library
+    now, step = [0.0], [1e-6]
+
+    def clock():
+        now[0] += step[0] / 2      # two readings per dispatch
+        return now[0]
+    monkeypatch.setattr(library, "_perf_counter", clock)
+    x, out = _arrays()
+    grid = (9, 1, 1)
+
+    def run(seconds):
+        step[0] = seconds
+        out[:] = 0
+        exe.dispatch(0, grid, [x, out])
+        np.testing.assert_allclose(out, _expected(x), rtol=1e-5)
+        return exe.last_workers
+    slow = 10 * library.SHARE_SECONDS
+    assert [run(1e-6) for _ in range(3)] == [1, 1, 1]
+    assert run(slow) == 1
+    assert run(1e-6) == 1            # one slow dispatch: still one worker
+    assert [run(1e-6) for _ in range(3)] == [1, 1, 1]
+    assert run(slow) == 1
+    assert run(slow) == 1
+    assert run(1e-6) == 2            # after two in a row: shared
