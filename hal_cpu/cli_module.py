@@ -232,6 +232,9 @@ def add_parsers(sub) -> None:
                    help="plugin resolving the executables' imports (repeatable)")
     p.add_argument("--workers", type=_positive, default=None,
                    help="host threads running workgroups")
+    p.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+                   help="each function may run S seconds (host code and "
+                   "dispatches); the command ends past the limit")
     _add_cpu_flags(p)
 
     p = sub.add_parser("benchmark-module", help="time calls of a function of "
@@ -523,10 +526,16 @@ def cmd_run_module(args) -> int:
     from .cli import _Progress
     from . import vmfb
     programs, hosts = _split_modules(args)
-    if any(vmfb.is_module_file(p) for p in programs) or len(programs) > 1:
-        files, arch = _vm_files(args, programs)
-        return _vm_run_module(args, files, hosts, arch)
-    program = args.program = programs[0]
+    with _watchdog(args, programs[-1]):
+        if any(vmfb.is_module_file(p) for p in programs) or len(programs) > 1:
+            files, arch = _vm_files(args, programs)
+            return _vm_run_module(args, files, hosts, arch)
+        return _mlir_run_module(args, programs[0], hosts)
+
+
+def _mlir_run_module(args, program: str, hosts: list[str]) -> int:
+    from .cli import _Progress
+    args.program = program
     args.module = hosts
     check_source(program)
     arch = args.arch or arches.host_arch()
@@ -939,10 +948,16 @@ def cmd_check_module(args) -> int:
     from .iree import EvaluationError, load_program
     from . import vmfb
     programs, hosts = _split_modules(args)
-    if any(vmfb.is_module_file(p) for p in programs) or len(programs) > 1:
-        files, arch = _vm_files(args, programs)
-        return _vm_check_module(args, files, hosts, arch)
-    program = args.program = programs[0]
+    with _watchdog(args, programs[-1]):
+        if any(vmfb.is_module_file(p) for p in programs) or len(programs) > 1:
+            files, arch = _vm_files(args, programs)
+            return _vm_check_module(args, files, hosts, arch)
+        return _mlir_check_module(args, programs[0], hosts)
+
+
+def _mlir_check_module(args, program: str, hosts: list[str]) -> int:
+    from .iree import EvaluationError, load_program
+    args.program = program
     args.module = hosts
     check_source(program)
     arch = args.arch or arches.host_arch()
@@ -1086,7 +1101,8 @@ def _vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | No
                 timeout=_load_limit(args), **emulation))
         program = stack.enter_context(load_program(
             files, arch=arch, backend=args.backend, plugins=plugins,
-            workers=_workers(args), host_modules=host_modules))
+            workers=_workers(args), host_modules=host_modules,
+            timeout=getattr(args, "timeout", None)))
         yield program
 
 
@@ -1110,6 +1126,37 @@ def _vm_inputs(fn, specs: Sequence[str], label: str) -> list:
                               "--input cannot give", name=label, field="--input",
                               value=spec)
     return values
+
+
+@contextlib.contextmanager
+def _watchdog(args, label: str):
+    """``--timeout`` bounds the whole command: the program's own limits stop
+    host code at a backward branch and dispatches at their limit; past the
+    limit plus a grace period (code that cannot be stopped from inside,
+    such as a Python host module's), one line on stderr and exit status 1."""
+    limit = getattr(args, "timeout", None)
+    if not limit:
+        yield
+        return
+    import threading
+
+    def fire():
+        try:
+            sys.stdout.flush()
+        except Exception:  # noqa: BLE001 - ending anyway
+            pass
+        os.write(2, (f"hal-cpu: error: {label}: timeout: the time limit of "
+                     f"{limit:g} s passed and the running code could not be "
+                     "stopped from inside (a host module's Python code, or a "
+                     "native call); ending the command\n").encode())
+        os._exit(1)
+    timer = threading.Timer(limit + KILL_GRACE + 1.0, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def _vm_result_type(value) -> str:
@@ -1209,7 +1256,7 @@ def cmd_benchmark_module(args) -> int:
     if reps is None and min_time is None:
         min_time = 0.5
     deadline = time.monotonic() + args.timeout if args.timeout else None
-    with _vm_program(args, files, hosts, arch) as program:
+    with _watchdog(args, label), _vm_program(args, files, hosts, arch) as program:
         fn = program.function(args.function)
         inputs = _vm_inputs(fn, args.input, label)
         fn(*inputs)

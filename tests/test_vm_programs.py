@@ -253,3 +253,61 @@ def test_benchmark_module_prints_per_call_times(compile_cache, capsys):
                        "--function=predict", "--input=4x16xf32=1",
                        "--device=cuda")
     assert rc == 1 and "--device" in err
+
+
+# ---------------------------------------------------------------------------
+# time limits
+
+LIMITS = PROGRAMS / "limits.mlir"
+
+
+def _hal_cpu(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "hal_cpu", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_timeout_stops_a_host_loop(compile_cache):
+    """--timeout (and load_program(timeout=)) stops host code that never
+    ends at its next backward branch: one line naming the function."""
+    import time as _time
+    module = vmfb(LIMITS, HOST, compile_cache)
+    start = _time.monotonic()
+    proc = _hal_cpu("run-module", module, "--function=spin", "--input=5", "--timeout=1")
+    took = _time.monotonic() - start
+    assert proc.returncode == 1 and took < 1 + 2 + 1.5, (took, proc.stderr)
+    assert proc.stderr.count("\n") == 1
+    assert "the time limit of 1 s passed in @spin" in proc.stderr
+    from hal_cpu.vm.program import ProgramTimeoutError
+    with load_program(module, timeout=0.5) as prog:
+        assert prog("spin", -1) == [np.int32(-1)]
+        with pytest.raises(ProgramTimeoutError, match="@spin") as info:
+            prog("spin", 5)
+        assert info.value.seconds == 0.5
+        prog.timeout = None
+        assert prog("spin", -1) == [np.int32(-1)]
+
+
+def test_timeout_ends_a_host_module_that_never_returns(compile_cache, tmp_path):
+    """A Python host module cannot be stopped from inside: the command still
+    ends within the limit plus its grace, and says so."""
+    import time as _time
+    stuck = tmp_path / "stuck.py"
+    stuck.write_text(
+        "from hal_cpu.iree import HostModule\n"
+        "class S:\n"
+        "    def __init__(self, b): self.b = b\n"
+        "def create_module(version, params):\n"
+        "    def create(b):\n"
+        "        while True:\n"
+        "            pass\n"
+        "    return HostModule('custom', {'string.create': create, "
+        "'string.print': print, 'string.length': len},\n"
+        "                      types={'custom.string': S})\n")
+    module = vmfb(MODULES / "basic.mlir", HOST, compile_cache)
+    start = _time.monotonic()
+    proc = _hal_cpu("run-module", module, f"--host_module={stuck}", "--timeout=1")
+    took = _time.monotonic() - start
+    assert proc.returncode == 1 and took < 1 + 2 + 1.5, (took, proc.stderr)
+    assert proc.stdout == "EXEC @main\n"
+    assert "could not be stopped from inside" in proc.stderr
+    assert len(proc.stderr.splitlines()) == 1

@@ -36,7 +36,9 @@ numpy arrays where a buffer view is expected.
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -46,8 +48,19 @@ from fatelf import arches
 
 from .refs import VmBuffer, VmError, VmStatusError
 
-__all__ = ["LinkError", "Program", "Function", "load_program", "module_arch",
-           "parse_cconv"]
+__all__ = ["LinkError", "ProgramTimeoutError", "Program", "Function",
+           "load_program", "module_arch", "parse_cconv"]
+
+
+class ProgramTimeoutError(VmError):
+    """A call of a program's function ran past its time limit
+    (:attr:`Program.timeout`): the host code stopped at a backward branch
+    of the bytecode, or a dispatch at its own limit. ``function`` is the
+    VM function that was running, ``seconds`` the limit."""
+
+    def __init__(self, message: str, *, seconds: float, function: str, **kw):
+        super().__init__(message, **kw)
+        self.seconds, self.function = seconds, function
 
 
 class LinkError(VmError):
@@ -314,6 +327,40 @@ def _link_bytecode(mdef, registered: list[_Linked], label: str) -> _BytecodeModu
 
 
 # ---------------------------------------------------------------------------
+# time limits: a deadline per thread, checked at backward branches
+
+_calls = threading.local()
+
+
+def _check_deadline() -> None:
+    deadline = getattr(_calls, "deadline", None)
+    if deadline is None or time.monotonic() < deadline:
+        return
+    frame = sys._getframe(1)
+    name = frame.f_code.co_name
+    program = _calls.program
+    _calls.deadline = None      # report once; the exception unwinds the call
+    raise ProgramTimeoutError(
+        f"the time limit of {program.timeout:g} s passed in "
+        f"{_vm_function_name(name)} (a loop of the program's host code)",
+        name=program.label, field="timeout", value=program.timeout,
+        seconds=program.timeout, function=_vm_function_name(name))
+
+
+def _vm_function_name(code_name: str) -> str:
+    # translated functions are named vm_<module>_<function>_<ordinal>
+    parts = code_name.split("_")
+    if len(parts) >= 4 and parts[0] == "vm":
+        return "@" + "_".join(parts[2:-1])
+    return code_name
+
+
+def _install_hook() -> None:
+    from .translate import BACKEDGE_HOOK
+    BACKEDGE_HOOK[0] = _check_deadline
+
+
+# ---------------------------------------------------------------------------
 # the program
 
 class Function:
@@ -348,7 +395,7 @@ class Function:
         with program._lock:
             args = [_argument(hal, v, t, i, self.name)
                     for i, (v, t) in enumerate(zip(inputs, self.arg_types))]
-            out = self._fn(*args)
+            out = program._run(self._fn, args, self.name)
             if len(self.result_types) == 1:
                 out = (out,)
             elif not self.result_types:
@@ -412,13 +459,24 @@ class Program:
             module (exports whose names start with ``__`` are left out).
         modules: the module definitions, in registration order.
 
+        timeout: seconds one call may take, or None (no limit; the
+            default). Settable. Host code is stopped at the next backward
+            branch of the bytecode past the limit and each dispatch at the
+            limit (:class:`ProgramTimeoutError`,
+            :class:`hal_cpu.errors.CallTimeoutError`); a call into a Python
+            host module is not interrupted (its code runs to its end).
+
     Thread-safe: calls are serialized. Close it (or use ``with``) to run
     the modules' ``__deinit`` and unload the executables.
     """
 
+    timeout: float | None = None
+
     def __init__(self, mdefs: Sequence, labels: Sequence[str], hal,
-                 host_modules: Sequence = (), check: bool = True):
+                 host_modules: Sequence = (), check: bool = True,
+                 timeout: float | None = None):
         self.hal, self.label = hal, labels[-1]
+        self.timeout = timeout
         arch = getattr(hal, "arch", None)
         self.arch = getattr(arch, "name", arch)
         self.modules = list(mdefs)
@@ -443,7 +501,8 @@ class Program:
                 init = bc.exports.get("__init")
                 if init is not None:
                     with self._lock:
-                        bc.env.functions[init.function]()
+                        self._run(bc.env.functions[init.function], (),
+                                  f"{mdef.name}.__init")
         except BaseException:
             self.close()
             raise
@@ -456,6 +515,24 @@ class Program:
             self.functions[name] = Function(
                 self, name, e.cconv or fdef.cconv, main.env.functions[e.function],
                 (e.attrs or {}).get("iree.abi.declaration"))
+
+    def _run(self, fn, args, name: str):
+        """``fn(*args)`` within :attr:`timeout`; the caller holds the lock."""
+        try:
+            if self.timeout is None:
+                return fn(*args)
+            _install_hook()
+            _calls.program = self
+            _calls.deadline = time.monotonic() + self.timeout
+            self.hal.timeout = self.timeout
+            try:
+                return fn(*args)
+            finally:
+                _calls.deadline = None
+        except RecursionError:
+            raise VmStatusError(8, f"@{name}: the program's calls nest too "
+                                "deeply (the VM's call stack is exhausted)",
+                                name=self.label) from None
 
     def function(self, name: str | None = None) -> Function:
         """The public function ``name``; may be omitted when there is one.
@@ -517,7 +594,7 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
                  engine: str | None = None, cpu: str | None = None,
                  plugins=None, workers: int | None = None,
                  host_modules: Sequence = (), check: bool = True,
-                 fill_byte: int = 0) -> Program:
+                 fill_byte: int = 0, timeout: float | None = None) -> Program:
     """Read, link and initialize VM modules once; call their functions many
     times.
 
@@ -539,6 +616,8 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
             in registration order.
         check: register the built-in ``check`` module.
         fill_byte: initial value of allocated bytes.
+        timeout: seconds each call (and each module's ``__init``) may take
+            (:attr:`Program.timeout`); None: no limit.
 
     Returns:
         A :class:`Program` (close it, or use it in a ``with`` block).
@@ -580,7 +659,8 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
     hal = HalModule(arch=arch, backend=backend, engine=engine, cpu=cpu,
                     plugins=plugins, workers=workers, fill_byte=fill_byte)
     try:
-        return Program(mdefs, labels, hal, host_modules, check=check)
+        return Program(mdefs, labels, hal, host_modules, check=check,
+                       timeout=timeout)
     except BaseException:
         hal.close()
         raise
