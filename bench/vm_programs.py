@@ -168,7 +168,7 @@ def main() -> int:
     if emulated is not None:
         emulated.close()
     print(T.machine_line())
-    print(f"program: {PROGRAM.name} (3 dispatches), {rounds} rounds, "
+    print(f"program: {PROGRAM.name} (matmul, add, relu, softmax), {rounds} rounds, "
           f"batches of ~{seconds:g} s")
     peer_stats = stats.get("iree-benchmark-module")
     rows = []

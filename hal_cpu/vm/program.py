@@ -382,25 +382,53 @@ class Function:
         args, results = parse_cconv(cconv)
         self.arg_types = _split_types(args)
         self.result_types = _split_types(results)
+        hal = program.hal
+        # per argument: a fast conversion for the common case (a numpy
+        # array for a ref), the general one otherwise
+        wrap = hal.wrap_input
+        ndarray = np.ndarray
+
+        def converter(index: int, ty: str):
+            if ty == "r":
+                def convert(v):
+                    if type(v) is ndarray:
+                        return wrap(v)
+                    return _argument(hal, v, ty, index, name)
+            else:
+                def convert(v):
+                    return _argument(hal, v, ty, index, name)
+            return convert
+        self._convert = [converter(i, t) for i, t in enumerate(self.arg_types)]
+        to_numpy = hal.to_numpy
+
+        def out_converter(ty: str):
+            if ty == "r":
+                def convert(v):
+                    if getattr(v, "vm_type", None) == "!hal.buffer_view":
+                        return to_numpy(v)
+                    return _result(hal, v, ty)
+                return convert
+            return lambda v: _result(hal, v, ty)
+        self._results = [out_converter(t) for t in self.result_types]
 
     def __call__(self, *inputs) -> list:
         program = self.program
         if program._closed:
             raise VmError("the program is closed", name=program.label,
                           field="function", value=self.name)
-        if len(inputs) != len(self.arg_types):
+        convert = self._convert
+        if len(inputs) != len(convert):
             raise TypeError(f"@{self.name} takes {len(self.arg_types)} arguments "
                             f"({self.declaration or self.cconv}); got {len(inputs)}")
-        hal = program.hal
         with program._lock:
-            args = [_argument(hal, v, t, i, self.name)
-                    for i, (v, t) in enumerate(zip(inputs, self.arg_types))]
+            args = [c(v) for c, v in zip(convert, inputs)]
             out = program._run(self._fn, args, self.name)
-            if len(self.result_types) == 1:
-                out = (out,)
-            elif not self.result_types:
-                out = ()
-            return [_result(hal, v, t) for v, t in zip(out, self.result_types)]
+            results = self._results
+            if len(results) == 1:
+                return [results[0](out)]
+            if not results:
+                return []
+            return [c(v) for c, v in zip(results, out)]
 
     def __repr__(self) -> str:
         return f"<function @{self.name} {self.declaration or self.cconv}>"
