@@ -393,6 +393,37 @@ def _resolve(table: _Table | None, ref) -> tuple[Buffer, int, int]:
     return buf, base + off, length
 
 
+class DispatchRecord:
+    """A dispatch a traced program ran (:attr:`HalModule.trace`).
+
+    Attributes:
+        executable: the :class:`Executable`; ordinal: the export's ordinal;
+        grid: workgroup count (x, y, z); constants: uint32 values;
+        bindings: ``(buffer, offset, length)`` per binding, offsets in
+            bytes from the start of ``buffer``'s storage.
+    """
+
+    __slots__ = ("executable", "ordinal", "grid", "constants", "bindings")
+
+    def __init__(self, executable, ordinal, grid, constants, bindings):
+        self.executable, self.ordinal, self.grid = executable, ordinal, grid
+        self.constants, self.bindings = constants, bindings
+
+
+def _traced(trace: list, cmd: Callable, executable, ordinal: int, grid, consts,
+            refs) -> Callable:
+    """``cmd`` appending a :class:`DispatchRecord` to ``trace`` each run."""
+    def run(table):
+        bindings = []
+        for ref in refs:
+            buf, off, n = _resolve(table, ref)
+            bindings.append((buf, off, n))
+        trace.append(DispatchRecord(executable, ordinal, grid, tuple(consts),
+                                    bindings))
+        cmd(table)
+    return run
+
+
 class _DispatchSpec:
     """A recorded dispatch as :meth:`hal_cpu.dispatch.DispatchLayout.write_again`
     reads it: workgroup size, grid, constants, workgroup count."""
@@ -602,6 +633,9 @@ class HalModule:
         self._slab_used = SLAB_BYTES
         self._features = self._cpu_features()
         self._closed = False
+        #: a list to append a :class:`DispatchRecord` to for every dispatch
+        #: run (set before the program records its command buffers), or None
+        self.trace: list | None = None
         self.exports: dict[str, tuple[str, Callable]] = {
             "hal." + name: (cconv, getattr(self, method))
             for name, cconv, method in _EXPORTS}
@@ -1296,8 +1330,10 @@ class HalModule:
         if grid[2] >= 1 << 16:
             raise _status(OUT_OF_RANGE, f"{what}: workgroup count z = {grid[2]} "
                           "exceeds 65535")
-        cb.commands.append(executable.dispatch_command(ordinal, grid, consts,
-                                                       refs))
+        cmd = executable.dispatch_command(ordinal, grid, consts, refs)
+        if self.trace is not None:
+            cmd = _traced(self.trace, cmd, executable, ordinal, grid, consts, refs)
+        cb.commands.append(cmd)
 
     def command_buffer_dispatch_indirect(self, cb, executable, ordinal: int,
                                          workgroups_slot: int, workgroups_buffer,
