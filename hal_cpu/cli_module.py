@@ -862,7 +862,10 @@ def _type_name(dtype) -> str:
 
 def cmd_plan(args) -> int:
     """``hal-cpu plan``: see the module docstring."""
+    from . import vmfb
     program = args.program
+    if vmfb.is_module_file(program):
+        return _vm_plan(args, program)
     check_source(program)
     targets = (list(arches.RUNTIME_ARCHES) if args.arch == "all"
                else [args.arch or arches.host_arch()])
@@ -1054,7 +1057,7 @@ def _workers(args) -> int | None:
     if device not in (None, "local-task", "local-sync", "local"):
         raise ModuleError("this runtime runs on the local CPU: use local-task "
                           "or local-sync", field="--device", value=device)
-    if args.workers is not None:
+    if getattr(args, "workers", None) is not None:
         return args.workers
     return 1 if device == "local-sync" else None
 
@@ -1079,7 +1082,8 @@ def _vm_files(args, programs: Sequence[str]) -> tuple[list[str], str | None]:
 
 
 @contextlib.contextmanager
-def _vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | None):
+def _vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | None,
+                trace: list | None = None):
     """Load and link the modules; closes them on exit."""
     from .vm import load_program
     from .vm.module_def import read_module
@@ -1097,12 +1101,13 @@ def _vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | No
         if args.executable_plugin or emulation:
             from .plugins import PluginManager
             plugins = stack.enter_context(PluginManager.from_specs(
-                args.executable_plugin, arch=arch, backend=args.backend,
+                args.executable_plugin, arch=arch,
+                backend=getattr(args, "backend", "auto"),
                 timeout=_load_limit(args), **emulation))
         program = stack.enter_context(load_program(
-            files, arch=arch, backend=args.backend, plugins=plugins,
-            workers=_workers(args), host_modules=host_modules,
-            timeout=getattr(args, "timeout", None)))
+            files, arch=arch, backend=getattr(args, "backend", "auto"),
+            plugins=plugins, workers=_workers(args), host_modules=host_modules,
+            timeout=getattr(args, "timeout", None), trace=trace))
         yield program
 
 
@@ -1286,3 +1291,80 @@ def cmd_benchmark_module(args) -> int:
     print(f"  per call: min {times[0] * 1e6:.2f} us, median "
           f"{times[n // 2] * 1e6:.2f} us, mean {mean * 1e6:.2f} us")
     return 0
+
+
+def _vm_plan(args, path: str) -> int:
+    """``plan`` of a compiled module: its bytecode records command buffers
+    that are replayed with binding tables at run time, so the steps of a
+    call are those of a traced run (as ``plan --trace``)."""
+    from .vm.module_def import read_module
+    from . import vmfb as _vmfb
+    if args.arch == "all" or args.save_dir:
+        flag = "--arch=all" if args.arch == "all" else "--save_dir"
+        raise ModuleError(f"{flag} needs the MLIR source (a compiled module "
+                          "holds the executables of one architecture)",
+                          name=path, field=flag.split("=")[0], value=args.arch
+                          if args.arch == "all" else args.save_dir)
+    trace: list = []
+    hosts = list(args.module)
+    mdef = read_module(path, name=path)
+    members = _vmfb.executables(path)
+    with _vm_program(args, [path], hosts, args.arch, trace) as program:
+        fn = program.function(args.function)
+        values = _vm_inputs(fn, args.input, path)
+        hal = program.hal
+        wrapped = [hal.wrap_input(v) if isinstance(v, np.ndarray) else v
+                   for v in values]
+        names = {}
+        for i, w in enumerate(wrapped):
+            if hasattr(w, "buffer"):
+                names[id(w.buffer.root)] = (f"input {i}", args.input[i])
+        del trace[:]
+        fn(*wrapped)
+        lines = [f"@{fn.name} ({program.arch}): {len(trace)} dispatches "
+                 "(the steps of a run: a compiled module replays recorded "
+                 "command buffers)"]
+        for n, rec in enumerate(trace):
+            exe = rec.executable
+            export = exe.library.exports[rec.ordinal]
+            member = _member_of(exe, members, mdef)
+            lines.append(f"dispatch {n}: {export.name or rec.ordinal} "
+                         f"(export {rec.ordinal} of {member or exe.library.name})")
+            lines.append(f"  workgroups:  {','.join(map(str, rec.grid))}")
+            if rec.constants:
+                lines.append("  constants:   " + " ".join(str(c) for c in rec.constants))
+            run = ["hal-cpu", "run", path]
+            if member and len(members) > 1:
+                run.append(f"--executable={member}")
+            run += [f"--entry_point={rec.ordinal}",
+                    f"--workgroup_count={','.join(map(str, rec.grid))}"]
+            if program.arch != arches.host_arch():
+                run.append(f"--arch={program.arch}")
+            for k, (buf, off, length) in enumerate(rec.bindings):
+                root = buf.root
+                start = buf.address + off - root.address
+                label, spec = names.get(id(root), (None, None))
+                if label is None:
+                    label = f"buffer {len(names)}"
+                    names[id(root)] = (label, None)
+                lines.append(f"  binding {k}:   {label} [{start}, {start + length}) "
+                             f"({length} bytes)")
+                whole = spec is not None and start == 0 and length == root.length
+                run.append(f"--binding={spec if whole else f'{length}xi8'}")
+            for c in rec.constants:
+                run.append(f"--constant={c}")
+            lines.append("  run:         " + shlex.join(run))
+    print("\n".join(lines))
+    return 0
+
+
+def _member_of(exe, members, mdef) -> str | None:
+    """The ``.vmfb`` member holding ``exe``'s ELF (by its bytes), or None."""
+    source = getattr(exe, "source", None)
+    data = source.bytes() if hasattr(source, "bytes") else None
+    if data is None:
+        return None
+    for m in members:
+        if m.size == len(data):
+            return m.name
+    return None

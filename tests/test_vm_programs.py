@@ -311,3 +311,26 @@ def test_timeout_ends_a_host_module_that_never_returns(compile_cache, tmp_path):
     assert proc.stdout == "EXEC @main\n"
     assert "could not be stopped from inside" in proc.stderr
     assert len(proc.stderr.splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------
+# plan of a .vmfb: the steps of a traced run
+
+def test_plan_of_vmfb_lists_the_dispatches_and_their_run_lines(compile_cache, capsys,
+                                                              tmp_path):
+    import shlex
+    module = vmfb(ALL_PROGRAMS["matmul"].path, "riscv64", compile_cache)
+    rc, out, err = cli(capsys, "plan", module, "--input=37x53xf32=1",
+                       "--input=53x29xf32=2")
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("@matmul (riscv64): 1 dispatches")
+    assert "binding 0:   input 0 [0, 7844) (7844 bytes)" in out
+    (run,) = [ln.split("run:", 1)[1].strip() for ln in lines
+              if ln.strip().startswith("run:")]
+    argv = shlex.split(run)[1:] + [f"--output=2=@{tmp_path / 'c.npy'}",
+                                   "--print_bindings=none"]
+    rc, out, err = cli(capsys, *argv)
+    assert rc == 0, err
+    got = np.load(tmp_path / "c.npy").view(np.float32).reshape(37, 29)
+    np.testing.assert_allclose(got, np.full((37, 29), 106, np.float32))

@@ -622,7 +622,8 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
                  engine: str | None = None, cpu: str | None = None,
                  plugins=None, workers: int | None = None,
                  host_modules: Sequence = (), check: bool = True,
-                 fill_byte: int = 0, timeout: float | None = None) -> Program:
+                 fill_byte: int = 0, timeout: float | None = None,
+                 trace: list | None = None) -> Program:
     """Read, link and initialize VM modules once; call their functions many
     times.
 
@@ -646,6 +647,10 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
         fill_byte: initial value of allocated bytes.
         timeout: seconds each call (and each module's ``__init``) may take
             (:attr:`Program.timeout`); None: no limit.
+        trace: a list that receives a
+            :class:`~hal_cpu.vm.hal_module.DispatchRecord` for every
+            dispatch the program runs (``hal-cpu plan`` of a ``.vmfb``), or
+            None.
 
     Returns:
         A :class:`Program` (close it, or use it in a ``with`` block).
@@ -686,6 +691,7 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
         arch = arches.lookup(arch).name
     hal = HalModule(arch=arch, backend=backend, engine=engine, cpu=cpu,
                     plugins=plugins, workers=workers, fill_byte=fill_byte)
+    hal.trace = trace
     try:
         return Program(mdefs, labels, hal, host_modules, check=check,
                        timeout=timeout)
