@@ -504,6 +504,11 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
     if workers > 1:
         # Small enough that the other workers find work left to share.
         first = max(1, min(first, total // (4 * workers)))
+    elif layout.per_workgroup:
+        # One worker repeating a dispatch: the last one's pace sizes the
+        # first chunk (a grid that takes under CHUNK_SECONDS at that pace
+        # runs in one crossing).
+        first = max(first, int(CHUNK_SECONDS / layout.per_workgroup))
     if total <= layout.whole:
         layout.run_whole(total, grid, label, path)
         if progress is not None:

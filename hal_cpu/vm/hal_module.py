@@ -40,19 +40,25 @@ through unchanged.
 
 from __future__ import annotations
 
+import ctypes
 import fnmatch
 import threading
+from time import perf_counter as _perf_counter
 from typing import Callable
 
 import numpy as np
 
+import elfloader
 from fatelf import arches
 
 from .. import arrays as _arrays
 from ..buffers import DTYPES, ML_DTYPE_NAMES, LazyTable, dtype_name
-from ..dispatch import FIRST_CHUNK, DispatchLayout, check_return
+from ..dispatch import (CHUNK_SECONDS, FIRST_CHUNK, SHARE_SECONDS,
+                        DispatchLayout, check_return)
 from ..library import host_workers
 from .refs import VmBuffer, VmStatusError
+
+_memmove = ctypes.memmove
 
 __all__ = ["HalModule", "HAL_MODULE_VERSION", "Device", "Allocator", "Buffer",
            "BufferView", "CommandBuffer", "Executable", "Fence", "File"]
@@ -439,7 +445,7 @@ class Executable:
     prepared dispatch layouts."""
 
     __slots__ = ("library", "format", "native", "layouts", "closed", "names",
-                 "module", "source")
+                 "module", "source", "guarded")
     vm_type = "!hal.executable"
 
     def __init__(self, module: "HalModule", library, fmt: str, source):
@@ -451,6 +457,9 @@ class Executable:
         self.layouts: dict[tuple, tuple] = {}
         self.closed = False
         self.names = {e.name: e.ordinal for e in library.exports if e.name}
+        #: guest addresses of the guarded binding ranges of recorded
+        #: dispatches (emulated backends; freed on close)
+        self.guarded: list[int] = []
 
     def __repr__(self) -> str:
         return f"<hal.executable {self.library.name} ({self.format})>"
@@ -463,6 +472,11 @@ class Executable:
         for layout, lock in layouts.values():
             with lock:
                 layout.close()
+        # (a command runs on its ranges holding its layout's lock, and
+        # checks for close once it holds it)
+        guarded, self.guarded = self.guarded, []
+        for address in guarded:
+            self.library.backend.release(address)
         self.library.close()
 
     def _layout(self, export, bindings: int, constants: int) -> tuple:
@@ -477,6 +491,135 @@ class Executable:
             layout.calls(export.address, lib._env)
             entry = self.layouts[key] = (layout, threading.Lock())
         return entry
+
+    def _guest_command(self, export, grid: tuple[int, int, int],
+                       constants: list[int], refs: list[tuple],
+                       slow: Callable) -> Callable:
+        """A recorded dispatch on an emulated backend as a callable of the
+        resolved binding table: each binding gets a guarded range in guest
+        memory of its own, kept for the command's life (64-byte aligned,
+        ending at a guard page or a canary before one, as
+        :meth:`hal_cpu.Executable.dispatch` maps bindings); a run copies
+        the bindings' bytes in, rewrites only the binding pointers of the
+        export's layout (the same guest ranges every time), crosses into
+        the workgroup loop once, checks the canaries and copies the
+        writable bindings back. Runs ``slow`` instead when the module asks
+        for it (time limit, several workers), when bindings overlap in
+        memory, when the layout is busy on another thread, or when the
+        grid would take longer than one chunk
+        (:data:`hal_cpu.dispatch.CHUNK_SECONDS`, or
+        :data:`hal_cpu.dispatch.SHARE_SECONDS` with the default workers)
+        at the pace of its last run (unknown: a grid of one workgroup runs
+        here, a larger one runs ``slow`` first)."""
+        lib = self.library
+        module = self.module
+        backend = lib.backend
+        ordinal = export.ordinal
+        x, y, z = grid
+        total = x * y * z
+        label, path = export.label, lib.path
+        layout, lock = self._layout(export, len(refs), len(constants))
+        described = _DispatchSpec(export.workgroup_size, grid, constants, total)
+        lengths = [r[3] for r in refs]
+        n = len(refs)
+        spec = tuple((r[0], r[2]) if r[1] is None else (-1, r[1].address + r[2])
+                     for r in refs)
+        fixed = tuple(r[1] for r in refs)
+        acquire, release = lock.acquire, lock.release
+        leases = lib._leases
+        env, address = lib._env, export.address
+        me = self
+        # guest ranges: [(guest address, host address, check or None)], made
+        # at the first run; pace: seconds per workgroup of the last run
+        state = {"ranges": None, "pace": None}
+        limit = (SHARE_SECONDS if module.workers is None and host_workers() > 1
+                 else CHUNK_SECONDS)
+
+        def ranges():
+            made = []
+            try:
+                for length in lengths:
+                    guest, check = backend.alloc_guarded(length)
+                    made.append((guest, None, check))
+                    view = backend.view(guest, length)
+                    host = np.frombuffer(view, np.uint8).ctypes.data
+                    view.release()
+                    made[-1] = (guest, host, check)
+            except BaseException:
+                for guest, _, _ in made:
+                    backend.release(guest)
+                raise
+            me.guarded.extend(guest for guest, _, _ in made)
+            state["ranges"] = made
+            return made
+
+        def run(table: _Table | None) -> None:
+            pace = state["pace"]
+            if (module._slow or me.closed
+                    or (pace is None if total > 1 else False)
+                    or pace is not None and pace * total > limit):
+                slow(table)
+                if total > 1 and not module._slow and lib.last_workers == 1:
+                    # the pace run_grid measured on the library's layout
+                    for other in lib._layouts.get(
+                            (ordinal, n, len(constants), 1), ()):
+                        if other.per_workgroup is not None:
+                            state["pace"] = other.per_workgroup
+                return
+            sources, writable = [], []
+            if table is not None:
+                addrs, entries = table.addrs, table.entries
+            for (s, o), buf in zip(spec, fixed):
+                if s < 0:
+                    sources.append(o)
+                    writable.append(buf.array.flags.writeable)
+                else:
+                    sources.append(addrs[s] + o)
+                    writable.append(entries[s][0].array.flags.writeable)
+            if n > 1:
+                spans = sorted(zip(sources, lengths))
+                for i in range(n - 1):
+                    if spans[i][0] + spans[i][1] > spans[i + 1][0]:
+                        # (views of one buffer: they must overlap in guest
+                        # memory too, as the library maps them)
+                        return slow(table)
+            if not acquire(False):
+                return slow(table)
+            try:
+                if me.closed:
+                    return slow(table)
+                guarded = state["ranges"] or ranges()
+                pointers = [g for g, _, _ in guarded]
+                for (_, host, _), src, length in zip(guarded, sources, lengths):
+                    _memmove(host, src, length)
+                first = leases.take(1)
+                ran = False
+                try:
+                    loop = layout.calls(address, env, first)[0]
+                    layout.write_again(described, pointers, lengths)
+                    ran = True
+                    started = _perf_counter()
+                    try:
+                        ret = loop()
+                    except elfloader.EmulationError as exc:
+                        raise lib._fault(exc, export, pointers, lengths,
+                                         layout) from None
+                    state["pace"] = (_perf_counter() - started) / total
+                finally:
+                    leases.give(first, 1)
+                    if ran:
+                        overrun = _finish(guarded, sources, lengths, writable)
+                if overrun is not None:
+                    from ..faults import binding_overrun
+                    raise binding_overrun(overrun, lib, export, pointers,
+                                          lengths) from None
+                if ret:
+                    check_return(layout, ret, total, grid, label, path)
+                if layout.local_checks:
+                    layout.check_local(label, path)
+            finally:
+                release()
+        return run
 
     def dispatch_command(self, ordinal: int, grid: tuple[int, int, int],
                          constants: list[int], refs: list[tuple]) -> Callable:
@@ -511,7 +654,11 @@ class Executable:
         if total == 0:
             return lambda table: None
         dynamic = any(r[3] == WHOLE and r[1] is None for r in refs)
-        if (not self.native or dynamic
+        if not self.native:
+            if dynamic or lib._leases is None or not all(r[3] > 0 for r in refs):
+                return slow
+            return self._guest_command(export, grid, constants, refs, slow)
+        if (dynamic
                 or total > FIRST_CHUNK.get(lib.backend.kind, 1)):
             return slow
         layout, lock = self._layout(export, len(refs), len(constants))
@@ -1624,6 +1771,24 @@ class HalModule:
                               "signal (every submitted operation has run)")
             return DEADLINE_EXCEEDED
         return OK
+
+
+def _finish(guarded, sources, lengths, writable):
+    """After a run of a guest command: copy the writable bindings back from
+    their guest ranges and check every range's canary. Returns the first
+    :class:`elfloader.GuardError` found (the kernel wrote past a binding),
+    or None."""
+    overrun = None
+    for (_, host, check), src, length, back in zip(guarded, sources, lengths,
+                                                   writable):
+        if back:
+            _memmove(src, host, length)
+        if check is not None:
+            try:
+                check()
+            except elfloader.GuardError as exc:
+                overrun = overrun or exc
+    return overrun
 
 
 def _nothing() -> None:

@@ -469,6 +469,20 @@ class EmulatedBackend(Backend):
             with self._lock:
                 self._record("invalidate", address, size)
 
+    def view(self, address: int, size: int) -> memoryview:
+        """A writable ``memoryview`` of guest ``[address, address + size)``
+        (one reservation, from :meth:`alloc` or :meth:`alloc_guarded`): the
+        host bytes the guest reads and writes. Valid until the memory is
+        released or the backend closed; for data only (writes through it
+        do not drop code the CPUs translated).
+
+        Raises:
+            BackendError: the range is not mapped in one reservation, or
+                the backend is closed."""
+        self._check_open("view", address)
+        host = self._host(address, size)
+        return memoryview((ctypes.c_char * size).from_address(host)).cast("B")
+
     def protect(self, address: int, size: int, prot: int) -> None:
         if prot & PROT_WRITE and prot & PROT_EXEC:
             raise BackendError("refusing a writable and executable mapping",
