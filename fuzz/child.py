@@ -110,7 +110,12 @@ def preload() -> None:
     import hal_cpu.dispatch  # noqa: F401
     import hal_cpu.plugins  # noqa: F401
     import hal_cpu.runtime  # noqa: F401
+    import hal_cpu.iree.check  # noqa: F401
+    import hal_cpu.iree.host_modules  # noqa: F401
+    import hal_cpu.vm.hal_module  # noqa: F401
     import hal_cpu.vm.module_def  # noqa: F401
+    import hal_cpu.vm.program  # noqa: F401
+    import hal_cpu.vm.translate  # noqa: F401
     import hal_cpu.vmfb  # noqa: F401
 
 
@@ -460,8 +465,16 @@ def run_vmfb(case, data, rep, opts):
     run_module_file(case, data, rep, opts)
 
 
+def run_program(case, data, rep, opts):
+    """A mutated compiled program loaded and called (see
+    :func:`fuzz.programs.run`)."""
+    from .programs import run as run_compiled_program
+    run_compiled_program(case, data, rep, opts)
+
+
 RUNNERS = {"code": run_code, "elf": run_executable, "plugin": run_plugin, "fatelf": run_bundle,
-           "threads": run_threads, "files": run_files, "vmfb": run_vmfb}
+           "threads": run_threads, "files": run_files, "vmfb": run_vmfb,
+           "program": run_program}
 
 
 def _frames(tb, limit=12):

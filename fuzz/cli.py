@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("native", "emulated", "both"), default="both",
                    help="backends to fuzz (default both)")
     p.add_argument("--target", choices=("elf", "fatelf", "plugin", "threads", "files",
-                                        "code", "vmfb", "all"), default="all",
+                                        "code", "vmfb", "program", "all"), default="all",
                    help="inputs: IREE executables, FatELF bundles, plugins, "
                         "executables dispatched from threads while closed "
                         "(threads), executables given as FIFOs, directories, "
@@ -44,7 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "machine code (planted system calls aimed at canaries, "
                         "random instructions), emulated only, never part of all; "
                         "vmfb: compiled modules (.vmfb) read by the VM module reader, "
-                        "on one backend (no code runs), never part of all")
+                        "on one backend (no code runs), never part of all; "
+                        "program: compiled modules with mutated bytecode loaded and "
+                        "called, with host modules that raise, return the wrong "
+                        "thing or never return, never part of all")
     p.add_argument("--kill-host", type=float, default=0.0, metavar="FRACTION",
                    help="code target: the fraction of cases whose child process kills "
                         "itself (SIGKILL) 0.05-1 s into the run, as a crashing program "

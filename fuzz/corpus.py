@@ -38,7 +38,7 @@ TARGETS = ("elf", "fatelf", "plugin", "threads", "files")
 #: Targets run only when named (not part of ``--target all``): ``code``,
 #: hostile machine code in a valid executable, emulated only; ``vmfb``,
 #: compiled modules for the VM module reader (:mod:`fuzz.vmfb`).
-EXTRA_TARGETS = ("code", "vmfb")
+EXTRA_TARGETS = ("code", "vmfb", "program")
 #: Targets whose cases are mutated executables (``threads``: dispatched
 #: from several threads while another closes it; ``files``: given as a
 #: path that is a FIFO, a directory, a device, a huge sparse file...).
@@ -149,6 +149,12 @@ class Corpus:
     def eligible(self, target: str, backend: str) -> list[Seed]:
         if target == "vmfb":
             return self.vmfb_seeds()
+        if target == "program":
+            if backend == "native":
+                # (other architectures' programs cannot run natively)
+                host = elfloader.arch.host()
+                return [s for s in self.vmfb_seeds() if host and s.arch == host.name]
+            return self.vmfb_seeds()
         seeds = self.seeds[target]
         if target == "code":
             # hostile code never runs natively: it would run on this host;
@@ -221,6 +227,10 @@ def make_case(corpus: Corpus, seed: int, backend: str, index: int,
         from .vmfb import mutate_vmfb
         arch = s.arch
         muts = mutate_vmfb(rng, s.model)
+    elif target == "program":
+        from .programs import mutate_program
+        arch = s.arch
+        muts, extra["host_mode"] = mutate_program(rng, s)
     else:
         arch = s.arch
         muts = mutate.mutate_elf(rng, s.model)

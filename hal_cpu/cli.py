@@ -261,9 +261,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="Show an executable library, a plugin or the executables "
         "embedded in a compiled module (.vmfb). The query functions run "
         "emulated, without the file's initializers: nothing of the file "
-        "runs on this CPU. The one exception is a system library plugin "
-        "(linked against the platform's libraries), which only the "
-        "platform's loader can run: it is loaded in a child process.")
+        "runs on this CPU. A system library plugin (linked against the "
+        "platform's libraries, which only the platform's loader can run) is "
+        "read, not loaded: its architecture, DT_NEEDED, DT_SONAME and "
+        "exports are shown and none of its code runs, unless "
+        "--run_sandboxed or --run_native says otherwise; the same holds "
+        "for system libraries given with --executable_plugin.")
     p.add_argument("file", help="executable or plugin: ELF (.so), FatELF "
                    "(.sos), or a compiled IREE module (.vmfb)")
     p.add_argument("--resolve", action="append", default=[], metavar="NAME",
@@ -271,6 +274,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=_seconds, default=None, metavar="S",
                    help=f"limit on each emulated call (and on a system "
                    f"library's child process), default {INSPECT_TIMEOUT:g} s")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--run_sandboxed", action="store_true",
+                     help="also load system libraries and run their query "
+                     "(and --resolve) natively in a child process confined "
+                     "as an emulator's agent is: a system-call filter "
+                     "refuses making, changing or removing files, starting "
+                     "programs, sockets, signals to other processes and "
+                     "ptrace; Landlock lets it read only the platform's "
+                     "libraries, Python's and this runtime's modules and "
+                     "the library's directory")
+    how.add_argument("--run_native", action="store_true",
+                     help="also load system libraries and run their query "
+                     "(and --resolve) natively in a child process with "
+                     "your rights, unconfined: their constructors and "
+                     "query can do anything you can")
     _add_target_flags(p)
 
     p = sub.add_parser(
@@ -434,10 +452,9 @@ def cmd_inspect(args) -> int:
         if exc.field != "DT_NEEDED":
             raise
         # Linked against system libraries: only a system plugin can be
-        # that. Its query runs natively (nothing else can run it), in a
-        # child process: a crash there is reported, not suffered.
-        print(_isolated(lambda note: inspect_plugin(
-            args.file, resolve=args.resolve, system=True), args.file, limit))
+        # that. Only the platform's loader can run it, natively: read
+        # unless asked, and then loaded in a child process.
+        print(_describe_system_library(args, limit))
         return 0
     if abi.PLUGIN_QUERY in image.exports:
         print(inspect_plugin(args.file, arch=image.arch, backend="emulated",
@@ -445,6 +462,35 @@ def cmd_inspect(args) -> int:
         return 0
     print(_describe_executable(args, image, limit))
     return 0
+
+
+def _system_run(args) -> str:
+    """How ``inspect`` runs a system library's code: "" (not at all),
+    "sandboxed" or "native"."""
+    return ("native" if getattr(args, "run_native", False) else
+            "sandboxed" if getattr(args, "run_sandboxed", False) else "")
+
+
+def _describe_system_library(args, limit: float) -> str:
+    """What a system library's file says; with --run_sandboxed or
+    --run_native, then what its query answers, run in a child process."""
+    from .plugins import describe_system_library, inspect_plugin
+    text = describe_system_library(args.file)
+    how = _system_run(args)
+    if not how:
+        return (text + "\nquery:        not run: nothing of the file ran "
+                "(--run_sandboxed runs it in a confined child process, "
+                "--run_native unconfined)")
+    answer = _isolated(lambda note: inspect_plugin(
+        args.file, resolve=args.resolve, system=True), args.file, limit,
+        [args.file] if how == "sandboxed" else None)
+    said = ("ran the plugin's query natively in a confined child process "
+            "(--run_sandboxed)" if how == "sandboxed" else
+            "ran the plugin's query natively (--run_native)")
+    lines = [line for line in answer.splitlines()
+             if not line.startswith("file:")]
+    return "\n".join([text, f"query:        {said}"]
+                     + ["  " + line for line in lines])
 
 
 def _describe_executable(args, image, limit: float) -> str:
@@ -475,14 +521,20 @@ def _describe_module(args, limit: float) -> str:
     return "\n".join(lines)
 
 
-def _isolated(fn, name: str, limit: float):
+def _isolated(fn, name: str, limit: float, sandbox_for=None):
     """``fn(note)`` in a child process (where fork exists), bounded by
-    ``limit`` seconds; a crash becomes :class:`NativeCrashError`."""
-    if not hasattr(os, "fork"):
+    ``limit`` seconds; a crash becomes :class:`NativeCrashError`. With
+    ``sandbox_for`` (the system libraries it loads), the child is confined
+    first (:func:`hal_cpu.plugins.sandbox_for`)."""
+    confine = None
+    if sandbox_for is not None:
+        from .plugins import sandbox_for as confinement
+        confine = confinement(sandbox_for)
+    elif not hasattr(os, "fork"):
         return fn(lambda _text: None)
     from .isolate import run_in_child
     return run_in_child(fn, name=name, what="the library's code",
-                        timeout=limit + KILL_GRACE)
+                        timeout=limit + KILL_GRACE, confine=confine)
 
 
 #: Seconds each guest call may run under emulation for ``inspect`` (and
@@ -493,7 +545,9 @@ INSPECT_TIMEOUT = 5.0
 def _providers(args, arch, names, limit: float = 0) -> dict[str, str] | None:
     """Import name -> the plugin that resolves it ('' when none does), or
     None when no plugins were given. Embedded plugins run emulated; when a
-    system library is among them, everything runs in a child process."""
+    system library is among them, everything runs in a child process,
+    confined with --run_sandboxed, unconfined with --run_native, and not
+    at all otherwise (then each name maps to None)."""
     if not args.executable_plugin:
         return None
     from .plugins import PluginManager, PluginSpec
@@ -504,9 +558,15 @@ def _providers(args, arch, names, limit: float = 0) -> dict[str, str] | None:
             return {name: getattr(manager.provider(name), "name", "")
                     for name in names}
 
-    if all(PluginSpec(s).kind == "embedded" for s in args.executable_plugin):
+    specs = [PluginSpec(s) for s in args.executable_plugin]
+    if all(spec.kind == "embedded" for spec in specs):
         return resolve()
-    return _isolated(lambda note: resolve(note, "native"), args.file, limit)
+    how = _system_run(args)
+    if not how:
+        return {name: None for name in names}
+    return _isolated(lambda note: resolve(note, "native"), args.file, limit,
+                     [spec.path for spec in specs if spec.kind == "system"]
+                     if how == "sandboxed" else None)
 
 
 def describe(exe, providers: dict[str, str] | None = None) -> str:
@@ -524,8 +584,11 @@ def describe(exe, providers: dict[str, str] | None = None) -> str:
     for i, n in enumerate(exe.imports):
         note = "  (optional)" if n.startswith("?") else ""
         if providers is not None:
-            who = providers.get(n)
-            note += f"  resolved by {who}" if who else "  UNRESOLVED"
+            who = providers.get(n, "")
+            note += (f"  resolved by {who}" if who else "  UNRESOLVED"
+                     if who is not None else "  not resolved: a system "
+                     "library plugin runs only with --run_sandboxed or "
+                     "--run_native")
         lines.append(f"  [{i}] {n}{note}")
     lines.append(f"exports:      {len(exe.exports)}")
     for e in exe.exports:

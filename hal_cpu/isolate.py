@@ -11,6 +11,7 @@ belong in :func:`shared_array` memory, which both processes see.
 
 from __future__ import annotations
 
+import io
 import mmap
 import os
 import pickle
@@ -22,6 +23,8 @@ import time
 from typing import Callable
 
 import numpy as np
+
+from fatelf.errors import PortableKernelError
 
 from .errors import CallTimeoutError, HalCpuError, NativeCrashError
 
@@ -43,7 +46,24 @@ def shared_array(array: np.ndarray) -> np.ndarray:
     return out
 
 
-def _send(fd: int, message) -> None:
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickles only plain data (no class or function is looked up, so
+    nothing runs): what a confined child, whose code is not trusted, may
+    send."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
+
+
+#: Bytes a confined child may send in all.
+UNTRUSTED_LIMIT = 16 << 20
+
+
+def _send(fd: int, message, plain: bool = False) -> None:
+    if plain and message[0] == "raise":
+        exc = message[1]
+        message = ("raise", exc.message if isinstance(exc, PortableKernelError)
+                   else f"{type(exc).__name__}: {exc}")
     try:
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         pickle.loads(data)
@@ -61,26 +81,31 @@ def _send(fd: int, message) -> None:
         view = view[os.write(fd, view):]
 
 
-def _child(fd: int, fn: Callable) -> int:
+def _child(fd: int, fn: Callable, confine: Callable | None = None) -> int:
     status = 0
+    plain = confine is not None
     try:
-        result = fn(lambda note: _send(fd, ("note", note)))
-        _send(fd, ("result", result))
+        if confine is not None:
+            confine(fd)
+        result = fn(lambda note: _send(fd, ("note", note), plain))
+        _send(fd, ("result", result), plain)
     except KeyboardInterrupt:
         status = 130
     except Exception as exc:  # noqa: BLE001 - every error goes to the parent
-        _send(fd, ("raise", exc))
+        _send(fd, ("raise", exc), plain)
     except BaseException:  # noqa: BLE001 - SystemExit and the like
         status = 1
     return status
 
 
-def _read_messages(fd: int, deadline: float | None = None
-                   ) -> tuple[list, bool]:
+def _read_messages(fd: int, deadline: float | None = None,
+                   plain: bool = False) -> tuple[list, bool]:
     """The messages the child sent until it closed the pipe, and whether
     ``deadline`` (``time.monotonic()``) passed first (then: those sent so
-    far)."""
-    chunks, late = [], False
+    far). ``plain``: the child is not trusted; only plain data is read, at
+    most :data:`UNTRUSTED_LIMIT` bytes, and messages of another shape are
+    dropped."""
+    chunks, late, total = [], False, 0
     while True:
         if deadline is not None:
             left = deadline - time.monotonic()
@@ -90,6 +115,9 @@ def _read_messages(fd: int, deadline: float | None = None
         data = os.read(fd, 1 << 16)
         if not data:
             break
+        total += len(data)
+        if plain and total > UNTRUSTED_LIMIT:
+            break
         chunks.append(data)
     buf = b"".join(chunks)
     messages, pos = [], 0
@@ -98,7 +126,17 @@ def _read_messages(fd: int, deadline: float | None = None
         pos += _HEADER.size
         if pos + n > len(buf):
             break                      # cut short by the crash
-        messages.append(pickle.loads(buf[pos:pos + n]))
+        if not plain:
+            messages.append(pickle.loads(buf[pos:pos + n]))
+        else:
+            try:
+                message = _PlainUnpickler(io.BytesIO(buf[pos:pos + n])).load()
+            except Exception:  # noqa: BLE001 - anything malformed
+                message = None
+            if (isinstance(message, tuple) and len(message) == 2
+                    and message[0] in ("note", "result", "raise")
+                    and (message[0] == "result" or isinstance(message[1], str))):
+                messages.append(message)
         pos += n
     return messages, late
 
@@ -113,7 +151,8 @@ def signal_name(number: int) -> str:
 
 def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
                  name: str | None = None, what: str = "the kernel",
-                 timeout: float | None = None):
+                 timeout: float | None = None,
+                 confine: Callable[[int], None] | None = None):
     """Call ``fn(note)`` in a forked child and return its result.
 
     ``fn`` may call ``note(text)`` to say what it is about to do (e.g.
@@ -127,6 +166,13 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
         timeout: seconds the child may run in all (None: no limit); past
             them it is killed (everything it runs is bounded, native code
             included).
+        confine: called first in the child with the descriptor of the pipe
+            to the parent (which must stay open), e.g. to confine it. The
+            child is then not trusted: its notes, result and errors cross as
+            plain data only (str, numbers, tuples, lists, dicts: nothing is
+            looked up or run when they are read), an error it raised (or
+            that ``confine`` raised) arrives as :class:`HalCpuError` with
+            its message, and at most :data:`UNTRUSTED_LIMIT` bytes are read.
 
     Returns:
         what ``fn`` returned.
@@ -148,7 +194,7 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
         status = 1
         try:
             os.close(read_fd)
-            status = _child(write_fd, fn)
+            status = _child(write_fd, fn, confine)
         finally:
             try:
                 sys.stdout.flush()
@@ -158,7 +204,8 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
     os.close(write_fd)
     deadline = time.monotonic() + timeout if timeout else None
     try:
-        messages, late = _read_messages(read_fd, deadline)
+        messages, late = _read_messages(read_fd, deadline,
+                                        plain=confine is not None)
         if late:
             os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
@@ -181,6 +228,8 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
         if kind == "result":
             return value
         if kind == "raise":
+            if isinstance(value, str):
+                raise HalCpuError(value, name=name)
             raise value
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 130:
         raise KeyboardInterrupt

@@ -634,3 +634,118 @@ def inspect_plugin(path, *, arch=None, backend="auto", resolve=(),
                 lines.append(f"  {n}: " + (f"fn={f:#x} context={c:#x}" if f
                                            else "unresolved"))
         return "\n".join(lines)
+
+
+def describe_system_library(path) -> str:
+    """Text describing a system library (linked against the platform's
+    libraries) from what its file says: architecture, ``DT_SONAME``,
+    ``DT_NEEDED``, ``DT_RPATH``/``DT_RUNPATH`` and the symbols it exports,
+    and whether it exports the plugin query. The file is read, never
+    loaded: nothing of it runs.
+
+    Raises:
+        PluginError: the file cannot be read or its ELF structures are
+            malformed.
+    """
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.enums import ENUM_E_MACHINE
+
+    name = os.fspath(path)
+    fd, _ = open_regular(path, PluginError, field="path")
+    try:
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            elf = ELFFile(f)
+            machine = elf.header["e_machine"]
+            if isinstance(machine, str):
+                machine = ENUM_E_MACHINE.get(machine, machine)
+            arch = (elfloader.arch.by_elf(machine, elf.elfclass)
+                    if isinstance(machine, int) else None)
+            tags: dict[str, list] = {}
+            exports: list[tuple[str, str]] = []
+            for segment in elf.iter_segments():
+                if segment["p_type"] != "PT_DYNAMIC":
+                    continue
+                for tag in segment.iter_tags():
+                    if tag.entry.d_tag in ("DT_NEEDED", "DT_SONAME", "DT_RPATH",
+                                           "DT_RUNPATH"):
+                        value = getattr(tag, tag.entry.d_tag[3:].lower(), None)
+                        tags.setdefault(tag.entry.d_tag, []).append(
+                            value.decode("utf-8", "replace")
+                            if isinstance(value, bytes) else str(value))
+                for sym in segment.iter_symbols():
+                    if (sym.name and sym["st_shndx"] != "SHN_UNDEF"
+                            and sym["st_info"]["bind"] in ("STB_GLOBAL",
+                                                           "STB_WEAK")
+                            and sym["st_other"]["visibility"] in (
+                                "STV_DEFAULT", "STV_PROTECTED")):
+                        exports.append((sym.name,
+                                        sym["st_info"]["type"][4:].lower()))
+                break
+    except (ELFError, ValueError, KeyError, AttributeError, IndexError,
+            OSError, UnicodeDecodeError) as exc:
+        raise PluginError(f"cannot read its ELF structures: {exc}", name=name,
+                          field="path", value=name) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    exports = sorted(set(exports))
+    where = (f"{arch.name} ({arch.elf_class}-bit)" if arch else
+             f"e_machine {machine} ({elf.elfclass}-bit), not one "
+             "this runtime runs")
+    host = elfloader.arch.host()
+    if arch is not None and host is not None and arch.name != host.name:
+        where += f", not this host's {host.name}: it cannot be loaded here"
+    has_query = any(n == abi.PLUGIN_QUERY for n, _ in exports)
+    lines = [f"file:         {name}",
+             "kind:         system library (linked against the platform's "
+             "libraries)",
+             f"architecture: {where}"]
+    for tag in ("DT_SONAME", "DT_RUNPATH", "DT_RPATH"):
+        for value in tags.get(tag, ()):
+            lines.append(f"{tag[3:].lower() + ':':14}{value}")
+    needed = tags.get("DT_NEEDED", [])
+    lines.append(f"needed:       {len(needed)} (DT_NEEDED)")
+    lines += [f"  {n}" for n in needed]
+    lines.append(f"plugin query: {abi.PLUGIN_QUERY} "
+                 + ("exported" if has_query else
+                    "NOT exported: not an executable plugin"))
+    lines.append(f"exports:      {len(exports)}")
+    lines += [f"  {n}  ({kind})" for n, kind in exports]
+    return "\n".join(lines)
+
+
+def sandbox_for(paths: Sequence) -> Callable[[int], None]:
+    """A ``confine`` for :func:`hal_cpu.isolate.run_in_child` that confines
+    the child before a system library runs in it
+    (:func:`elfloader.backend.emulated.sandbox.confine_native`): its files
+    made, changed or removed, programs started, sockets, signals to other
+    processes and ``ptrace`` are refused; it reads only the platform's
+    libraries, Python's and this runtime's modules and the directories of
+    ``paths`` (the libraries to load).
+
+    Raises:
+        PluginError: this machine cannot make the sandbox (no seccomp).
+    """
+    from elfloader.backend.emulated import sandbox
+    from . import library  # noqa: F401 - imported while files can be read
+    problem = sandbox.status()["problem"]
+    if problem:
+        raise PluginError(f"cannot confine a system library here: {problem}; "
+                          "--run_native runs it unconfined",
+                          name=os.fspath(paths[0]) if paths else None,
+                          field="sandbox", value="seccomp")
+    import fatelf
+    import sys
+    # The libraries' directories, and Python's and this runtime's modules
+    # (imported on first use).
+    dirs = {os.path.dirname(os.path.realpath(os.fspath(p))) for p in paths}
+    dirs |= {os.path.dirname(os.path.dirname(os.path.realpath(m.__file__)))
+             for m in (elfloader, fatelf, sys.modules[__package__])}
+    dirs |= {os.path.dirname(os.path.realpath(os.__file__))}
+    read = tuple(sorted(dirs))
+
+    def confine(fd: int) -> None:
+        sandbox.confine_native(keep=(fd,), read=read)
+    return confine

@@ -102,7 +102,11 @@ def test_inspect_library_and_plugin(compiled):
     assert "simple_mul_workgroup: fn=" in out and "?missing_fn: unresolved" in out
     out = hal_cpu("inspect", PREBUILT / "system_plugin_x86_64.so", "--resolve",
                   "system_mul_workgroup").stdout
-    assert "kind:         system" in out and "system_mul_workgroup: fn=" in out
+    assert "kind:         system library" in out and "fn=" not in out
+    assert "sample_system_plugin_call_count  (func)" in out
+    out = hal_cpu("inspect", PREBUILT / "system_plugin_x86_64.so", "--resolve",
+                  "system_mul_workgroup", "--run_sandboxed").stdout
+    assert "(--run_sandboxed)" in out and "system_mul_workgroup: fn=" in out
 
 
 def test_run_with_plugin(compile_cache, tmp_path):

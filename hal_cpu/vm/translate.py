@@ -99,6 +99,8 @@ class Env:
             by ``vm.call.variadic``; when absent, a callable's ``cconv``
             attribute is used).
         import_names: import ordinal -> name, for messages.
+        function_cconvs: internal function ordinal -> calling convention
+            (calls are checked against it when known).
     """
 
     def __init__(self, *, imports=(), functions=None, rodata=(),
@@ -114,6 +116,7 @@ class Env:
         self.locate = locate or (lambda ordinal, offset: None)
         self.import_cconvs = list(import_cconvs)
         self.import_names = list(import_names)
+        self.function_cconvs: list = []
 
     @classmethod
     def for_module(cls, module, **kw) -> "Env":
@@ -126,10 +129,12 @@ class Env:
         locate = ((lambda o, off: debug.location(o, off, nearest=True))
                   if debug is not None else None)
         kw.setdefault("imports", [None] * len(module.imports))
-        return cls(rodata=rodata, global_bytes=bytearray(module.global_bytes),
-                   global_refs=[None] * module.global_refs, types=module.types,
-                   locate=locate, import_cconvs=[i.cconv for i in module.imports],
-                   import_names=[i.name for i in module.imports], **kw)
+        env = cls(rodata=rodata, global_bytes=bytearray(module.global_bytes),
+                  global_refs=[None] * module.global_refs, types=module.types,
+                  locate=locate, import_cconvs=[i.cconv for i in module.imports],
+                  import_names=[i.name for i in module.imports], **kw)
+        env.function_cconvs = [f.cconv for f in module.functions]
+        return env
 
 
 # ---------------------------------------------------------------------------
@@ -1323,6 +1328,7 @@ class _Gen:
         if variadic:
             args = self.variadic_args(ins, callee & ~isa.IMPORT_BIT, iname, segments, operands)
         else:
+            self.check_call(ins, callee, iname, operands, results)
             args = [R(r) for r in operands]
         call = f"{target}({', '.join(args)})"
         if not results:
@@ -1331,6 +1337,41 @@ class _Gen:
             self.emit(ind, f"{R(results[0])} = {call}")
         else:
             self.emit(ind, ", ".join(R(r) for r in results) + f" = {call}")
+
+    def check_call(self, ins, callee: int, iname, operands, results) -> None:
+        """A non-variadic call's operands and results against the callee's
+        calling convention: count and register bank of each (as IREE's
+        verifier; a caller may pass operands an internal function's
+        signature no longer lists)."""
+        env = self.env
+        if callee & isa.IMPORT_BIT:
+            ordinal = callee & ~isa.IMPORT_BIT
+            cconvs = env.import_cconvs
+            what = f"import {iname}"
+        else:
+            ordinal, cconvs = callee, getattr(env, "function_cconvs", ())
+            what = f"function {ordinal}"
+        cconv = cconvs[ordinal] if ordinal < len(cconvs) else None
+        if cconv is None:
+            return
+        try:
+            want, give = parse_cconv(cconv)
+        except ValueError as err:
+            self.bad(ins, f"{what}: {err}", cconv)
+        if any(isinstance(t, tuple) for t in want):
+            self.bad(ins, f"a non-variadic call of {what}, whose calling convention "
+                          f"{cconv} is variadic", cconv)
+        internal = not callee & isa.IMPORT_BIT
+        if (len(operands) < len(want) if internal else len(operands) != len(want)) \
+                or len(results) != len(give):
+            self.bad(ins, f"the call passes {len(operands)} operands and takes "
+                          f"{len(results)} results; {what} has calling convention "
+                          f"{cconv}", cconv)
+        for regs, types in ((operands, want), (results, give)):
+            for r, t in zip(regs, types):
+                if bool(r & isa.REF_BIT) != (t == "r"):
+                    self.bad(ins, f"register {self.reg(r)} given for a {t} of {what} "
+                                  f"({cconv})", r)
 
     def variadic_args(self, ins, ordinal, iname, segments, operands) -> list[str]:
         env, R = self.env, self.reg

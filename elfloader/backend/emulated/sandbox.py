@@ -81,6 +81,7 @@ _O_WRITES = 0o3 | 0o100 | 0o1000 | 0o2000 | 0o20000000  # ACCMODE CREAT TRUNC AP
 _CLONE_THREAD = 0x10000
 _F_DUPFD, _F_GETFD, _F_SETFD, _F_GETFL, _F_DUPFD_CLOEXEC = 0, 1, 2, 3, 1030
 _ENOSYS = 38
+_EPERM = 1
 _RLIMIT_CORE = 4
 _PR_SET_NO_NEW_PRIVS = 38
 _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
@@ -159,11 +160,12 @@ def require() -> None:
                           field="engine", value="sandbox")
 
 
-def _filter(pid: int, exec_path: int):
+def _filter(pid: int, exec_path: int | None, refuse=None):
     """The system-call filter of agent process ``pid`` whose one
-    ``execve`` passes the path at host address ``exec_path``."""
+    ``execve`` passes the path at host address ``exec_path`` (None: no
+    ``execve``); a refused call traps, or gets ``refuse`` (an action)."""
     sc, _ = _seccomp()
-    f = sc.SyscallFilter(sc.TRAP)
+    f = sc.SyscallFilter(sc.TRAP if refuse is None else refuse)
 
     def allow_if_here(name, *args):
         """Allow ``name`` (with ``args``) where this host has the call
@@ -183,7 +185,8 @@ def _filter(pid: int, exec_path: int):
     f.add_rule(sc.ERRNO(_ENOSYS), "clone3")
     f.add_rule(sc.ALLOW, "kill", sc.Arg(0, sc.EQ, pid))
     f.add_rule(sc.ALLOW, "tgkill", sc.Arg(0, sc.EQ, pid))
-    f.add_rule(sc.ALLOW, "execve", sc.Arg(0, sc.EQ, exec_path))
+    if exec_path is not None:
+        f.add_rule(sc.ALLOW, "execve", sc.Arg(0, sc.EQ, exec_path))
     # Descriptors below the protected range only.
     f.add_rule(sc.ALLOW, "close", sc.Arg(0, sc.LT, PROTECTED_FDS))
     f.add_rule(sc.ALLOW, "dup3", sc.Arg(1, sc.LT, PROTECTED_FDS))
@@ -199,9 +202,10 @@ def _filter(pid: int, exec_path: int):
     return f
 
 
-def _landlock(program: str) -> None:
+def _landlock(program: str | None, extra: tuple[str, ...] = ()) -> None:
     """Restrict this process's file system, TCP and signals (see the
-    module docstring); does nothing without Landlock."""
+    module docstring; ``program``'s directory and the paths ``extra`` may
+    be read and executed); does nothing without Landlock."""
     abi = landlock_abi()
     if not abi:
         return
@@ -215,11 +219,14 @@ def _landlock(program: str) -> None:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
     read = _FS_READ_FILE | _FS_READ_DIR
     rules = [("/usr", read | _FS_EXECUTE),
-             (os.path.dirname(os.path.realpath(program)), read | _FS_EXECUTE),
              ("/etc/ld.so.cache", _FS_READ_FILE),
              ("/proc/self/", read),
              ("/proc/sys/vm/mmap_min_addr", _FS_READ_FILE),
              ("/sys/devices/system", read)]
+    if program is not None:
+        rules.append((os.path.dirname(os.path.realpath(program)),
+                      read | _FS_EXECUTE))
+    rules += [(path, read | _FS_EXECUTE) for path in extra]
     for lib in ("/lib", "/lib64", "/lib32"):
         if os.path.isdir(lib) and not os.path.islink(lib):
             rules.append((lib, read | _FS_EXECUTE))
@@ -295,6 +302,49 @@ def _confine_and_exec(argv: list[str], fds: dict[int, int]) -> None:
     raise OSError(ctypes.get_errno(), f"execve {program}")
 
 
+def confine_native(keep: tuple[int, ...] = (),
+                   read: tuple[str, ...] = ()) -> None:
+    """Confine this process, a forked child about to run native code that
+    is not trusted (a system library's constructors and functions), for
+    the rest of its life, as a guest agent is: the same system-call filter
+    without ``execve``, whose refused calls fail with ``EPERM`` rather than
+    trap; ``PR_SET_NO_NEW_PRIVS``; Landlock (reading and executing only
+    what an agent may read and the paths ``read``; no TCP, no signals out);
+    a network namespace of its own where one can be made; no core files;
+    no file may grow (``RLIMIT_FSIZE`` 0). Descriptors 0-2 become
+    ``/dev/null`` and every other descriptor but those in ``keep`` is
+    closed, so the code cannot write to files this process had open.
+
+    Raises:
+        EngineError: no system-call filter can be made on this machine.
+        OSError: a layer could not be set up.
+    """
+    require()
+    null = os.open("/dev/null", os.O_RDWR)
+    for number in (0, 1, 2):
+        if null != number:
+            os.dup2(null, number)
+    if null > 2:
+        os.close(null)
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    # Built before Landlock, which leaves the Python library unreadable.
+    sc, _ = _seccomp()
+    seccomp_filter = _filter(os.getpid(), None, sc.ERRNO(_EPERM))
+    _new_network()
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
+    _landlock(None, tuple(read))
+    seccomp_filter.load()
+
+
 def spawn(argv: list[str], fds: dict[int, int], stderr) -> subprocess.Popen:
     """Start ``argv`` (qemu-user and its arguments) confined, with this
     process's descriptor ``fds[n]`` open as number ``n`` (numbers of
@@ -329,5 +379,6 @@ def bound_memory(pid: int, limit: int = MEMORY_LIMIT) -> None:
 
 
 __all__ = ["ALLOWED", "MEMORY_LIMIT", "STDERR_LIMIT", "PROTECTED_FDS",
-           "status", "require", "agent_fds", "spawn", "bound_memory",
+           "status", "require", "agent_fds", "spawn", "confine_native",
+           "bound_memory",
            "landlock_abi"]
