@@ -297,6 +297,8 @@ class Symbolizer:
             best = min(hits, key=lambda s: (s.rank, s.size, s.start))
             return best.name, v - best.start
         seg = self.image.segment_at(v)
+        if seg is None:
+            return None
         below = [s for s in self._sized + self._dwarf_funcs
                  if seg.vaddr <= s.start <= v]
         last_sized = max((s.start for s in below), default=-1)

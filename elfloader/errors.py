@@ -9,7 +9,12 @@ architecture``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fatelf.errors import PortableKernelError
+
+if TYPE_CHECKING:
+    from .diagnose import FaultReport
 
 
 class ElfError(PortableKernelError):
@@ -58,7 +63,13 @@ class ArchitectureMismatchError(BackendError):
 class EngineError(BackendError):
     """An emulation engine cannot run what was asked: qemu-user is missing,
     the engine does not model the CPU profile, the vector length is out of
-    range, or the guest agent could not start."""
+    range, or the guest agent could not start.
+
+    Attributes:
+        signal: the signal that killed the guest agent, or None.
+    """
+
+    signal: int | None = None
 
 
 class EmulationError(BackendError):
@@ -76,8 +87,24 @@ class EmulationError(BackendError):
         None; fault_address: the exact address of the first byte the
         refused access touched (the pc for a refused instruction fetch), or
         None when unknown; access_size: bytes of the refused read or write
-        (its part on the refused page), or None.
+        (its part on the refused page), or None; signal: the host signal
+        the qemu engine's agent caught, or None; report: the
+        :class:`~elfloader.diagnose.FaultReport` of a fault in a loaded
+        module's initializer or finalizer, or None.
+
+    Each is None on an error that does not set it.
     """
+
+    fault: str | None = None
+    what: str | None = None
+    pc: int | None = None
+    fault_page: int | None = None
+    fault_address: int | None = None
+    access_size: int | None = None
+    syscall: int | None = None
+    syscall_name: str | None = None
+    signal: int | None = None
+    report: FaultReport | None = None
 
 
 class GuardError(EmulationError):
@@ -92,3 +119,8 @@ class GuardError(EmulationError):
         ``fault`` is ``"overrun"``; ``pc`` is None (the write is seen
         after the call, not when it happens).
     """
+
+    address: int
+    size: int
+    offset: int
+    last_offset: int

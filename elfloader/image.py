@@ -361,7 +361,7 @@ class ElfImage:
         self.symbols = layout.unpack_array(raw, 0, count)
         for i, s in enumerate(self.symbols):
             s["name"] = self.string(s["st_name"], f"dynsym[{i}].st_name") if i else ""
-        self.exports = {}
+        self.exports: dict[str, int] = {}
         for i, s in enumerate(self.symbols):
             if (i and s["st_shndx"] != SHN_UNDEF and s["name"]
                     and s["st_info"] >> 4 in (STB_GLOBAL, STB_WEAK)):

@@ -73,13 +73,14 @@ class ElfModule:
         self._fini: list[InitFunction] = []
         page = backend.page_size
         self.size = -(-image.size // page) * page
-        self._reservation = backend.reserve(self.size, image.align)
-        self.base = self._reservation - image.vaddr_min
-        self.lo, self.hi = self._reservation, self._reservation + self.size
+        self.lo = backend.reserve(self.size, image.align)
+        self._reservation: int | None = self.lo
+        self.base = self.lo - image.vaddr_min
+        self.hi = self.lo + self.size
         try:
             self._load(initialize)
         except BaseException:
-            backend.release(self._reservation)
+            backend.release(self.lo)
             self._reservation = None
             raise
 
@@ -97,9 +98,9 @@ class ElfModule:
                   for seg in img.segments if seg.filesz]
         extra = self._relocate(pieces)
         for offset, buf in pieces:
-            self.backend.write(self._reservation + offset, buf)
+            self.backend.write(self.lo + offset, buf)
         for place, data in extra:
-            self.backend.write(self._reservation + place, data)
+            self.backend.write(self.lo + place, data)
         self._protect()
         mask = self.arch.word_mask
         self.exports = {n: (self.base + v) & mask for n, v in img.exports.items()}
@@ -188,16 +189,16 @@ class ElfModule:
             rel = arch.relocations[r.type]
             place = r.offset - vmin
             ctype = "u32" if rel.size == 4 else "u64"
-            buf, at = None, 0
+            buf: bytearray | None = None
+            at = 0
             for offset, piece in pieces:
                 if offset <= place and place + rel.size <= offset + len(piece):
                     buf, at = piece, place - offset
                     break
-            inside = buf is not None
             if r.addend is not None:
                 old = b""       # RELA: the place's bytes are not read
             else:
-                old = bytes(buf[at:at + rel.size] if inside
+                old = bytes(buf[at:at + rel.size] if buf is not None
                             else extra.get(place, bytes(rel.size)))
             value = img.relocation_value(r, B, old)
             bits = 8 * rel.size
@@ -211,7 +212,7 @@ class ElfModule:
                                 f"does not fit a {rel.check} {bits}-bit place",
                                 r.where, value)
             data = pack_array(ctype, ps, [value])
-            if inside:
+            if buf is not None:
                 buf[at:at + rel.size] = data
             else:
                 extra[place] = data
@@ -252,7 +253,7 @@ class ElfModule:
         start = 0
         for n in range(1, npages + 1):
             if n == npages or prot[n] != prot[start]:
-                self.backend.protect(self._reservation + start * page,
+                self.backend.protect(self.lo + start * page,
                                      (n - start) * page, prot[start])
                 start = n
 

@@ -146,7 +146,7 @@ def cmd_dump(args) -> int:
                 + (f"ELFCLASS{bits}" if bits else "<unknown>"),
                 f"  byte_order: {r.byte_order} / {r.byte_order:02X} = "
                 + ({"big": "ELFDATA2MSB (big-endian)", "little": "ELFDATA2LSB (little-endian)"}
-                   .get(order, "<unknown>")),
+                   .get(order or "", "<unknown>")),
                 f"   reserved0: {r.reserved0} / {r.reserved0:02X}",
                 f"   reserved1: {r.reserved1} / {r.reserved1:02X}",
                 f"      offset: {r.offset} / {r.offset:016X}",

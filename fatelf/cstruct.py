@@ -55,6 +55,10 @@ class Layout:
         names: the flat field names in order (nested as ``outer.inner``).
     """
 
+    size: int
+    align: int
+    _fmt: str
+
     def __init__(self, cstruct: "CStruct", ptr_size: int, int64_align: int = 8):
         self.name = cstruct.name
         self.ptr_size = ptr_size

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .errors import FatElfInputError
+from .errors import FatElfInputError, PortableKernelError
 
 ELF_MAGIC = b"\x7fELF"
 EI_CLASS, EI_DATA, EI_OSABI, EI_ABIVERSION = 4, 5, 7, 8
@@ -48,14 +48,14 @@ def field_path(*parts: str) -> str:
     return ".".join(p for p in parts if p)
 
 
-def describe_start(data: bytes) -> str:
+def describe_start(data: bytes | bytearray | memoryview) -> str:
     """Hex of the first (up to) four bytes, for error messages."""
     head = bytes(data[:4])
     return head.hex(" ") if head else "nothing (empty)"
 
 
-def elf_target(data: bytes, name: str = "<memory>",
-               error: type[Exception] = FatElfInputError, *, field: str = "") -> ElfTarget:
+def elf_target(data: bytes | bytearray | memoryview, name: str = "<memory>",
+               error: type[PortableKernelError] = FatElfInputError, *, field: str = "") -> ElfTarget:
     """Read the target of the ELF image ``data``.
 
     Args:
@@ -94,5 +94,6 @@ def elf_target(data: bytes, name: str = "<memory>",
     if len(data) < need:
         raise error(f"{len(data):#x} is smaller than the {need}-byte ELF{word_size} header",
                     name=name, field=field_path(field, "size"), value=len(data))
-    machine = int.from_bytes(data[E_MACHINE_OFFSET:E_MACHINE_OFFSET + 2], byte_order)
+    machine = int.from_bytes(data[E_MACHINE_OFFSET:E_MACHINE_OFFSET + 2],
+                             "little" if byte_order == "little" else "big")
     return ElfTarget(machine, data[EI_OSABI], data[EI_ABIVERSION], word_size, byte_order)

@@ -283,7 +283,7 @@ def _check_record(name: str, i: int, raw: RawRecord, file_size: int,
                   BYTE_ORDER_CODES[raw.byte_order], raw.offset, raw.size)
 
 
-def _check_payload(name: str, i: int, rec: Record, payload: bytes) -> None:
+def _check_payload(name: str, i: int, rec: Record, payload: bytes | memoryview) -> None:
     t = elf_target(payload, name, FatElfFormatError, field=f"record {i}.payload")
     ws = WORD_SIZE_FROM_BITS
     bo = BYTE_ORDER_FROM_NAME
@@ -461,6 +461,7 @@ class FatElf:
             raise FatElfSelectError(f"{word_size} needs a machine number (or give an "
                                     f"architecture name instead)", name=self.name,
                                     field="word_size", value=word_size)
+        requested: object
         if machine is None:
             try:
                 arch = arch if arch is not None else host_arch()

@@ -47,6 +47,9 @@ def open_backend(arch: Arch | str | None = None, kind: str = "auto",
         from .native import NativeBackend
         return NativeBackend(arch)
     if kind == "emulated":
+        if arch is None:
+            raise UnsupportedElfError("this host's architecture is not one the runtime "
+                                      "supports: name an architecture", field="arch")
         from .emulated import EmulatedBackend
         return EmulatedBackend(arch, **options)
     raise UnsupportedElfError(f"unknown backend {kind!r}; use one of "

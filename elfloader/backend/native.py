@@ -192,7 +192,8 @@ class NativeBackend(Backend):
             raise self._closed_error("binding", array.shape)
         try:
             # Writable, C-contiguous and not empty (checked by from_buffer).
-            address = _addressof(_from_buffer(array))
+            # (an ndarray exports the buffer protocol; numpy's stubs do not say so)
+            address = _addressof(_from_buffer(array))  # type: ignore[arg-type]
             if address % align == 0:
                 return address, None
             readonly = False
@@ -286,7 +287,7 @@ class NativeBackend(Backend):
 
         cfn = self._fn_type(nargs)(trampoline)
         self._callbacks.append(cfn)
-        return ctypes.cast(cfn, ctypes.c_void_p).value
+        return ctypes.cast(cfn, ctypes.c_void_p).value or 0   # never NULL
 
     def close(self) -> None:
         self._closed = True
