@@ -164,7 +164,7 @@ def check_source(path) -> None:
             directory), unreadable, or a ``.vmfb`` (the message says what to
             pass instead and that inspect/run take its executables).
     """
-    fd, _ = open_regular(path, ModuleFileError, field="program")
+    fd, size = open_regular(path, ModuleFileError, field="program")
     os.close(fd)
     if is_module_file(path):
         raise ModuleFileError(
@@ -173,3 +173,45 @@ def check_source(path) -> None:
             "executables in a .vmfb and hal-cpu run --executable=NAME runs "
             "one)", name=os.fspath(path), field="program",
             value=os.fspath(path))
+    check_text(path, size)
+
+
+#: Largest MLIR program read, in bytes.
+MAX_SOURCE_BYTES = 1 << 30
+
+
+def check_text(path, size: int | None = None) -> None:
+    """Check that the program at ``path`` is UTF-8 text (MLIR is), reading
+    it in chunks.
+
+    Raises:
+        ModuleFileError: larger than :data:`MAX_SOURCE_BYTES`, or bytes
+            that are not UTF-8 (``value`` is the byte offset of the first
+            one; the message shows the bytes and the line).
+    """
+    import codecs
+    name = os.fspath(path)
+    fd, size = open_regular(path, ModuleFileError, field="program")
+    with os.fdopen(fd, "rb") as f:
+        if size > MAX_SOURCE_BYTES:
+            raise ModuleFileError(f"it is {size} bytes, more than the "
+                                  f"{MAX_SOURCE_BYTES} bytes a program may have",
+                                  name=name, field="program", value=size)
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        offset, line = 0, 1
+        while True:
+            chunk = f.read(1 << 20)
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as exc:
+                at = offset + exc.start
+                line += chunk.count(b"\n", 0, exc.start)
+                bad = chunk[exc.start:exc.end].hex(" ")
+                raise ModuleFileError(
+                    f"byte {at} (line {line}) is not UTF-8 text (bytes {bad}); "
+                    "MLIR programs are UTF-8", name=name, field="program",
+                    value=at) from None
+            if not chunk:
+                return
+            line += chunk.count(b"\n")
+            offset += len(chunk)

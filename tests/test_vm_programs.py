@@ -334,3 +334,14 @@ def test_plan_of_vmfb_lists_the_dispatches_and_their_run_lines(compile_cache, ca
     assert rc == 0, err
     got = np.load(tmp_path / "c.npy").view(np.float32).reshape(37, 29)
     np.testing.assert_allclose(got, np.full((37, 29), 106, np.float32))
+
+
+def test_program_text_that_is_not_utf8_is_one_line(capsys, tmp_path):
+    bad = tmp_path / "bad.mlir"
+    bad.write_bytes(b"func.func @f(%a: i32) -> i32 {\n  // caf\xe9\n  return %a : i32\n}\n")
+    for verb in ("run-module", "check-module", "plan", "benchmark-module"):
+        rc, out, err = cli(capsys, verb, bad,
+                           *(["--input=3"] if verb != "check-module" else []))
+        assert rc == 1 and out == "", (verb, out)
+        assert err.strip() == (f"hal-cpu: error: {bad}: program: byte 39 (line 2) is "
+                               "not UTF-8 text (bytes e9); MLIR programs are UTF-8"), verb
