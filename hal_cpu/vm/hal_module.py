@@ -558,14 +558,17 @@ class Executable:
             if (module._slow or me.closed
                     or (pace is None if total > 1 else False)
                     or pace is not None and pace * total > limit):
-                slow(table)
-                if total > 1 and not module._slow and lib.last_workers == 1:
-                    # the pace run_grid measured on the library's layout
-                    for other in lib._layouts.get(
-                            (ordinal, n, len(constants), 1), ()):
-                        if other.per_workgroup is not None:
-                            state["pace"] = other.per_workgroup
-                return
+                try:
+                    return slow(table)
+                finally:
+                    if (total > 1 and not module._slow
+                            and lib.last_workers == 1):
+                        # the pace run_grid measured on the library's layout
+                        # (also when the dispatch failed)
+                        for other in lib._layouts.get(
+                                (ordinal, n, len(constants), 1), ()):
+                            if other.per_workgroup is not None:
+                                state["pace"] = other.per_workgroup
             sources, writable = [], []
             if table is not None:
                 addrs, entries = table.addrs, table.entries
