@@ -21,12 +21,16 @@ HAL-level IR) without IREE's runtime:
 * :mod:`~hal_cpu.iree.reader`: reading the HAL-level IR with IREE's MLIR
   bindings (``iree.compiler.ir``);
 * :mod:`~hal_cpu.iree.machine` and :mod:`~hal_cpu.iree.optable` (handlers in
-  ``ops_scalar``, ``ops_control``, ``ops_util``, ``ops_hal``): the
-  interpreter; :mod:`~hal_cpu.iree.device`: buffers and the queue;
+  ``ops_scalar``, ``ops_control``, ``ops_util``, ``ops_hal``; the
+  terminators' tags in ``control``): the interpreter;
+  :mod:`~hal_cpu.iree.device`: buffers and the queue;
 * :mod:`~hal_cpu.iree.program`: running a function (:func:`run_program`);
 * :mod:`~hal_cpu.iree.host_modules`: host modules a program imports
-  (:class:`HostModule`); :mod:`~hal_cpu.iree.check`: the ``check`` module;
-* :mod:`~hal_cpu.iree.plan`: the steps of a call without running them
+  (:class:`HostModule` and :func:`export` in the leaf
+  :mod:`~hal_cpu.iree.host_api`); :mod:`~hal_cpu.iree.check`: the ``check``
+  module;
+* :mod:`~hal_cpu.iree.steps`: dispatches, fills, copies and plans as data;
+  :mod:`~hal_cpu.iree.plan`: the steps of a call without running them
   (:func:`plan_program`); :mod:`~hal_cpu.iree.run`: running a plan
   (:func:`run_plan`, :class:`PlanRunner`);
 * :mod:`~hal_cpu.iree.reference`: IREE's runtime as the reference
@@ -52,23 +56,24 @@ _EXPORTS = {
     "check": ("CheckModule",),
     "device": ("DataDependenceError",),
     "errors": ("CompileError", "EvaluationError", "IreeToolError"),
-    "host_modules": ("HOST_MODULE_ABI_VERSION", "HostCallError", "HostModule",
-                     "HostModuleError", "ModuleRegistry", "RawTensor", "export",
-                     "load_module_spec"),
+    "host_api": ("HOST_MODULE_ABI_VERSION", "HostCallError", "HostModule",
+                 "HostModuleError", "RawTensor", "export"),
+    "host_modules": ("ModuleRegistry", "load_module_spec"),
     "machine": ("UnsupportedOpError",),
     "ops_control": ("ProgramStatusError",),
-    "plan": ("BindingRef", "CopyStep", "Dispatch", "FillStep", "ProgramPlan",
-             "ResultRef", "plan_dispatches", "plan_program"),
+    "plan": ("plan_dispatches", "plan_program"),
     "program": ("ProgramRun", "run_program"),
     "reader": ("Program", "load_program", "parse_program"),
     "reference": ("reference_run",),
     "run": ("PlanRunner", "run_plan"),
+    "steps": ("BindingRef", "CopyStep", "Dispatch", "FillStep", "ProgramPlan",
+              "ResultRef"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 _SUBMODULES = frozenset({
-    "check", "compiler", "device", "errors", "host_modules", "machine",
-    "ops_control", "ops_hal", "ops_scalar", "ops_util", "optable", "plan",
-    "program", "reader", "reference", "run", "scalars"})
+    "check", "compiler", "control", "device", "errors", "host_api", "host_modules",
+    "machine", "ops_control", "ops_hal", "ops_scalar", "ops_util", "optable", "plan",
+    "program", "reader", "reference", "run", "scalars", "steps"})
 
 
 def __getattr__(name: str):

@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from ..buffers import format_buffer_view
-from .host_modules import HostCallError, HostModule, RawTensor, export
+from .host_api import HostCallError, HostModule, RawTensor, export
 
 __all__ = ["CheckModule"]
 

@@ -46,6 +46,7 @@ __all__ = [
     "SUPPORTED_VERSION", "INSTALL_HINT", "BASE_FLAGS", "Compiled",
     "target_flags", "variant_name", "find_iree_compile", "iree_compile_version",
     "default_cache_dir", "compile_program", "compile_many", "libm_linker_flags",
+    "release_of",
 ]
 
 PathLike = Union[str, os.PathLike]
@@ -68,7 +69,9 @@ BASE_FLAGS: tuple[str, ...] = (
 _VERSION_RE = re.compile(r"compiler version\s+(\S+)")
 
 
-def _release(version: str) -> str | None:
+def release_of(version: str) -> str | None:
+    """The ``X.Y.Z`` release a version string starts with (``3.4.0`` of
+    ``3.4.0rc20250101``), or None."""
     m = re.match(r"(\d+\.\d+\.\d+)(?!\d)", version)
     return m.group(1) if m else None
 
@@ -125,7 +128,7 @@ def _checked(exe: str) -> tuple[str, str]:
     text = _version_text(exe, os.stat(exe).st_mtime_ns)
     m = _VERSION_RE.search(text)
     version = m.group(1) if m else None
-    if version is None or _release(version) != SUPPORTED_VERSION:
+    if version is None or release_of(version) != SUPPORTED_VERSION:
         found = f"found {version}" if version else "no version in its --version output"
         raise IreeToolError(
             f"{found}; iree-compile {SUPPORTED_VERSION} (iree-base-compiler=="

@@ -5,8 +5,8 @@ copies.
 Execution is synchronous: a queue operation runs when the host program
 submits it, in submission order, so fences are always signalled and waits
 return at once. Every operation is also appended to :attr:`Device.trace` as a
-:class:`~hal_cpu.iree.plan.Dispatch`, :class:`~hal_cpu.iree.plan.FillStep` or
-:class:`~hal_cpu.iree.plan.CopyStep` whose byte ranges name the storage they
+:class:`~hal_cpu.iree.steps.Dispatch`, :class:`~hal_cpu.iree.steps.FillStep` or
+:class:`~hal_cpu.iree.steps.CopyStep` whose byte ranges name the storage they
 touch (``input N``, ``buffer NAME``, ``constant NAME``).
 
 Every byte range the device keeps (inputs, allocations, constants) starts
@@ -30,7 +30,7 @@ import numpy as np
 from ..arrays import empty as _aligned_empty
 from ..arrays import full as _aligned_full
 from .errors import EvaluationError
-from .plan import BindingRef, CopyStep, Dispatch, FillStep
+from .steps import BindingRef, CopyStep, Dispatch, FillStep
 
 
 def _aligned_copy(data) -> np.ndarray:

@@ -47,8 +47,12 @@ class EvaluationError(HalCpuError):
 
     def located(self, path=None, op: str | None = None,
                 line: int | None = None) -> "EvaluationError":
-        """This error with the location filled in where it was unknown."""
-        err = EvaluationError(self.detail, op=self.op or op,
-                              line=self.line or line, path=self.path or path)
+        """A copy of this error, of its type and with its attributes, with
+        the location filled in where it was unknown and the message built
+        again from :attr:`detail`."""
+        err = type(self).__new__(type(self))
+        err.__dict__.update(self.__dict__)
+        EvaluationError.__init__(err, self.detail, op=self.op or op,
+                                 line=self.line or line, path=self.path or path)
         err.__cause__ = self.__cause__
         return err

@@ -34,92 +34,19 @@ receives :data:`HOST_MODULE_ABI_VERSION` and may refuse it by raising.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 from urllib.parse import parse_qsl
 
 import numpy as np
 
-from ..errors import HalCpuError
 from .errors import EvaluationError
+from .host_api import (HOST_MODULE_ABI_VERSION, HostCallError, HostModule, HostModuleError,
+                       RawTensor, export)
 from .scalars import element_dtype, float_dtype, int_width, round_float, signed, wrap
 
 __all__ = ["HostModule", "export", "ModuleRegistry", "HostModuleError", "HostCallError",
            "RawTensor", "load_module_spec", "HOST_MODULE_ABI_VERSION"]
-
-#: The version of this interface a module creation function receives; it
-#: changes when the calling convention changes.
-HOST_MODULE_ABI_VERSION = 1
-
-
-class HostModuleError(HalCpuError):
-    """A host module cannot be loaded or linked: a spec that names no file or
-    function, a creation function that refuses the version, a required
-    import that no module provides, a reference type no module declares."""
-
-
-class HostCallError(EvaluationError):
-    """A host function raised, or returned values of the wrong kind; the
-    message names the import and the original error."""
-
-
-@dataclass(frozen=True)
-class RawTensor:
-    """A buffer view whose element type numpy lacks (e.g. ``i4``): its
-    ``shape``, IREE ``element_type`` name and packed ``data`` bytes."""
-
-    shape: tuple[int, ...]
-    element_type: str
-    data: bytes
-
-
-def export(name: str):
-    """Mark a method of a :class:`HostModule` subclass as the module's
-    function ``name`` (e.g. ``"string.create"``)."""
-    def mark(fn):
-        fn._host_export = name
-        return fn
-    return mark
-
-
-class HostModule:
-    """A module of host functions.
-
-    Args:
-        name: the module name programs import from (``custom`` for
-            ``@custom.string.print``); subclasses may set it as a class
-            attribute.
-        functions: function name -> callable, besides methods marked with
-            :func:`export`.
-        types: reference type name (``custom.string``, without ``!``) ->
-            the Python class its values have.
-        version: the module's own version (informational).
-    """
-
-    name: str = ""
-    types: Mapping[str, type] = {}
-    version: int = 0
-
-    def __init__(self, name: str | None = None,
-                 functions: Mapping[str, Callable] | None = None,
-                 types: Mapping[str, type] | None = None, version: int | None = None):
-        if name is not None:
-            self.name = name
-        if types is not None:
-            self.types = dict(types)
-        if version is not None:
-            self.version = version
-        found = {}
-        for attr in dir(type(self)):
-            fn = getattr(type(self), attr, None)
-            if callable(fn) and hasattr(fn, "_host_export"):
-                found[fn._host_export] = getattr(self, attr)
-        self.functions: dict[str, Callable] = {**found, **(functions or {})}
-
-    def __repr__(self) -> str:
-        return f"<host module {self.name!r}: {', '.join(sorted(self.functions))}>"
-
 
 def _module_ok(module, spec: str) -> None:
     for attr in ("name", "functions"):

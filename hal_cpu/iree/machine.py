@@ -20,31 +20,17 @@ from typing import Any, Sequence
 
 from fatelf.errors import PortableKernelError
 
+from .control import BR, RET
 from .device import Device
 from .errors import EvaluationError
 from .reader import Function, OpInfo, Program
 
 __all__ = ["Machine", "UnsupportedOpError", "BR", "RET"]
 
-#: Tags a terminator's handler returns: ``(BR, block_index, values)`` or
-#: ``(RET, values)``.
-BR, RET = 1, 2
-
 
 class UnsupportedOpError(EvaluationError):
     """The host program reached an op the interpreter cannot run (no
     handler, or a form its handler does not take)."""
-
-
-def located(err: EvaluationError, op: OpInfo) -> EvaluationError:
-    """``err`` with ``op``'s location where it had none."""
-    if err.path is not None and err.line is not None:
-        return err
-    where = op.where
-    out = type(err)(err.detail, op=err.op or op.name, line=err.line or where.line or None,
-                    path=err.path or where.path)
-    out.__cause__ = err.__cause__
-    return out
 
 
 class _Prepared:
@@ -75,7 +61,7 @@ def prepare(function: Function) -> _Prepared:
                 try:
                     fn = build(op)
                 except EvaluationError as e:
-                    fn = _raiser(located(e, op))
+                    fn = _raiser(_at(e, op))
                 except Exception as e:      # an attribute of a form not foreseen
                     fn = _unsupported(op, f"{type(e).__name__}: {e}")
                 if fn is None:
@@ -83,6 +69,11 @@ def prepare(function: Function) -> _Prepared:
             steps.append((fn, op))
         blocks.append((b.args, steps))
     return _Prepared(function, blocks)
+
+
+def _at(err: EvaluationError, op: OpInfo) -> EvaluationError:
+    """``err`` located at ``op`` where its location was unknown."""
+    return err.located(op.where.path, op.name, op.where.line or None)
 
 
 def _raiser(err):
@@ -183,7 +174,7 @@ class Machine:
         except EvaluationError as e:
             if op is None:
                 raise
-            raise located(e, op).with_traceback(e.__traceback__) from None
+            raise _at(e, op).with_traceback(e.__traceback__) from None
         except (ArithmeticError, ValueError, TypeError, KeyError, IndexError) as e:
             # a value of the wrong kind reached a handler (e.g. a buffer where
             # an integer belongs): name the op instead of a traceback
@@ -191,4 +182,4 @@ class Machine:
                 raise
             err = EvaluationError(f"'{op.name}' failed in @{op.function}: "
                                   f"{type(e).__name__}: {e}", op=op.name)
-            raise located(err, op) from e
+            raise _at(err, op) from e

@@ -10,7 +10,7 @@ them call its runtime module.
 from __future__ import annotations
 
 from .errors import EvaluationError
-from .machine import BR, RET
+from .control import BR, RET
 from .scalars import float_dtype, int_width, round_float, wrap
 
 __all__ = ["CONTROL_OPS", "global_initial_value", "ProgramStatusError", "STATUS_NAMES"]

@@ -29,124 +29,17 @@ caller cannot silently skip a transfer.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence, Union
-
-import numpy as np
 
 from .compiler import Compiled
 from .errors import EvaluationError
+from .steps import BindingRef, CopyStep, Dispatch, FillStep, ProgramPlan, ResultRef, step_refs
 
 __all__ = [
     "BindingRef", "Dispatch", "FillStep", "CopyStep", "ResultRef", "ProgramPlan",
     "plan_program", "plan_dispatches",
 ]
 
-
-# ---------------------------------------------------------------------------
-# Plan data types
-# ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class BindingRef:
-    """A byte range of a function input or of a buffer the program allocates.
-
-    Attributes:
-        kind: ``"input"`` (``ref`` = argument index; the bytes of that array
-            in C order), ``"buffer"`` (``ref`` = transient buffer name, a
-            key of :attr:`ProgramPlan.buffers`) or ``"constant"`` (``ref`` =
-            a key of :attr:`ProgramPlan.constants`).
-        ref: argument index or buffer name.
-        offset: first byte.
-        length: size in bytes.
-    """
-
-    kind: str
-    ref: Union[int, str]
-    offset: int
-    length: int
-
-
-@dataclass(frozen=True)
-class Dispatch:
-    """One workgroup dispatch.
-
-    Attributes:
-        so_path: the embedded-ELF executable (for a plan made from a bare
-            ``.hal.mlir`` path, a placeholder ``<executable>_<variant>.so``).
-        export_name: the export to call.
-        workgroup_count: (x, y, z) workgroups.
-        constants: push constants, each a uint32 as a Python int.
-        bindings: one byte range per binding, in binding order.
-        executable: the ``hal.executable`` symbol.
-        variant: the executable variant (``embedded_elf_<arch>``).
-    """
-
-    so_path: Path
-    export_name: str
-    workgroup_count: tuple[int, int, int]
-    constants: list[int]
-    bindings: list[BindingRef]
-    executable: str = ""
-    variant: str = ""
-
-
-@dataclass(frozen=True)
-class FillStep:
-    """Fill ``target`` with ``pattern`` (1, 2, 4 or 8 bytes, little-endian)
-    repeated."""
-
-    target: BindingRef
-    pattern: bytes
-
-
-@dataclass(frozen=True)
-class CopyStep:
-    """Copy ``source`` into ``target`` (same length)."""
-
-    source: BindingRef
-    target: BindingRef
-
-
-@dataclass(frozen=True)
-class ResultRef:
-    """Where a function result lives after the last step: ``storage`` bytes
-    viewed as ``dtype`` with ``shape`` (C order)."""
-
-    storage: BindingRef
-    shape: tuple[int, ...]
-    dtype: np.dtype
-
-
-@dataclass
-class ProgramPlan:
-    """What one call of a public function submits to the device.
-
-    Attributes:
-        function: the function name (without ``@``).
-        steps: dispatches and transfers in execution order.
-        buffers: transient buffers, name -> size in bytes.
-        results: one :class:`ResultRef` per function result, in order.
-        constants: constant storage the steps or results use, name -> its
-            bytes (uint8 array).
-    """
-
-    function: str
-    steps: list[Union[Dispatch, FillStep, CopyStep]]
-    buffers: dict[str, int]
-    results: list[ResultRef]
-    constants: dict[str, np.ndarray] = field(default_factory=dict)
-
-    @property
-    def dispatches(self) -> list[Dispatch]:
-        """The :class:`Dispatch` steps, in order."""
-        return [s for s in self.steps if isinstance(s, Dispatch)]
-
-
-# ---------------------------------------------------------------------------
-# Public planning API
-# ---------------------------------------------------------------------------
 
 def plan_program(compiled: Union[Compiled, str, os.PathLike], inputs: Sequence[Any],
                  function: str | None = None, *, modules=None) -> ProgramPlan:
@@ -179,14 +72,15 @@ def plan_program(compiled: Union[Compiled, str, os.PathLike], inputs: Sequence[A
         EvaluationError: an op the interpreter cannot run, and the rest of
             :func:`hal_cpu.iree.run_program`'s errors.
     """
-    from .device import BufferView, Device, DataDependenceError
+    from .device import BufferView, DataDependenceError, Device
     from .host_modules import ModuleRegistry
     from .machine import Machine
-    from .program import _so_for, input_values, open_program, select_function
+    from .program import input_values, open_program, select_function, so_for
+    from .scalars import element_dtype
     program, comp = open_program(compiled)
     function = select_function(program, function)
     registry = modules if isinstance(modules, ModuleRegistry) else ModuleRegistry(modules or ())
-    device = Device(None, _so_for(comp), execute=False)
+    device = Device(None, so_for(comp), execute=False)
     m = Machine(program, device, registry, comp.variant if comp else None)
     args = input_values(program, function, inputs)
     m.initialize()
@@ -197,7 +91,6 @@ def plan_program(compiled: Union[Compiled, str, os.PathLike], inputs: Sequence[A
         if not isinstance(v, BufferView):
             raise DataDependenceError(f"result {k} of @{function} is a {ty} scalar, "
                                       "which only a run computes", path=program.path)
-        from .scalars import element_dtype
         dt = element_dtype(v.element_type)
         if dt is None:
             raise EvaluationError(f"result {k} has element type {v.element_type}, which "
@@ -205,19 +98,11 @@ def plan_program(compiled: Union[Compiled, str, os.PathLike], inputs: Sequence[A
         b = v.buffer
         results.append(ResultRef(BindingRef(b.storage.kind, b.storage.ref, b.offset, b.length),
                                  v.shape, dt))
-    used = {r.ref for s in device.trace for r in _refs(s) if r.kind == "constant"}
+    used = {r.ref for s in device.trace for r in step_refs(s) if r.kind == "constant"}
     used |= {r.storage.ref for r in results if r.storage.kind == "constant"}
     constants = {name: device.constants[name].array for name in used}
     return ProgramPlan(function, list(device.trace), dict(device.allocations), results,
                        constants)
-
-
-def _refs(step) -> list[BindingRef]:
-    if isinstance(step, Dispatch):
-        return list(step.bindings)
-    if isinstance(step, FillStep):
-        return [step.target]
-    return [step.source, step.target]
 
 
 def plan_dispatches(compiled: Union[Compiled, str, os.PathLike], inputs: Sequence[Any],

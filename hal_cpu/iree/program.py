@@ -23,8 +23,10 @@ from .errors import EvaluationError
 from .machine import Machine
 from .reader import Program, load_program
 from .scalars import element_dtype, float_dtype, int_width, round_float, signed, wrap
+from .steps import step_refs
 
-__all__ = ["ProgramRun", "run_program", "open_program", "input_values", "select_function"]
+__all__ = ["ProgramRun", "run_program", "open_program", "input_values", "select_function",
+           "so_for"]
 
 
 @dataclass
@@ -39,7 +41,7 @@ class ProgramRun:
             its reference types.
         result_types: the results' IR types (``!hal.buffer_view``, ``i32``...).
         trace: the dispatches and transfers run, in order
-            (:class:`~hal_cpu.iree.plan.Dispatch`, ``FillStep``, ``CopyStep``).
+            (:class:`~hal_cpu.iree.steps.Dispatch`, ``FillStep``, ``CopyStep``).
         allocations: name -> bytes of every allocation the program made.
         check_failures: messages of failed ``check.expect_*`` ops.
         ops: ops the interpreter ran (initializers included).
@@ -117,7 +119,10 @@ def input_values(program: Program, function: str, inputs: Sequence[Any]) -> list
     return values
 
 
-def _so_for(comp: Compiled | None):
+def so_for(comp: Compiled | None):
+    """``so_for(executable, variant)``: the embedded-ELF file of an
+    executable variant of ``comp``; without one (a bare ``.hal.mlir``), a
+    placeholder path ``<executable>_<variant>.so``."""
     if comp is None:
         return lambda exe, variant: Path(f"{exe}_{variant}.so")
     return comp.so_for
@@ -189,7 +194,7 @@ def run_program(compiled: Union[Compiled, str, os.PathLike], inputs: Sequence[An
     program, comp = open_program(compiled)
     function = select_function(program, function)
     registry = modules if isinstance(modules, ModuleRegistry) else ModuleRegistry(modules or ())
-    device = Device(run_dispatch, _so_for(comp), fill_byte=fill_byte)
+    device = Device(run_dispatch, so_for(comp), fill_byte=fill_byte)
     m = Machine(program, device, registry, comp.variant if comp else None, max_ops=max_ops)
     args = input_values(program, function, inputs)
     m.initialize()
@@ -198,8 +203,7 @@ def run_program(compiled: Union[Compiled, str, os.PathLike], inputs: Sequence[An
     results = [_host_result(m, v, t) for v, t in zip(outs, fn.result_types)]
     check = registry.module("check")
     failures = check.take_failures() if hasattr(check, "take_failures") else []
-    from .plan import _refs
-    used = {r.ref for step in device.trace for r in _refs(step)
+    used = {r.ref for step in device.trace for r in step_refs(step)
             if r.kind == "constant"}
     return ProgramRun(function, results, list(fn.result_types), list(device.trace),
                       dict(device.allocations), failures, m.ops_run,

@@ -7,7 +7,7 @@ from typing import Any, Sequence, Union
 
 import numpy as np
 
-from .compiler import INSTALL_HINT, SUPPORTED_VERSION, _release
+from .compiler import INSTALL_HINT, SUPPORTED_VERSION, release_of
 from .errors import IreeToolError
 
 __all__ = ["reference_run"]
@@ -22,7 +22,7 @@ def _iree_runtime():
                             f"{SUPPORTED_VERSION} is needed: {INSTALL_HINT}",
                             name="iree.runtime") from None
     found = getattr(version, "VERSION", "")
-    if _release(found) != SUPPORTED_VERSION:
+    if release_of(found) != SUPPORTED_VERSION:
         raise IreeToolError(f"found {found or 'no version'}; iree-base-runtime=="
                             f"{SUPPORTED_VERSION} is needed: {INSTALL_HINT}",
                             name="iree.runtime", field="version", value=found)

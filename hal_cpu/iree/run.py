@@ -13,7 +13,7 @@ from ..arrays import empty as aligned_empty
 from ..arrays import full as aligned_full
 from ..errors import DispatchTimeoutError
 from .errors import EvaluationError
-from .plan import BindingRef, Dispatch, FillStep, ProgramPlan
+from .steps import BindingRef, Dispatch, FillStep, ProgramPlan
 
 __all__ = ["PlanRunner", "run_plan"]
 
