@@ -1091,7 +1091,7 @@ def _vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | No
     host_modules = []
     if hosts:
         from .iree.host_modules import load_module_spec
-        host_modules = [load_module_spec(s) for s in hosts]
+        host_modules = [_checked_host_module(load_module_spec(s), s) for s in hosts]
     files = [read_module(f, name=f) for f in files]
     if arch is None:
         arch = module_arch(files[-1]) or arches.host_arch()
@@ -1109,6 +1109,32 @@ def _vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | No
             plugins=plugins, workers=_workers(args), host_modules=host_modules,
             timeout=getattr(args, "timeout", None), trace=trace))
         yield program
+
+
+def _checked_host_module(module, spec: str):
+    """``module`` (loaded from ``--host_module=spec``) if it is a module:
+    a name and a mapping of function names to callables.
+
+    Raises:
+        ModuleError: naming the spec and what the creation function gave.
+    """
+    from collections.abc import Mapping
+    name = getattr(module, "name", None)
+    functions = getattr(module, "functions", None)
+    if not isinstance(name, str) or not name:
+        raise ModuleError(f"the module's name is {name!r}, not a module name",
+                          name=spec, field="--host_module", value=repr(name)[:80])
+    if not isinstance(functions, Mapping):
+        raise ModuleError(f"module '{name}': functions is a "
+                          f"{type(functions).__name__} ({functions!r:.60}), not a "
+                          "mapping of function names to callables", name=spec,
+                          field="--host_module", value=type(functions).__name__)
+    for fname, fn in functions.items():
+        if not isinstance(fname, str) or not callable(fn):
+            raise ModuleError(f"module '{name}': function {fname!r} is {fn!r:.60}, "
+                              "not callable", name=spec, field="--host_module",
+                              value=repr(fname)[:80])
+    return module
 
 
 def _vm_inputs(fn, specs: Sequence[str], label: str) -> list:
