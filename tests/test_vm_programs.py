@@ -345,3 +345,15 @@ def test_program_text_that_is_not_utf8_is_one_line(capsys, tmp_path):
         assert rc == 1 and out == "", (verb, out)
         assert err.strip() == (f"hal-cpu: error: {bad}: program: byte 39 (line 2) is "
                                "not UTF-8 text (bytes e9); MLIR programs are UTF-8"), verb
+
+
+def test_host_module_that_is_not_a_module_names_the_spec(compile_cache, capsys, tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("class M:\n    name = 'custom'\n    functions = [1, 2]\n"
+                   "def create_module(version, params):\n    return M()\n")
+    module = vmfb(MODULES / "basic.mlir", HOST, compile_cache)
+    rc, out, err = cli(capsys, "run-module", module, f"--host_module={bad}")
+    assert rc == 1 and out == ""
+    assert err.strip() == (f"hal-cpu: error: {bad}: --host_module: module 'custom': "
+                           "functions is a list ([1, 2]), not a mapping of function "
+                           "names to callables")
