@@ -161,7 +161,10 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """A plain text table, columns left-aligned, first row the headers."""
     body = [[str(c) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in body]) for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
     out = [line(headers), line(["-" * w for w in widths])]
     out += [line(r) for r in body]
     return "\n".join(out)

@@ -50,9 +50,8 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-import numpy as np
-
 import _timing as T
+import numpy as np
 
 import fatelf.arches as A
 from hal_cpu import Executable

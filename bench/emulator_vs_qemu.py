@@ -59,9 +59,9 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
-import statistics
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor

@@ -61,11 +61,19 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 import _timing as T
-from dispatch import (IreeBenchmark, aligned_array, batched, binding_spec,
-                      calls_for, dispatcher, find_tool, loadavg, versions)
+import numpy as np
+from dispatch import (
+    IreeBenchmark,
+    aligned_array,
+    batched,
+    binding_spec,
+    calls_for,
+    dispatcher,
+    find_tool,
+    loadavg,
+    versions,
+)
 
 import fatelf.arches as A
 from hal_cpu import Executable, iree
@@ -122,9 +130,9 @@ def trivial_cases(arch: str, engine: str):
     """(backend, {grid: measure}) for the trivial kernel on the emulated
     backend of ``arch`` on ``engine``, run by
     :func:`hal_cpu.dispatch.run_grid` like any export (workers=1)."""
+    import elfloader
     from elfloader.backend.emulated import EmulatedBackend
     from hal_cpu import dispatch as D
-    import elfloader
     be = EmulatedBackend(elfloader.arch.by_name(arch), engine=engine)
     fn = be.place_code(TRIVIAL[arch])
     env = be.alloc(256, 64)

@@ -67,11 +67,9 @@ import time
 import zipfile
 from pathlib import Path
 
-import numpy as np
-
 import _timing as T
-from dispatch import (aligned_array, benchmark_args, binding_spec, loadavg,
-                      run_benchmark, versions)
+import numpy as np
+from dispatch import aligned_array, benchmark_args, binding_spec, loadavg, run_benchmark, versions
 from emulator_vs_qemu import engine_cpu, median
 
 from hal_cpu import Executable, iree
@@ -287,7 +285,9 @@ def main() -> int:
             exe.close()
 
     print(T.machine_line())
-    print(f"{versions()}; {subprocess.run([qemu, '--version'], capture_output=True, text=True).stdout.splitlines()[0]}")
+    qemu_version = subprocess.run([qemu, "--version"], capture_output=True,
+                                  text=True).stdout.splitlines()[0]
+    print(f"{versions()}; {qemu_version}")
     print(f"load average before {load_before}, after {loadavg()}")
     print(f"IREE: qemu-aarch64 -L {args.sysroot} {tool} --device=local-sync "
           f"--batch_size=1, 1 warm-up + {iterations} timed dispatches per "

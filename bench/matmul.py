@@ -47,11 +47,19 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 import _timing as T
-from dispatch import (IreeBenchmark, aligned_array, batched, binding_spec,
-                      calls_for, dispatcher, find_tool, loadavg, versions)
+import numpy as np
+from dispatch import (
+    IreeBenchmark,
+    aligned_array,
+    batched,
+    binding_spec,
+    calls_for,
+    dispatcher,
+    find_tool,
+    loadavg,
+    versions,
+)
 
 import fatelf.arches as A
 from hal_cpu import Executable, iree

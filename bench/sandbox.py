@@ -83,9 +83,11 @@ def opener(path: Path, kernel: dict, arch: str, confined: bool):
         with (contextlib.nullcontext() if confined else unsandboxed()):
             exe = Executable(path, backend="emulated", engine="qemu")
             ordinal = exe.export(kernel["export"]).ordinal
-            call = (lambda: exe.dispatch(ordinal, tuple(entry["workgroup_count"]),
-                                         arrays, list(entry["constants"]),
-                                         workers=1))
+
+            def call():
+                return exe.dispatch(ordinal, tuple(entry["workgroup_count"]),
+                                    arrays, list(entry["constants"]), workers=1)
+
             call()
         return exe, call
     return open_one

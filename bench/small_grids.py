@@ -39,11 +39,9 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
-
 import _timing as T
-from dispatch import (IreeBenchmark, batched, binding_spec, calls_for,
-                      find_tool, loadavg, versions)
+import numpy as np
+from dispatch import IreeBenchmark, batched, binding_spec, calls_for, find_tool, loadavg, versions
 
 import fatelf.arches as A
 import hal_cpu
@@ -72,6 +70,7 @@ def _iree_python(name: str, kernel: dict, host: str):
     or None when IREE's compiler or runtime is missing."""
     try:
         import iree.runtime as rt
+
         from hal_cpu.iree import compile_program
         compiled = compile_program(SAMPLES / kernel["source"], host)
     except Exception as exc:  # noqa: BLE001 - the peer is optional

@@ -42,9 +42,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 import _timing as T
+import numpy as np
 
 import fatelf.arches as A
 from hal_cpu.buffers import dtype_name
@@ -175,7 +174,8 @@ def main() -> int:
                   rows))
     print(f"hal-cpu run (native) imported unicorn: {'yes' if unicorn else 'no'}")
     print("costliest imports of hal-cpu run (python -X importtime, cumulative, "
-          "nested ones included in their parents): " + ", ".join(f"{n} {us / 1000:.1f} ms" for n, us in imports))
+          "nested ones included in their parents): "
+          + ", ".join(f"{n} {us / 1000:.1f} ms" for n, us in imports))
     return 0
 
 

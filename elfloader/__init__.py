@@ -17,12 +17,20 @@ from fatelf.files import map_regular
 from . import arch
 from .arch import Arch
 from .backend import Backend, as_int32, open_backend
-from .errors import (ArchitectureMismatchError, BackendError, ElfError,
-                     ElfFormatError, EmulationError, EngineError, GuardError,
-                     RelocationError,
-                     SymbolNotFoundError, UndefinedSymbolError,
-                     UnsupportedElfError)
 from .elf import file_extent
+from .errors import (
+    ArchitectureMismatchError,
+    BackendError,
+    ElfError,
+    ElfFormatError,
+    EmulationError,
+    EngineError,
+    GuardError,
+    RelocationError,
+    SymbolNotFoundError,
+    UndefinedSymbolError,
+    UnsupportedElfError,
+)
 from .image import MAX_IMAGE_SIZE, ElfImage
 from .module import ElfModule
 

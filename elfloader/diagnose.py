@@ -690,7 +690,8 @@ def describe_address(address: int, regions: Iterable[Region]) -> str:
     The smallest region holding ``address`` names it (``local memory at
     offset 12 of 4096 bytes``, or the bare name for regions without
     offsets); regions of one range (one array bound twice) are named
-    together (``binding 0 and binding 1 at offset 4 of 400 bytes``). An address in no region but at most :data:`NEAR_BYTES` bytes
+    together (``binding 0 and binding 1 at offset 4 of 400 bytes``). An
+    address in no region but at most :data:`NEAR_BYTES` bytes
     outside one with offsets is described from the nearest
     (``binding 2 at offset 4096 of 4096 bytes (1 past the end)``: the
     count is 1 for the first byte after the region; ``(4 before the

@@ -16,8 +16,16 @@ import struct
 from dataclasses import dataclass
 
 from fatelf.cstruct import CStruct, Layout
-from fatelf.elf import (EI_CLASS, EI_DATA, ELF_CLASSES, ELF_MAGIC, ELFCLASS32,
-                        ELFCLASS64, ELFDATA2LSB, ELFDATA2MSB)
+from fatelf.elf import (
+    EI_CLASS,
+    EI_DATA,
+    ELF_CLASSES,
+    ELF_MAGIC,
+    ELFCLASS32,
+    ELFCLASS64,
+    ELFDATA2LSB,
+    ELFDATA2MSB,
+)
 
 _GABI = "System V gABI, elf.h"
 

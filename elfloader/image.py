@@ -28,12 +28,27 @@ from fatelf.cstruct import pack_array, unpack_array
 
 from . import arch as arch_registry
 from .arch import Arch
-from .elf import (CLASSES, DT, ELF_MAGIC, ELFDATA2LSB, ELFDATA2MSB, ET_DYN,
-                  EV_CURRENT, PF_R, PF_X, PT_DYNAMIC, PT_GNU_RELRO, PT_LOAD,
-                  SHN_UNDEF, STB_GLOBAL, STB_WEAK, elf_hash_nchain, flags_str,
-                  gnu_hash_symbol_count)
-from .errors import (ElfFormatError, RelocationError, UndefinedSymbolError,
-                     UnsupportedElfError)
+from .elf import (
+    CLASSES,
+    DT,
+    ELF_MAGIC,
+    ELFDATA2LSB,
+    ELFDATA2MSB,
+    ET_DYN,
+    EV_CURRENT,
+    PF_R,
+    PF_X,
+    PT_DYNAMIC,
+    PT_GNU_RELRO,
+    PT_LOAD,
+    SHN_UNDEF,
+    STB_GLOBAL,
+    STB_WEAK,
+    elf_hash_nchain,
+    flags_str,
+    gnu_hash_symbol_count,
+)
+from .errors import ElfFormatError, RelocationError, UndefinedSymbolError, UnsupportedElfError
 
 #: Largest virtual address range an image may span, in bytes.
 MAX_IMAGE_SIZE = 1 << 30

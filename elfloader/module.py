@@ -25,8 +25,13 @@ from fatelf.cstruct import pack_array, unpack_array
 
 from .backend import PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE, Backend
 from .elf import PF_R, PF_W, PF_X
-from .errors import (ArchitectureMismatchError, EmulationError,
-                     RelocationError, SymbolNotFoundError, UnsupportedElfError)
+from .errors import (
+    ArchitectureMismatchError,
+    EmulationError,
+    RelocationError,
+    SymbolNotFoundError,
+    UnsupportedElfError,
+)
 from .image import ElfImage, InitFunction
 
 #: Attributes of the contract (:class:`fatelf.errors.PortableKernelError`)
@@ -149,9 +154,15 @@ class ElfModule:
             return exc
         # imported on the first fault: disassembly and DWARF are no part of
         # a run that does not fault
-        from .diagnose import (INSTRUCTION_FAULTS, Region, Symbolizer,
-                               data_address, engine_of, fault_report,
-                               time_limit_kind)
+        from .diagnose import (
+            INSTRUCTION_FAULTS,
+            Region,
+            Symbolizer,
+            data_address,
+            engine_of,
+            fault_report,
+            time_limit_kind,
+        )
         be, arch = self.backend, self.arch
         thumb = arch.disassembly.thumb_modes is not None and bool(pc & 1)
         pc = pc & ~1 if thumb else pc

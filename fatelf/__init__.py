@@ -15,13 +15,27 @@ the exact layout.
     True
 """
 
-from .arches import (ALIASES, ARCHES, RUNTIME_ARCHES, TABLE, ArchInfo, arch_name, arch_target,
-                     host_arch, lookup, parse_arch)
+from .arches import (
+                     ALIASES,
+                     ARCHES,
+                     RUNTIME_ARCHES,
+                     TABLE,
+                     ArchInfo,
+                     arch_name,
+                     arch_target,
+                     host_arch,
+                     lookup,
+                     parse_arch,
+)
 from .build import join, pack, remove, replace
-from .errors import (FatElfError, FatElfFormatError, FatElfInputError, FatElfSelectError,
-                     PortableKernelError)
-from .format import (MAGIC, PAGE_SIZE, VERSION, FatElf, Record, is_fatelf, read, select,
-                     split)
+from .errors import (
+                     FatElfError,
+                     FatElfFormatError,
+                     FatElfInputError,
+                     FatElfSelectError,
+                     PortableKernelError,
+)
+from .format import MAGIC, PAGE_SIZE, VERSION, FatElf, Record, is_fatelf, read, select, split
 
 __all__ = [
     "ALIASES", "ARCHES", "MAGIC", "PAGE_SIZE", "RUNTIME_ARCHES", "TABLE", "VERSION",

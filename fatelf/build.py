@@ -15,8 +15,19 @@ from dataclasses import replace as _with
 
 from .elf import field_path
 from .errors import FatElfInputError
-from .format import (DEFAULT_NAME, HEADER, MAGIC, MAX_RECORDS, PAGE_SIZE, VERSION,
-                     FatElf, Record, RecordRef, align_up, table_size)
+from .format import (
+    DEFAULT_NAME,
+    HEADER,
+    MAGIC,
+    MAX_RECORDS,
+    PAGE_SIZE,
+    VERSION,
+    FatElf,
+    Record,
+    RecordRef,
+    align_up,
+    table_size,
+)
 
 
 def pack(entries: Sequence[tuple[Record, bytes]], trailer: bytes = b"") -> bytes:

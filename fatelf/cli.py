@@ -52,8 +52,7 @@ from . import build, targets
 from .arches import host, machine_name, osabi_name
 from .elf import elf_target
 from .errors import FatElfInputError, PortableKernelError
-from .format import (BYTE_ORDER_CODES, FatElf, WORD_SIZE_CODES, is_fatelf, read_file,
-                     read_table)
+from .format import BYTE_ORDER_CODES, WORD_SIZE_CODES, FatElf, is_fatelf, read_file, read_table
 
 PROG = "fatelf"
 DISTRIBUTION = "portable-kernel-runtime"

@@ -55,7 +55,8 @@ def describe_start(data: bytes | bytearray | memoryview) -> str:
 
 
 def elf_target(data: bytes | bytearray | memoryview, name: str = "<memory>",
-               error: type[PortableKernelError] = FatElfInputError, *, field: str = "") -> ElfTarget:
+               error: type[PortableKernelError] = FatElfInputError, *,
+               field: str = "") -> ElfTarget:
     """Read the target of the ELF image ``data``.
 
     Args:

@@ -108,10 +108,10 @@ def preload() -> None:
     import fatelf  # noqa: F401
     import hal_cpu  # noqa: F401
     import hal_cpu.dispatch  # noqa: F401
-    import hal_cpu.plugins  # noqa: F401
-    import hal_cpu.runtime  # noqa: F401
     import hal_cpu.iree.check  # noqa: F401
     import hal_cpu.iree.host_modules  # noqa: F401
+    import hal_cpu.plugins  # noqa: F401
+    import hal_cpu.runtime  # noqa: F401
     import hal_cpu.vm.hal_module  # noqa: F401
     import hal_cpu.vm.module_def  # noqa: F401
     import hal_cpu.vm.program  # noqa: F401

@@ -450,9 +450,9 @@ def replay(args) -> int:
             os.environ["PKR_ENGINE"] = args.engine
         # new canaries (directory, port, process): the planted code is
         # planned again against them
+        from .child import preload
         from .code import Canary
         from .corpus import Corpus, case_data, replan
-        from .child import preload
         preload()
         corpus = Corpus()
         canary = Canary()

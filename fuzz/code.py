@@ -24,7 +24,8 @@ changed code runs. Each case applies one to three of:
   (writes of forged replies and reads on the agent's descriptors,
   ``dup3`` over them, signals blocked then an endless loop, the request
   pipe found and replaced by ``/dev/null`` so that the agent's watchdog no
-  longer hears its host end, ``munmap``, ``exit_group``); others a random number with plausible arguments (never
+  longer hears its host end, ``munmap``, ``exit_group``); others a random
+  number with plausible arguments (never
   one that takes a process id, or could harm the machine if it ran: see
   :data:`NEVER_RANDOM`); and on x86_64 the legacy ``vsyscall`` page and
   ``int 0x80``, on x86_32 ``sysenter``, on arm32 OABI ``svc`` numbers and

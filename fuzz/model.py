@@ -22,11 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import elfloader
-from elfloader import elf as elf_structs
-from elfloader.elf import DT, PT_DYNAMIC, PF_X
-from elfloader.image import ElfImage
-
 import fatelf
+from elfloader import elf as elf_structs
+from elfloader.elf import DT, PF_X, PT_DYNAMIC
+from elfloader.image import ElfImage
 from fatelf import format as fatfmt
 from fatelf.cstruct import CStruct, sizeof, unpack_array
 

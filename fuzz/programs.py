@@ -122,6 +122,7 @@ def inputs_of(fn) -> list:
     """Inputs for ``fn`` from its declaration: zeros of each tensor type
     (dynamic sizes 1), scalar arguments 1."""
     import numpy as np
+
     from hal_cpu.buffers import DTYPES
     values = []
     tensors = _TENSOR.findall(fn.declaration or "")

@@ -3,16 +3,25 @@ libraries (query, exports, imports, workgroup dispatch), executable plugins
 and the plugin manager."""
 
 from . import abi
-from .arrays import (AlignmentCopyWarning, PerformanceWarning, asarray, empty,
-                     full, zeros)
-from .errors import (BindingOverrunError, BindingUnderrunError,
-                     CallTimeoutError, DispatchError, DispatchTimeoutError,
-                     ExportNotFoundError, HalCpuError, LibraryError,
-                     LocalMemoryOverrunError, NativeCrashError, OverrunError,
-                     PluginError, PluginSpecError, PluginStatusError,
-                     UnresolvedImportError)
+from .arrays import AlignmentCopyWarning, PerformanceWarning, asarray, empty, full, zeros
+from .errors import (
+    BindingOverrunError,
+    BindingUnderrunError,
+    CallTimeoutError,
+    DispatchError,
+    DispatchTimeoutError,
+    ExportNotFoundError,
+    HalCpuError,
+    LibraryError,
+    LocalMemoryOverrunError,
+    NativeCrashError,
+    OverrunError,
+    PluginError,
+    PluginSpecError,
+    PluginStatusError,
+    UnresolvedImportError,
+)
 from .library import Executable, Export
-
 
 
 def get_include() -> str:

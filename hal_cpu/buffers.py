@@ -19,7 +19,6 @@ from fatelf.files import open_regular
 
 from .errors import HalCpuError
 
-
 _FILL_LOCK = threading.RLock()
 
 

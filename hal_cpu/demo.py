@@ -97,6 +97,7 @@ def run_plugin_sample(arch: str, backend: str = "auto", n: int = 3 * 64 + 5,
         elfloader.ElfError: the bundle has no ``arch`` record or cannot load.
     """
     from elfloader import as_int32
+
     from .errors import DispatchError
     from .plugins import PluginManager
     rng = np.random.default_rng(seed)

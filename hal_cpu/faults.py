@@ -29,13 +29,25 @@ import os
 from typing import Sequence
 
 from elfloader import EmulationError, GuardError
-from elfloader.diagnose import (INSTRUCTION_FAULTS, Region, Symbolizer,
-                                data_address, describe_address, engine_of,
-                                fault_report, joined_names, time_limit_kind)
+from elfloader.diagnose import (
+    INSTRUCTION_FAULTS,
+    Region,
+    Symbolizer,
+    data_address,
+    describe_address,
+    engine_of,
+    fault_report,
+    joined_names,
+    time_limit_kind,
+)
 
 from . import abi
-from .errors import (BindingOverrunError, BindingUnderrunError,
-                     CallTimeoutError, LocalMemoryOverrunError)
+from .errors import (
+    BindingOverrunError,
+    BindingUnderrunError,
+    CallTimeoutError,
+    LocalMemoryOverrunError,
+)
 
 #: Attributes of the backend's error that the report's error keeps (a
 #: system call's number and name are None for other faults).
@@ -327,12 +339,13 @@ def field_names(values, kind=None) -> dict:
     ``kind`` (a type, or a predicate) picks the values that are arrays;
     arrays named explicitly (an ``explicit_name`` attribute set) are left
     out, as the fixtures name those themselves."""
-    if kind is None:
-        test = lambda v: hasattr(v, "nbytes") and hasattr(v, "address")
-    elif isinstance(kind, type):
-        test = lambda v: isinstance(v, kind)
-    else:
-        test = kind
+    def test(v) -> bool:
+        if kind is None:
+            return hasattr(v, "nbytes") and hasattr(v, "address")
+        if isinstance(kind, type):
+            return isinstance(v, kind)
+        return kind(v)
+
     fields: dict = {}
     for key, value in values.items():
         if test(value) and not getattr(value, "explicit_name", False):

@@ -18,10 +18,9 @@ from typing import Mapping
 
 import numpy as np
 
-from fatelf.cstruct import CStruct, pack_array, sizeof, unpack_array
-
 from elfloader import Backend, ElfModule
 from elfloader.backend import PROT_EXEC, PROT_READ
+from fatelf.cstruct import CStruct, pack_array, sizeof, unpack_array
 
 from .errors import LibraryError
 

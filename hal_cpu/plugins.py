@@ -25,15 +25,13 @@ import os
 from typing import Callable, Mapping, Sequence
 from urllib.parse import parse_qsl
 
-from fatelf.cstruct import CStruct, unpack_array
-from fatelf.files import open_regular
-
 import elfloader
 from elfloader import Backend, open_backend
+from fatelf.cstruct import unpack_array
+from fatelf.files import open_regular
 
 from . import abi
-from .errors import (PluginError, PluginSpecError, PluginStatusError,
-                     UnresolvedImportError)
+from .errors import PluginError, PluginSpecError, PluginStatusError, UnresolvedImportError
 from .memory import GuestMemory, GuestView, ptr_array
 
 
@@ -228,7 +226,6 @@ class NativeAbiPlugin(Plugin):
     def __init__(self, manager: "PluginManager", query: int, label: str,
                  params: Sequence[tuple[str, str]], view: GuestView):
         self.manager, self.label, self.params = manager, label, list(params)
-        be = manager.backend
         self.self_ptr = None
         result = self._call(query, "query", abi.PLUGIN_VERSION, 0)
         if result == 0:
@@ -729,6 +726,7 @@ def sandbox_for(paths: Sequence) -> Callable[[int], None]:
         PluginError: this machine cannot make the sandbox (no seccomp).
     """
     from elfloader.backend.emulated import sandbox
+
     from . import library  # noqa: F401 - imported while files can be read
     problem = sandbox.status()["problem"]
     if problem:
@@ -736,8 +734,9 @@ def sandbox_for(paths: Sequence) -> Callable[[int], None]:
                           "--run_native runs it unconfined",
                           name=os.fspath(paths[0]) if paths else None,
                           field="sandbox", value="seccomp")
-    import fatelf
     import sys
+
+    import fatelf
     # The libraries' directories, and Python's and this runtime's modules
     # (imported on first use).
     dirs = {os.path.dirname(os.path.realpath(os.fspath(p))) for p in paths}

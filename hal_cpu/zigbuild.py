@@ -375,6 +375,7 @@ def _build_records(sources, targets, cpu, *, debug: bool = False,
     """``(architecture, profile or None, ELF bytes)`` of every record of a
     :func:`build_plugin` build, in build order."""
     import concurrent.futures
+
     from . import get_include
 
     names = _arch_names(targets)

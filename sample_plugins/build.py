@@ -54,8 +54,7 @@ if str(REPO_ROOT) not in sys.path:
 import fatelf  # noqa: E402
 from fatelf import arches  # noqa: E402
 from hal_cpu import zigbuild  # noqa: E402
-from hal_cpu.zigbuild import (ZIG_VERSION, ZigBuildError, zig_available,  # noqa: E402,F401
-                              zig_version)
+from hal_cpu.zigbuild import ZIG_VERSION, ZigBuildError, zig_available, zig_version  # noqa: E402,F401
 
 #: Architectures of the standalone plugins, in the table's order
 #: (fatelf.join sorts the bundle's records by target itself).
@@ -187,7 +186,8 @@ def build_system(out_dir: Path, compiler: str | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
     parser.add_argument("--no-system", action="store_true", help="skip the host system plugin")
     parser.add_argument("--no-fat", action="store_true", help="skip the .sos FatELF bundles")

@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# The profile each architecture's record of vector.sos is built for.
+from build import VECTOR_PROFILES  # noqa: E402 (sample_plugins/build.py)
+
 from elfloader.backend.emulated import qemu_program
 from fatelf import arches
 from fatelf.cstruct import CStruct
 from hal_cpu.pytest_plugin import LoadedPlugin
-
-# The profile each architecture's record of vector.sos is built for.
-from build import VECTOR_PROFILES  # noqa: E402 (sample_plugins/build.py)
 
 HERE = Path(__file__).resolve().parent
 VECTOR_SOS = HERE / "prebuilt" / "vector.sos"

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from fatelf import arches
-
 from hal_cpu.demo import MUL_PARAMS
 from hal_cpu.iree import Compiled, compile_program
+
 from program_specs import ALL_PROGRAMS
 
 ROOT = Path(__file__).resolve().parent.parent

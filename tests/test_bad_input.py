@@ -10,8 +10,13 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 import elfloader
-from elfloader import (ElfError, ElfFormatError, RelocationError,
-                       SymbolNotFoundError, UnsupportedElfError)
+from elfloader import (
+    ElfError,
+    ElfFormatError,
+    RelocationError,
+    SymbolNotFoundError,
+    UnsupportedElfError,
+)
 from elfloader.backend.emulated import EmulatedBackend
 from elfloader.backend.native import NativeBackend
 from hal_cpu import DispatchError, Executable, LibraryError
@@ -350,6 +355,7 @@ def test_far_segment_costs_memory_in_proportion_to_the_file(backend):
     """One byte moves a 5 KB plugin's code segment to 0x3f001400: the gap
     before it costs no host memory, and the load fails typed."""
     import resource
+
     from hal_cpu.plugins import PluginManager
     data = bytearray((PREBUILT / "standalone_x86_64.so").read_bytes())
     data[0xC3] = 0x3F      # phdr[2].p_vaddr 0x1400 -> 0x3f001400

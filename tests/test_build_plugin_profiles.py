@@ -15,6 +15,7 @@ import pytest
 import fatelf
 from elfloader.backend.emulated import qemu_program
 from fatelf.cstruct import CStruct
+
 from conftest import ROOT
 
 pytest.importorskip("ziglang")

@@ -11,6 +11,7 @@ import pytest
 
 import fatelf
 from hal_cpu import iree as iree_tools
+
 from conftest import PREBUILT, ROOT
 
 ARCHES_64 = ["x86_64", "aarch64", "riscv64"]

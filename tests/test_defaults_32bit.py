@@ -187,7 +187,8 @@ def fma_inputs(rng, n=4099):
     k = n // 6
     bits = rng.integers(0, 1 << 32, (3, k), dtype=np.uint64).astype(np.uint32)
     parts.append(tuple(bits[i].view(np.float32) for i in range(3)))
-    a = f32(rng.uniform(1, 2, k)); b = f32(rng.uniform(1, 2, k))
+    a = f32(rng.uniform(1, 2, k))
+    b = f32(rng.uniform(1, 2, k))
     p = (a.astype(np.float64) * b).astype(np.float32)
     parts.append((a, b, f32(-p.astype(np.float64) * (1 + rng.integers(-4, 5, k) * 2.0 ** -24))))
     # a*b = 1 + 2^-24 + 2^-47 style: halfway after one rounding to double
@@ -623,8 +624,8 @@ def test_libm_functions_are_exact(harness, arch, engine):
 
         # conversions to f16 (numpy rounds to nearest even, once)
         x = np.concatenate([x, (rng.standard_normal(2000) * 2.0 ** rng.integers(
-            -28, 18, 2000)).astype(np.float32), np.float32([65504, 65519.996, 65520,
-                                                            2.0 ** -24, 2.0 ** -25, 3 * 2.0 ** -26])])
+            -28, 18, 2000)).astype(np.float32),
+            np.float32([65504, 65519.996, 65520, 2.0 ** -24, 2.0 ** -25, 3 * 2.0 ** -26])])
         d = np.concatenate([d, rng.standard_normal(2000) * 2.0 ** rng.integers(-28, 18, 2000),
                             [65519.99999999999, 65520.0, 2.0 ** -25, 2.0 ** -25 + 2.0 ** -70]])
         for fn, vals in (("t_f2h", x), ("t_d2h", d)):
@@ -698,6 +699,7 @@ def _retype(data: bytearray, old: int, new: int) -> bytes:
     """The ELF32 ``data`` with every REL relocation of type ``old`` made
     type ``new`` (section headers read with pyelftools)."""
     import io
+
     from elftools.elf.elffile import ELFFile
     from elftools.elf.relocation import RelocationSection
     elf = ELFFile(io.BytesIO(bytes(data)))

@@ -16,11 +16,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import elfloader
-from elfloader.backend.emulated import qemu_program
 from elfloader import diagnose
-from elfloader.diagnose import (FaultReport, Region, Symbolizer, describe_address,
-                                disassemble, fault_report, section_symbols,
-                                segment_regions)
+from elfloader.backend.emulated import qemu_program
+from elfloader.diagnose import (
+    FaultReport,
+    Region,
+    Symbolizer,
+    describe_address,
+    disassemble,
+    fault_report,
+    section_symbols,
+    segment_regions,
+)
 from fatelf import arches
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -484,7 +491,8 @@ def test_garbled_section_tables():
         "table offset huge": _patch(data, shoff_field, (1 << 63).to_bytes(8, "little")),
         "too many sections": _patch(data, shnum_field, (0xFFFF).to_bytes(2, "little")),
         "extended count": _patch(data, shnum_field, b"\0\0"),
-        "symtab offset past the end": _patch(data, symtab_hdr + 0x18, (len(data)).to_bytes(8, "little")),
+        "symtab offset past the end": _patch(data, symtab_hdr + 0x18,
+                                             (len(data)).to_bytes(8, "little")),
         "symtab size huge": _patch(data, symtab_hdr + 0x20, (1 << 40).to_bytes(8, "little")),
         "symtab entsize wrong": _patch(data, symtab_hdr + 0x38, (7).to_bytes(8, "little")),
         "symtab link out of range": _patch(data, symtab_hdr + 0x28, (999).to_bytes(4, "little")),
@@ -722,6 +730,7 @@ def test_dispatch_report_names_both_bindings_of_one_array(arch):
     """The same numpy array given as bindings 0 and 1 (one guest range) and
     read past its end: the data address is described from both."""
     import json
+
     from hal_cpu import BindingOverrunError, Executable
     manifest = json.loads((SAMPLES / "manifest.json").read_text())
     kernel = manifest["kernels"]["mul_add"]

@@ -13,13 +13,12 @@ import time
 import numpy as np
 import pytest
 
-from conftest import default_sigint
-
-from hal_cpu import DispatchError, Executable, dispatch as dispatch_mod
+from hal_cpu import DispatchError, Executable
+from hal_cpu import dispatch as dispatch_mod
 from hal_cpu.iree import compile_program, plan_program
 from hal_cpu.plugins import PluginManager
 
-from conftest import ROOT, SIMPLE_MUL, process_memory
+from conftest import ROOT, SIMPLE_MUL, default_sigint, process_memory
 from program_specs import PROGRAMS
 
 EXAMPLE = ROOT / "sample_plugins" / "standalone_example.mlir"

@@ -13,9 +13,10 @@ import elfloader
 from elfloader.backend import PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE
 from elfloader.backend.emulated import EmulatedBackend
 
-from conftest import process_memory
-
-from conftest import emulation_engines  # noqa: E402
+from conftest import (
+    emulation_engines,  # noqa: E402
+    process_memory,
+)
 
 #: Every test here runs on both engines (qemu where installed).
 pytestmark = pytest.mark.parametrize("each_engine", emulation_engines(),

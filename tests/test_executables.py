@@ -9,6 +9,7 @@ import pytest
 import elfloader
 from fatelf.arches import RUNTIME_ARCHES
 from hal_cpu.iree import PlanRunner, plan_program, reference_run, run_plan
+
 from program_specs import PROGRAMS as SPECS
 
 ARCHES = list(RUNTIME_ARCHES)

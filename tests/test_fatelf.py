@@ -12,8 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fatelf
-from fatelf import (FatElf, FatElfError, FatElfFormatError, FatElfInputError,
-                    FatElfSelectError, PortableKernelError, Record)
+from fatelf import (
+    FatElf,
+    FatElfError,
+    FatElfFormatError,
+    FatElfInputError,
+    FatElfSelectError,
+    PortableKernelError,
+    Record,
+)
 
 from conftest import ZIG_TARGETS
 

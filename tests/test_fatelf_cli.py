@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import pty
 import select
 import subprocess
 import sys
-import time
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 
-from conftest import default_sigint
-
 import fatelf
 from fatelf import cli
+
+from conftest import default_sigint
 
 REPO = Path(__file__).resolve().parent.parent
 # The bundle used by the CLI tests: four architectures.

@@ -101,9 +101,8 @@ CODE_CASES = 30
 
 
 def _qemu_ready() -> bool:
-    from elfloader.backend.emulated import sandbox
     import elfloader
-    from elfloader.backend.emulated import engine
+    from elfloader.backend.emulated import engine, sandbox
     return bool(sandbox.status()["seccomp"]) and all(
         engine.qemu_program(elfloader.arch.by_name(a)) for a in
         ("x86_64", "x86_32", "aarch64", "arm32", "riscv64", "riscv32"))

@@ -9,9 +9,14 @@ import numpy as np
 import pytest
 
 import elfloader
-from hal_cpu.guarded import (ALIGNMENT, GuardedArrays, elements,
-                             overrun_elements, qemu_overread,
-                             qemu_overread_of)
+from hal_cpu.guarded import (
+    ALIGNMENT,
+    GuardedArrays,
+    elements,
+    overrun_elements,
+    qemu_overread,
+    qemu_overread_of,
+)
 from hal_cpu.memory import GuestMemory
 
 

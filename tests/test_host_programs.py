@@ -13,8 +13,8 @@ import pytest
 
 from fatelf import arches
 from hal_cpu.cli import main
-from hal_cpu.iree import (HostModule, ModuleRegistry, compile_program, export,
-                          run_program)
+from hal_cpu.iree import HostModule, ModuleRegistry, compile_program, export, run_program
+
 from conftest import ROOT
 
 PROGRAMS = ROOT / "tests" / "programs"

@@ -22,12 +22,11 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 import elfloader
+import fatelf.arches as A
 from elfloader import ElfFormatError
 from elfloader.backend.emulated import EmulatedBackend
 from elfloader.backend.native import NativeBackend
 from hal_cpu import Executable, LibraryError
-
-import fatelf.arches as A
 
 SAMPLES = Path(__file__).resolve().parents[1] / "hal_cpu" / "samples"
 ARCHES = ["x86_64", "aarch64", "riscv64", "x86_32", "arm32", "riscv32"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import resource
-import signal
 import subprocess
 import sys
 import time

@@ -15,6 +15,7 @@ import pytest
 
 import hal_cpu.iree as it
 from fatelf import arches
+
 from program_specs import PROGRAMS
 
 TEST_ARCHES = ("x86_64", "aarch64", "riscv64")

@@ -17,13 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import default_sigint
-
 import elfloader
 from hal_cpu import Executable
-from hal_cpu.errors import (ExportNotFoundError, HalCpuError, NativeCrashError,
-                            PluginStatusError)
+from hal_cpu.errors import ExportNotFoundError, HalCpuError, NativeCrashError, PluginStatusError
 from hal_cpu.isolate import run_in_child, shared_array
+
+from conftest import default_sigint
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "hal_cpu" / "samples"

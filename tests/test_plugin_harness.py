@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import default_sigint
-
 from fatelf import arches
+
+from conftest import default_sigint
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "tests" / "plugins" / "buggy_plugin.c"

@@ -10,11 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import PREBUILT, ROOT, SIMPLE_MUL
-from hal_cpu import (Executable, PluginError, PluginSpecError,
-                     PluginStatusError, UnresolvedImportError)
+from hal_cpu import (
+    Executable,
+    PluginError,
+    PluginSpecError,
+    PluginStatusError,
+    UnresolvedImportError,
+)
 from hal_cpu.iree import PlanRunner, compile_program, plan_program, run_plan
 from hal_cpu.plugins import PluginManager, PluginSpec
+
+from conftest import PREBUILT, ROOT, SIMPLE_MUL
 
 EXAMPLE = ROOT / "sample_plugins" / "standalone_example.mlir"
 OPTIONAL = ROOT / "sample_plugins" / "optional_import.mlir"

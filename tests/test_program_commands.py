@@ -16,6 +16,7 @@ import pytest
 from elfloader.backend.emulated import qemu_program
 from fatelf import arches
 from hal_cpu.cli import build_parser, main
+
 from conftest import ROOT
 
 HOST = arches.host_arch()

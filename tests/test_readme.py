@@ -114,8 +114,8 @@ def needs_qemu(command: str) -> bool:
 
 def qemu_engine_missing() -> str | None:
     """Why the qemu engine cannot run here, or None when it can."""
-    from elfloader.backend.emulated import qemu_program, sandbox
     import elfloader
+    from elfloader.backend.emulated import qemu_program, sandbox
     if not all(qemu_program(a) for a in elfloader.arch.ARCHES):
         return "qemu-user is not installed"
     if not sandbox.status()["seccomp"]:

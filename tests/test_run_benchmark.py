@@ -17,6 +17,7 @@ import pytest
 import elfloader
 from hal_cpu import cli, interrupt
 from hal_cpu.library import Executable
+
 from conftest import ROOT
 
 SAMPLES = ROOT / "hal_cpu" / "samples"

@@ -19,8 +19,9 @@ from fatelf import arches
 from hal_cpu import Executable
 from hal_cpu.cli import main
 from hal_cpu.iree import compile_many, plan_program
-from program_specs import ACCEPTANCE, ALL_PROGRAMS
+
 from conftest import PREBUILT, ROOT
+from program_specs import ACCEPTANCE, ALL_PROGRAMS
 
 ARCHES = list(arches.RUNTIME_ARCHES)
 NAMES = ["matmul"] + list(ACCEPTANCE)
@@ -450,8 +451,9 @@ def test_usage_errors_exit_2(capsys, args):
 
 
 def test_help_documents_every_flag():
-    from hal_cpu.cli import build_parser
     import argparse
+
+    from hal_cpu.cli import build_parser
     sub = next(a for a in build_parser()._actions
                if isinstance(a, argparse._SubParsersAction))
     for cmd in ("run-module", "plan"):

@@ -23,8 +23,14 @@ from elfloader import as_int32
 from fatelf import arches
 from fatelf.cstruct import pack_array
 from hal_cpu import abi, runtime, zigbuild
-from hal_cpu.runtime import (LOOP_INVALID, LOOP_OK, LOOP_STOPPED, LOOP_SYMBOL,
-                             NO_INDEX, WORKGROUP_RANGE)
+from hal_cpu.runtime import (
+    LOOP_INVALID,
+    LOOP_OK,
+    LOOP_STOPPED,
+    LOOP_SYMBOL,
+    NO_INDEX,
+    WORKGROUP_RANGE,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "hal_cpu" / "samples"
@@ -345,7 +351,8 @@ def test_loop_stop_flag(loop, recorder):
 def test_loop_refuses_bad_ranges(loop, recorder):
     wg = loop.workgroup_state()
     fn = recorder.address
-    untouched = {"begin": 0, "end": 0, "failed_index": 12345, "stop": 0, "status": 99, "reserved": 0}
+    untouched = {"begin": 0, "end": 0, "failed_index": 12345, "stop": 0, "status": 99,
+                 "reserved": 0}
 
     def check(count, begin, end, stop=0):
         recorder.reset()

@@ -47,12 +47,14 @@ EXPECTED = {
     "aarch64": ("EM_AARCH64", 64, None),
     "riscv64": ("EM_RISCV", 64, lambda f: (f & 0x6) == 0x4),  # double-float ABI
     "x86_32": ("EM_386", 32, None),
-    "arm32": ("EM_ARM", 32, lambda f: (f & 0xFF000000) == 0x05000000 and f & 0x400),  # EABI5, hard-float
+    # EABI5, hard-float
+    "arm32": ("EM_ARM", 32, lambda f: (f & 0xFF000000) == 0x05000000 and f & 0x400),
     "riscv32": ("EM_RISCV", 32, lambda f: (f & 0x6) == 0x2),  # single-float ABI
 }
 RELATIVE = {"EM_X86_64": 8, "EM_AARCH64": 1027, "EM_RISCV": 3, "EM_386": 8, "EM_ARM": 23}
 
-IS_X86_64_LINUX = sys.platform.startswith("linux") and platform.machine().lower() in ("x86_64", "amd64")
+IS_X86_64_LINUX = (sys.platform.startswith("linux")
+                   and platform.machine().lower() in ("x86_64", "amd64"))
 
 
 def _fatelf():
@@ -170,7 +172,8 @@ def test_rebuild_is_byte_identical(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not IS_X86_64_LINUX, reason="system plugin is built for the x86_64 Linux host")
-@pytest.mark.skipif(shutil.which("cc") is None and not build.zig_available(), reason="no C compiler")
+@pytest.mark.skipif(shutil.which("cc") is None and not build.zig_available(),
+                    reason="no C compiler")
 def test_system_plugin_rebuild_is_deterministic(tmp_path):
     a = build.build_system(tmp_path / "a")
     b = build.build_system(tmp_path / "b")
@@ -311,7 +314,8 @@ class Plugin:
             keep += [kb, vb]
             pairs[i] = StringPair(StringView(kb, len(k.encode())), StringView(vb, len(v.encode())))
         out_self = ctypes.c_void_p()
-        status = self.v0.load(ctypes.byref(allocator.env), len(items), pairs, ctypes.byref(out_self))
+        status = self.v0.load(ctypes.byref(allocator.env), len(items), pairs,
+                              ctypes.byref(out_self))
         return (status or 0), out_self.value
 
     def resolve(self, self_ptr, names: list[str]):
@@ -330,7 +334,8 @@ def _arr(x):
 
 
 def _call_mul(fn_ptr, ctx, a, b, out, dim, tid, offsets=(0, 0, 0)):
-    p = MulParams(_arr(a), offsets[0], _arr(b), offsets[1], _arr(out), offsets[2], dim, tid, 0, None)
+    p = MulParams(_arr(a), offsets[0], _arr(b), offsets[1], _arr(out), offsets[2], dim, tid, 0,
+                  None)
     return ImportFn(fn_ptr)(ctypes.byref(p), ctx, None)
 
 
@@ -384,7 +389,8 @@ def test_standalone_resolve(standalone):
     # All present: no bits.
     assert standalone.resolve(self_ptr, ["?simple_mul_workgroup"])[:2] == (0, 0)
     # A required miss is NOT_FOUND, but what was found is still filled in.
-    status, resolution, fns, _ = standalone.resolve(self_ptr, ["missing_fn", "simple_mul_workgroup"])
+    status, resolution, fns, _ = standalone.resolve(self_ptr,
+                                                    ["missing_fn", "simple_mul_workgroup"])
     assert status == 5 and fns[0] is None and fns[1]
     standalone.v0.unload(self_ptr)
 
@@ -507,7 +513,8 @@ def test_system_plugin_abi():
     alloc = HostAllocator()
     status, self_ptr = plugin.load(alloc)
     assert status == 0 and self_ptr and alloc.log == []  # uses libc, not the host allocator
-    status, resolution, fns, ctxs = plugin.resolve(self_ptr, ["?missing_fn", "system_mul_workgroup"])
+    status, resolution, fns, ctxs = plugin.resolve(self_ptr,
+                                                   ["?missing_fn", "system_mul_workgroup"])
     assert (status, resolution) == (0, 1) and fns[0] is None and ctxs[1] == self_ptr
     assert plugin.resolve(self_ptr, ["simple_mul_workgroup"])[0] == 5
     a = np.arange(100, dtype=np.float32)
@@ -529,7 +536,8 @@ def test_system_plugin_abi():
 IREE_COMPILE = shutil.which("iree-compile")
 IREE_RUN = shutil.which("iree-run-module")
 needs_iree = pytest.mark.skipif(
-    not (IREE_COMPILE and IREE_RUN and IS_X86_64_LINUX), reason="iree-compile/iree-run-module not available"
+    not (IREE_COMPILE and IREE_RUN and IS_X86_64_LINUX),
+    reason="iree-compile/iree-run-module not available"
 )
 
 COMPILE_FLAGS = [*BASE_FLAGS, *lookup("x86_64").iree_flags]
@@ -543,8 +551,8 @@ def vmfb(tmp_path_factory):
     def compile_(name: str) -> Path:
         if name not in cache:
             out = out_dir / f"{name}.vmfb"
-            subprocess.run([IREE_COMPILE, str(SAMPLES / f"{name}.mlir"), *COMPILE_FLAGS, "-o", str(out)],
-                           check=True, capture_output=True, text=True)
+            subprocess.run([IREE_COMPILE, str(SAMPLES / f"{name}.mlir"), *COMPILE_FLAGS,
+                            "-o", str(out)], check=True, capture_output=True, text=True)
             cache[name] = out
         return cache[name]
 
@@ -643,9 +651,11 @@ def test_iree_optional_import_table(vmfb):
     ],
 )
 def test_iree_optional_imports(vmfb, mode, plugins, extra):
-    proc = _run(vmfb("optional_import"), "optional_mul", ["70xf32=3", "70xf32=5", str(mode)], plugins)
+    proc = _run(vmfb("optional_import"), "optional_mul", ["70xf32=3", "70xf32=5", str(mode)],
+                plugins)
     assert proc.returncode == 0, proc.stderr
-    np.testing.assert_array_equal(_parse_f32_result(proc.stdout), np.full(70, 15 + extra, np.float32))
+    np.testing.assert_array_equal(_parse_f32_result(proc.stdout),
+                                  np.full(70, 15 + extra, np.float32))
 
 
 @needs_iree

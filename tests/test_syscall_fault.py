@@ -30,8 +30,9 @@ def _engines() -> list:
 
 
 #: name -> (arch, code, offset of the system-call instruction, number, Thumb,
-#: the instruction as the report prints it). Each loads socket's number (no pointer arguments: qemu-user passes it to the host, whose filter refuses it) into
-#: the number register, makes the call, then returns.
+#: the instruction as the report prints it). Each loads socket's number (no
+#: pointer arguments: qemu-user passes it to the host, whose filter refuses
+#: it) into the number register, makes the call, then returns.
 CASES = {
     # mov eax, 41; syscall; ret
     "x86_64-syscall": ("x86_64", bytes.fromhex("b829000000" "0f05" "c3"), 5,

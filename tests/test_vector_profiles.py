@@ -13,8 +13,9 @@ import pytest
 import elfloader
 from elfloader.backend.emulated import engine as engines
 from fatelf import arches
-from hal_cpu.plugins import PluginManager
 from hal_cpu.iree import PlanRunner, plan_program, run_plan
+from hal_cpu.plugins import PluginManager
+
 from program_specs import PROFILE_PROGRAMS
 
 ON_CI = os.environ.get("CI", "").lower() == "true"

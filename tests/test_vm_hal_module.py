@@ -13,9 +13,16 @@ import pytest
 
 from fatelf import arches
 from hal_cpu.iree import compile_program
-from hal_cpu.vm.hal_module import (HAL_MODULE_VERSION, Buffer, BufferView,
-                                   CommandBuffer, Device, Executable, Fence,
-                                   HalModule)
+from hal_cpu.vm.hal_module import (
+    HAL_MODULE_VERSION,
+    Buffer,
+    BufferView,
+    CommandBuffer,
+    Device,
+    Executable,
+    Fence,
+    HalModule,
+)
 from hal_cpu.vm.module_def import read_module
 from hal_cpu.vm.refs import VmBuffer, VmStatusError
 
@@ -565,6 +572,7 @@ def test_programs_through_the_vm_match_iree(compile_cache):
     """Programs with dynamic shapes, integer types, gathers give IREE's
     runtime's results bit for bit."""
     import iree.runtime as rt
+
     from program_specs import ACCEPTANCE
     rng = np.random.default_rng(5)
     for name in ("matmul_dyn", "int_ops", "gather", "softmax"):
@@ -613,6 +621,7 @@ def test_threads_share_one_program(compile_cache):
     dispatch whose layout another thread holds goes through
     Executable.dispatch)."""
     import threading
+
     from program_specs import ACCEPTANCE
     spec = ACCEPTANCE["matmul_dyn"]
     c = compile_program(spec.path, "x86_64", compile_cache)

@@ -54,5 +54,5 @@ def host() -> Arch | None:
     return _BY_INFO.get(info.name) if info else None
 
 
-__all__ = ["Arch", "CallingConvention", "Disassembly", "Relocation", "SystemCalls", "ARCHES", "names",
-           "by_name", "by_elf", "host", "resolve"]
+__all__ = ["Arch", "CallingConvention", "Disassembly", "Relocation", "SystemCalls", "ARCHES",
+           "names", "by_name", "by_elf", "host", "resolve"]

@@ -8,7 +8,7 @@ result in x0; return address in x30 (lr).
 
 from fatelf.arches import lookup
 
-from .base import Arch, SystemCalls, CallingConvention, Disassembly, reloc_table, words
+from .base import Arch, CallingConvention, Disassembly, SystemCalls, reloc_table, words
 
 RELOCATIONS = reloc_table({
     257: ("R_AARCH64_ABS64", 8, lambda S, A, P, B: S + A),

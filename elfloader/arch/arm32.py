@@ -9,7 +9,7 @@ CPU and ``bx`` switch instruction sets on bit 0.
 
 from fatelf.arches import lookup
 
-from .base import Arch, SystemCalls, CallingConvention, Disassembly, reloc_table, words
+from .base import Arch, CallingConvention, Disassembly, SystemCalls, reloc_table, words
 
 RELOCATIONS = reloc_table({
     2: ("R_ARM_ABS32", 4, lambda S, A, P, B: S + A),

@@ -9,7 +9,7 @@ integers are 4-byte aligned inside structs.
 
 from fatelf.arches import lookup
 
-from .base import Arch, SystemCalls, CallingConvention, Disassembly, reloc_table
+from .base import Arch, CallingConvention, Disassembly, SystemCalls, reloc_table
 
 RELOCATIONS = reloc_table({
     1: ("R_386_32", 4, lambda S, A, P, B: S + A),

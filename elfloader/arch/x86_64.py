@@ -8,7 +8,7 @@ the call pushes the return address.
 
 from fatelf.arches import lookup
 
-from .base import Arch, SystemCalls, CallingConvention, Disassembly, reloc_table
+from .base import Arch, CallingConvention, Disassembly, SystemCalls, reloc_table
 
 RELOCATIONS = reloc_table({
     1: ("R_X86_64_64", 8, lambda S, A, P, B: S + A),

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from .. import arch as arch_registry
 from ..arch import Arch
-from .base import (PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE, Backend,
-                   as_int32)
+from .base import PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE, Backend, as_int32
 
 KINDS = ("auto", "native", "emulated")
 

@@ -26,8 +26,7 @@ import fatelf
 from fatelf import arches
 
 from .. import zigbuild
-from . import (BUNDLE, HERE, LIBM_ARCHES, LIBM_BUNDLE, LIBM_SOURCE,
-               LOOP_SYMBOL, SOURCE)
+from . import BUNDLE, HERE, LIBM_ARCHES, LIBM_BUNDLE, LIBM_SOURCE, LOOP_SYMBOL, SOURCE
 
 #: Compiler flags of the libm objects, after :data:`hal_cpu.zigbuild.CFLAGS`:
 #: no contraction of ``a * b + c`` into a call to ``fmaf`` itself, no

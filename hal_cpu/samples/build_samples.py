@@ -73,8 +73,13 @@ import numpy as np
 
 from fatelf import arches
 from hal_cpu.demo import REFERENCES
-from hal_cpu.iree import (IreeToolError, compile_program, iree_compile_version,
-                          plan_program, reference_run)
+from hal_cpu.iree import (
+    IreeToolError,
+    compile_program,
+    iree_compile_version,
+    plan_program,
+    reference_run,
+)
 
 HERE = Path(__file__).resolve().parent
 
@@ -160,7 +165,8 @@ def verify_reference(kernel: str, info: dict, c, shapes) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=HERE, help="output directory (default: %(default)s)")
+    ap.add_argument("--out", type=Path, default=HERE,
+                    help="output directory (default: %(default)s)")
     ap.add_argument("--arch", action="append",
                     help="build only these arches (name or alias; repeatable; "
                          f"default: {', '.join(arches.RUNTIME_ARCHES)})")
