@@ -296,6 +296,8 @@ class DispatchLayout:
         sx, sy, sz = workgroup_size
         cx, cy, cz = workgroup_count
         self.written = None
+        if self._view is not None:
+            self._check_open()
         self._head.pack_into(
             self._target, 0, sx, sy, sz, self.constant_count, cx, cy, cz,
             max_concurrency, self.binding_count, self.consts, self.ptrs,
@@ -317,6 +319,7 @@ class DispatchLayout:
         worker 0's range are written: the dispatch state and constants in
         the block are ``owner``'s already."""
         if self.written is owner and not self._stopped:
+            self._check_open()
             self._tail.pack_into(self._view, self._ptrs_at, *pointers,
                                  *lengths, 0, owner.total, _NO_INDEX,
                                  self.stop, 0, 0)
@@ -325,6 +328,14 @@ class DispatchLayout:
                    owner.total)
         if self._view is not None:
             self.written = owner
+
+    def _check_open(self) -> None:
+        """Raise before writing through the view of a closed backend's
+        memory (gone with it)."""
+        if getattr(self.backend, "_closed", False):
+            raise elfloader.BackendError(
+                "the backend of the dispatch layout is closed",
+                field="dispatch", value=self.block)
 
     def write_range(self, worker: int, begin: int, end: int) -> None:
         self.backend.write(self.ranges[worker], self._range_struct.pack(

@@ -555,7 +555,7 @@ class Executable:
 
         def run(table: _Table | None) -> None:
             pace = state["pace"]
-            if (module._slow or me.closed
+            if (module._slow or me.closed or backend._closed
                     or (pace is None if total > 1 else False)
                     or pace is not None and pace * total > limit):
                 try:
@@ -589,7 +589,7 @@ class Executable:
             if not acquire(False):
                 return slow(table)
             try:
-                if me.closed:
+                if me.closed or backend._closed:
                     return slow(table)
                 guarded = state["ranges"] or ranges()
                 pointers = [g for g, _, _ in guarded]
