@@ -20,6 +20,14 @@ from fatelf.errors import PortableKernelError
 import elfloader
 
 from .buffers import format_buffer_view, parse_binding
+from .cli_options import INSPECT_TIMEOUT, KILL_GRACE, MAX_SECONDS, emulation_options
+from .cli_options import Progress as _Progress
+from .cli_options import add_cpu_flags as _add_cpu_flags
+from .cli_options import arch as _arch
+from .cli_options import load_limit as _load_limit
+from .cli_options import positive as _positive
+from .cli_options import runs_natively as _runs_natively
+from .cli_options import seconds as _seconds
 from .errors import HalCpuError
 
 
@@ -84,23 +92,6 @@ def _u32(text: str) -> int:
     return v
 
 
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return int(text)
-
-
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = -1
-    if not 0 < v <= MAX_SECONDS:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a number of seconds in (0, {MAX_SECONDS:g}]")
-    return v
-
-
 #: Most repetitions --benchmark_min_time runs (the time of each is kept:
 #: 8 bytes apiece).
 MAX_REPETITIONS = 10_000_000
@@ -127,20 +118,6 @@ def _min_time(text: str) -> tuple[float, int]:
     return v, 0
 
 
-#: Seconds past --timeout after which an isolated child is killed (it
-#: normally stops itself at the limit with a typed error first).
-KILL_GRACE = 1.0
-#: Largest --timeout accepted (a day); "inf" and "nan" are usage errors.
-MAX_SECONDS = 86400.0
-
-
-def _arch(text: str) -> str:
-    try:
-        return arches.lookup(text, runtime=True).name
-    except PortableKernelError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-
-
 def _output(text: str) -> tuple[int, str]:
     index, sep, path = text.partition("=")
     if not sep or not index.isdigit() or not path.startswith("@"):
@@ -162,29 +139,6 @@ def _add_target_flags(p: argparse.ArgumentParser) -> None:
                    "embedded:path, a system library path, with optional "
                    "?key=value&... load parameters (repeatable)")
     _add_cpu_flags(p)
-
-
-def _add_cpu_flags(p: argparse.ArgumentParser) -> None:
-    """``--engine``, ``--cpu`` and ``--vlen``: what the emulated CPU is."""
-    p.add_argument("--engine", choices=("auto", "qemu", "unicorn"),
-                   default=None, help="emulation engine: qemu (qemu-user; "
-                   "AVX2/FMA, SVE, RVV), unicorn (in process; no vector "
-                   "extensions beyond SSE/NEON), or auto (qemu where "
-                   "installed; default)")
-    p.add_argument("--cpu", metavar="PROFILE", default=None,
-                   help="CPU profile the emulated CPU models, e.g. x86-64-v3, "
-                   "sve, rv64gcv (hal-cpu profiles lists them); selects "
-                   "emulation. Default: the engine's most capable model")
-    p.add_argument("--vlen", type=_positive, metavar="BITS", default=None,
-                   help="vector length of a scalable profile (SVE VL, RVV "
-                   "VLEN), e.g. 128, 256, 512")
-
-
-def emulation_options(args) -> dict:
-    """``engine``/``cpu``/``vlen`` keyword arguments given on the command
-    line (none: the defaults)."""
-    return {k: getattr(args, k, None) for k in ("engine", "cpu", "vlen")
-            if getattr(args, k, None) is not None}
 
 
 def _version() -> str:
@@ -422,13 +376,6 @@ def cmd_profiles(args) -> int:
     return 0
 
 
-def _load_limit(args) -> float:
-    """Seconds each guest call may run while loading: ``--timeout`` when
-    given, else the library's default (:data:`hal_cpu.library.LOAD_TIMEOUT`)."""
-    from .library import LOAD_TIMEOUT
-    return getattr(args, "timeout", None) or LOAD_TIMEOUT
-
-
 def _plugins(args, arch_hint, backend=None):
     if not args.executable_plugin:
         return None
@@ -537,11 +484,6 @@ def _isolated(fn, name: str, limit: float, sandbox_for=None):
                         timeout=limit + KILL_GRACE, confine=confine)
 
 
-#: Seconds each guest call may run under emulation for ``inspect`` (and
-#: the whole of it for a system library), unless --timeout says otherwise.
-INSPECT_TIMEOUT = 5.0
-
-
 def _providers(args, arch, names, limit: float = 0) -> dict[str, str] | None:
     """Import name -> the plugin that resolves it ('' when none does), or
     None when no plugins were given. Embedded plugins run emulated; when a
@@ -614,41 +556,6 @@ def _print_selection(text: str, count: int) -> list[int]:
         raise HalCpuError(f"{text!r} is not all, none or binding indices below "
                           f"{count}", field="--print_bindings", value=text)
     return picked
-
-
-class _Progress:
-    """A tqdm bar on stderr (when it is a terminal) for dispatches that run
-    longer than about a second."""
-
-    def __init__(self, enabled: bool, unit: str = "wg"):
-        self.enabled = enabled and sys.stderr.isatty()
-        self.start = time.monotonic()
-        self.bar = None
-        self.unit = unit
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        if self.bar is None:
-            if time.monotonic() - self.start < 1.0:
-                return
-            from tqdm import tqdm
-            self.bar = tqdm(total=total, unit=self.unit, file=sys.stderr,
-                            leave=False)
-        self.bar.update(done - self.bar.n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _runs_natively(backend: str, arch, emulation: dict | None = None) -> bool:
-    """Whether ``--backend=backend`` runs a file for ``arch`` on this CPU
-    (``emulation``: the ``--engine``/``--cpu``/``--vlen`` given, which
-    select emulation under ``auto``)."""
-    host = elfloader.arch.host()
-    return backend == "native" or (backend == "auto" and host is not None
-                                   and arch is host and not emulation)
 
 
 def backend_description(backend) -> str:

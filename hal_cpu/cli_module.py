@@ -43,7 +43,9 @@ import numpy as np
 from fatelf import arches
 
 from .buffers import BindingSpecError, format_buffer_view, parse_binding
-from .cli import KILL_GRACE, _load_limit, _runs_natively, emulation_options
+from .cli_options import (INSPECT_TIMEOUT, KILL_GRACE, Progress, add_cpu_flags, emulation_options,
+                          load_limit, positive, runs_natively, seconds)
+from .cli_options import arch as arch_type
 from .interrupt import run_interruptible
 from .errors import HalCpuError
 from .vmfb import check_source
@@ -64,8 +66,7 @@ class ModuleError(HalCpuError):
 # command line
 
 def _arch_or_all(text: str) -> str:
-    from .cli import _arch
-    return "all" if text.strip().lower() == "all" else _arch(text)
+    return "all" if text.strip().lower() == "all" else arch_type(text)
 
 
 def _output_spec(text: str) -> str:
@@ -132,8 +133,7 @@ def _program_flags(p: argparse.ArgumentParser, all_arches: bool,
                        "(plan for each; --save_dir writes FatELF bundles); "
                        "default: this machine's")
     else:
-        from .cli import _arch
-        p.add_argument("--arch", type=_arch, metavar="ARCH",
+        p.add_argument("--arch", type=arch_type, metavar="ARCH",
                        help="architecture to compile for and run: "
                        + ", ".join(arches.RUNTIME_ARCHES) + " or an alias "
                        "(amd64, arm64, rv32...); default: this machine's")
@@ -142,7 +142,6 @@ def _program_flags(p: argparse.ArgumentParser, all_arches: bool,
 def add_parsers(sub) -> None:
     """Register ``run-module``, ``plan`` and ``check-module`` on the
     ``hal-cpu`` subparsers."""
-    from .cli import _add_cpu_flags, _positive, _seconds
     import elfloader
 
     p = sub.add_parser("run-module", help="run a compiled IREE module (.vmfb) "
@@ -167,14 +166,14 @@ def add_parsers(sub) -> None:
     p.add_argument("--compare", action="store_true",
                    help="also run the program with IREE's own runtime on this "
                    "machine and print the max abs error of each result")
-    p.add_argument("--workers", type=_positive, default=None,
+    p.add_argument("--workers", type=positive, default=None,
                    help="host threads running workgroups (default: the CPUs "
                    "this process may use)")
-    p.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+    p.add_argument("--timeout", type=seconds, default=None, metavar="S",
                    help="stop when the dispatches have run S seconds in all")
     p.add_argument("--no_progress", action="store_true",
                    help="no progress bar for long runs")
-    _add_cpu_flags(p)
+    add_cpu_flags(p)
 
     p = sub.add_parser("plan", help="compile an MLIR program and print the "
                        "dispatches and transfers one call performs, with a "
@@ -188,7 +187,7 @@ def add_parsers(sub) -> None:
                    help="compile for this CPU profile of the architecture "
                    "(hal-cpu profiles lists them); --trace runs emulated on "
                    "it and the printed run lines name it")
-    p.add_argument("--vlen", type=_positive, metavar="BITS", default=None,
+    p.add_argument("--vlen", type=positive, metavar="BITS", default=None,
                    help="vector length of a scalable --cpu profile (SVE VL, "
                    "RVV VLEN), e.g. 128, 256, 512: --trace runs at it and "
                    "the printed run lines name it")
@@ -223,19 +222,18 @@ def add_parsers(sub) -> None:
                    help="a Python host module the program imports (as run-module)")
     p.add_argument("--device", default=None, metavar="URI",
                    help="local-task or local-sync, as IREE's tools")
-    from .cli import _arch
-    p.add_argument("--arch", type=_arch, metavar="ARCH",
+    p.add_argument("--arch", type=arch_type, metavar="ARCH",
                    help="architecture to compile for and run (default: this machine's)")
     p.add_argument("--backend", choices=elfloader.backend.KINDS, default="auto",
                    help="native, emulated, or auto (default)")
     p.add_argument("--executable_plugin", action="append", default=[], metavar="SPEC",
                    help="plugin resolving the executables' imports (repeatable)")
-    p.add_argument("--workers", type=_positive, default=None,
+    p.add_argument("--workers", type=positive, default=None,
                    help="host threads running workgroups")
-    p.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+    p.add_argument("--timeout", type=seconds, default=None, metavar="S",
                    help="each function may run S seconds (host code and "
                    "dispatches); the command ends past the limit")
-    _add_cpu_flags(p)
+    add_cpu_flags(p)
 
     p = sub.add_parser("benchmark-module", help="time calls of a function of "
                        "a compiled module (.vmfb) or MLIR program loaded once, "
@@ -246,17 +244,17 @@ def add_parsers(sub) -> None:
     p.add_argument("--executable_plugin", action="append", default=[],
                    metavar="SPEC", help="plugin resolving the executables' "
                    "imports (repeatable)")
-    p.add_argument("--workers", type=_positive, default=None,
+    p.add_argument("--workers", type=positive, default=None,
                    help="host threads running workgroups")
-    p.add_argument("--benchmark_repetitions", type=_positive, default=None,
+    p.add_argument("--benchmark_repetitions", type=positive, default=None,
                    metavar="N", help="time N calls (default: as many as "
                    "--benchmark_min_time allows)")
     p.add_argument("--benchmark_min_time", type=_min_time, default=None,
                    metavar="T", help="call for at least T seconds (0.5, 0.5s) "
                    "or exactly N times (100x); default 0.5s")
-    p.add_argument("--timeout", type=_seconds, default=None, metavar="S",
+    p.add_argument("--timeout", type=seconds, default=None, metavar="S",
                    help="stop after S seconds in all")
-    _add_cpu_flags(p)
+    add_cpu_flags(p)
 
 
 def _min_time(text: str):
@@ -482,7 +480,7 @@ def _runner_stack(stack, args, arch: str, note=None, backend: str | None = None,
         note("while loading the plugins")
         plugins = stack.enter_context(PluginManager.from_specs(
             args.executable_plugin, arch=arch, backend=backend,
-            timeout=_load_limit(args), **emulation))
+            timeout=load_limit(args), **emulation))
     runner = stack.enter_context(PlanRunner(
         backend=backend, arch=arch, plugins=plugins,
         workers=getattr(args, "workers", None), timeout=getattr(args, "timeout", None),
@@ -523,7 +521,6 @@ def _check_failures(run, program: str) -> None:
 
 def cmd_run_module(args) -> int:
     """``hal-cpu run-module``: see the module docstring."""
-    from .cli import _Progress
     from . import vmfb
     programs, hosts = _split_modules(args)
     with _watchdog(args, programs[-1]):
@@ -534,7 +531,6 @@ def cmd_run_module(args) -> int:
 
 
 def _mlir_run_module(args, program: str, hosts: list[str]) -> int:
-    from .cli import _Progress
     args.program = program
     args.module = hosts
     check_source(program)
@@ -553,7 +549,7 @@ def _mlir_run_module(args, program: str, hosts: list[str]) -> int:
     _check_outputs(args.output, program)
 
     def run(note, backend=args.backend):
-        progress = _Progress(not args.no_progress)
+        progress = Progress(not args.no_progress)
         announced = []
 
         def announce():
@@ -571,7 +567,7 @@ def _mlir_run_module(args, program: str, hosts: list[str]) -> int:
         return done, bool(announced)
 
     import elfloader
-    if (_runs_natively(args.backend, elfloader.arch.by_name(arch),
+    if (runs_natively(args.backend, elfloader.arch.by_name(arch),
                        emulation_options(args))
             and hasattr(os, "fork") and not args.module):
         # As hal-cpu run: native kernels run in a child process, so a crash
@@ -689,7 +685,6 @@ def _ordinals(so_path: Path) -> dict[str, int]:
     """Export name -> ordinal, read from the library under emulation without
     running its initializers (as ``hal-cpu inspect`` does)."""
     import elfloader
-    from .cli import INSPECT_TIMEOUT
     from .library import Executable
     image = elfloader.read_image(so_path)
     with Executable(image, backend="emulated", initialize=False,
@@ -1103,7 +1098,7 @@ def _vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | No
             plugins = stack.enter_context(PluginManager.from_specs(
                 args.executable_plugin, arch=arch,
                 backend=getattr(args, "backend", "auto"),
-                timeout=_load_limit(args), **emulation))
+                timeout=load_limit(args), **emulation))
         program = stack.enter_context(load_program(
             files, arch=arch, backend=getattr(args, "backend", "auto"),
             plugins=plugins, workers=_workers(args), host_modules=host_modules,
@@ -1217,7 +1212,7 @@ def _vm_run_module(args, files, hosts, arch) -> int:
                     failures, bool(announced))
 
     import elfloader
-    native = arch is not None and _runs_natively(
+    native = arch is not None and runs_natively(
         args.backend, elfloader.arch.by_name(arch), emulation_options(args))
     if native and not hosts and hasattr(os, "fork"):
         from .isolate import run_in_child
@@ -1306,7 +1301,7 @@ def cmd_benchmark_module(args) -> int:
             if deadline is not None and time.monotonic() > deadline:
                 break
         import elfloader
-        native = _runs_natively(args.backend, elfloader.arch.by_name(program.arch),
+        native = runs_natively(args.backend, elfloader.arch.by_name(program.arch),
                                 emulation_options(args))
         where = (f"{program.arch}, {'native' if native else 'emulated'}, "
                  f"workers={_workers(args) or 'auto'}")

@@ -1,0 +1,128 @@
+"""Options and helpers the ``hal-cpu`` commands share: argument types
+(:func:`positive`, :func:`seconds`, :func:`arch`), the emulated CPU's flags
+(:func:`add_cpu_flags`, :func:`emulation_options`), time limits
+(:data:`KILL_GRACE`, :data:`MAX_SECONDS`, :data:`INSPECT_TIMEOUT`,
+:func:`load_limit`), whether a run is native (:func:`runs_natively`) and the
+progress bar (:class:`Progress`).
+
+A leaf of the command line: :mod:`hal_cpu.cli` (``inspect``, ``run``...)
+and :mod:`hal_cpu.cli_module` (``run-module``, ``plan``...) both import it,
+and neither imports the other's helpers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from fatelf import arches
+from fatelf.errors import PortableKernelError
+
+import elfloader
+
+__all__ = ["INSPECT_TIMEOUT", "KILL_GRACE", "MAX_SECONDS", "Progress", "add_cpu_flags",
+           "arch", "emulation_options", "load_limit", "positive", "runs_natively",
+           "seconds"]
+
+#: Seconds past --timeout after which an isolated child is killed (it
+#: normally stops itself at the limit with a typed error first).
+KILL_GRACE = 1.0
+#: Largest --timeout accepted (a day); "inf" and "nan" are usage errors.
+MAX_SECONDS = 86400.0
+#: Seconds each guest call may run under emulation for ``inspect`` (and
+#: the whole of it for a system library), unless --timeout says otherwise.
+INSPECT_TIMEOUT = 5.0
+
+
+def positive(text: str) -> int:
+    """Argument type: an integer of at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+def seconds(text: str) -> float:
+    """Argument type: a number of seconds in (0, :data:`MAX_SECONDS`]."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1
+    if not 0 < v <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds in (0, {MAX_SECONDS:g}]")
+    return v
+
+
+def arch(text: str) -> str:
+    """Argument type: an architecture the runtime runs, by name or alias;
+    its name."""
+    try:
+        return arches.lookup(text, runtime=True).name
+    except PortableKernelError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def add_cpu_flags(p: argparse.ArgumentParser) -> None:
+    """``--engine``, ``--cpu`` and ``--vlen``: what the emulated CPU is."""
+    p.add_argument("--engine", choices=("auto", "qemu", "unicorn"),
+                   default=None, help="emulation engine: qemu (qemu-user; "
+                   "AVX2/FMA, SVE, RVV), unicorn (in process; no vector "
+                   "extensions beyond SSE/NEON), or auto (qemu where "
+                   "installed; default)")
+    p.add_argument("--cpu", metavar="PROFILE", default=None,
+                   help="CPU profile the emulated CPU models, e.g. x86-64-v3, "
+                   "sve, rv64gcv (hal-cpu profiles lists them); selects "
+                   "emulation. Default: the engine's most capable model")
+    p.add_argument("--vlen", type=positive, metavar="BITS", default=None,
+                   help="vector length of a scalable profile (SVE VL, RVV "
+                   "VLEN), e.g. 128, 256, 512")
+
+
+def emulation_options(args) -> dict:
+    """``engine``/``cpu``/``vlen`` keyword arguments given on the command
+    line (none: the defaults)."""
+    return {k: getattr(args, k, None) for k in ("engine", "cpu", "vlen")
+            if getattr(args, k, None) is not None}
+
+
+def load_limit(args) -> float:
+    """Seconds each guest call may run while loading: ``--timeout`` when
+    given, else the library's default (:data:`hal_cpu.library.LOAD_TIMEOUT`)."""
+    from .library import LOAD_TIMEOUT
+    return getattr(args, "timeout", None) or LOAD_TIMEOUT
+
+
+def runs_natively(backend: str, arch, emulation: dict | None = None) -> bool:
+    """Whether ``--backend=backend`` runs a file for ``arch`` on this CPU
+    (``emulation``: the ``--engine``/``--cpu``/``--vlen`` given, which
+    select emulation under ``auto``)."""
+    host = elfloader.arch.host()
+    return backend == "native" or (backend == "auto" and host is not None
+                                   and arch is host and not emulation)
+
+
+class Progress:
+    """A tqdm bar on stderr (when it is a terminal) for dispatches that run
+    longer than about a second."""
+
+    def __init__(self, enabled: bool, unit: str = "wg"):
+        self.enabled = enabled and sys.stderr.isatty()
+        self.start = time.monotonic()
+        self.bar = None
+        self.unit = unit
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            if time.monotonic() - self.start < 1.0:
+                return
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, unit=self.unit, file=sys.stderr,
+                            leave=False)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
