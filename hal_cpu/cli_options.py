@@ -16,10 +16,9 @@ import argparse
 import sys
 import time
 
+import elfloader
 from fatelf import arches
 from fatelf.errors import PortableKernelError
-
-import elfloader
 
 __all__ = ["INSPECT_TIMEOUT", "KILL_GRACE", "MAX_SECONDS", "Progress", "add_cpu_flags",
            "arch", "emulation_options", "load_limit", "positive", "runs_natively",

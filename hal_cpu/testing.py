@@ -273,6 +273,7 @@ class LoadedPlugin:
                 gives the report of the call run again emulated).
         """
         from elfloader import as_int32
+
         from .guarded import GuestArray
         fn, ctx = self.resolve(name)
         from .faults import field_names
@@ -304,6 +305,7 @@ class LoadedPlugin:
         """Run ``fn`` (guest calls) under the time limit, interruptible by
         Ctrl-C; an emulation error becomes its report."""
         from elfloader import EmulationError
+
         from .faults import import_fault
         from .interrupt import run_interruptible
         from .library import call_limit
@@ -369,8 +371,9 @@ class LoadedPlugin:
 
     def _call_in_child(self, name: str, fn: int, params, ctx: int,
                        seconds: float, rerun=None) -> int:
-        from .isolate import run_in_child
         from elfloader.diagnose import Symbolizer
+
+        from .isolate import run_in_child
         symbol = next((s.symbolize(fn) for s in
                        (Symbolizer(m.image, m.base) for m in self.modules)
                        if s.contains(fn)), None)

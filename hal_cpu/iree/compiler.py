@@ -223,8 +223,9 @@ def libm_linker_flags(arch: str, tool_dir: PathLike | None = None,
         ``((flag,), digest)``, or ``((), "")`` for architectures whose
         executables need none or when ``iree-lld`` cannot be found.
     """
-    from .. import runtime
     import fatelf
+
+    from .. import runtime
 
     info = arches.lookup(arch, runtime=True)
     lld = _iree_lld()

@@ -41,8 +41,14 @@ from urllib.parse import parse_qsl
 import numpy as np
 
 from .errors import EvaluationError
-from .host_api import (HOST_MODULE_ABI_VERSION, HostCallError, HostModule, HostModuleError,
-                       RawTensor, export)
+from .host_api import (
+    HOST_MODULE_ABI_VERSION,
+    HostCallError,
+    HostModule,
+    HostModuleError,
+    RawTensor,
+    export,
+)
 from .scalars import element_dtype, float_dtype, int_width, round_float, signed, wrap
 
 __all__ = ["HostModule", "export", "ModuleRegistry", "HostModuleError", "HostCallError",

@@ -9,8 +9,8 @@ them call its runtime module.
 
 from __future__ import annotations
 
-from .errors import EvaluationError
 from .control import BR, RET
+from .errors import EvaluationError
 from .scalars import float_dtype, int_width, round_float, wrap
 
 __all__ = ["CONTROL_OPS", "global_initial_value", "ProgramStatusError", "STATUS_NAMES"]

@@ -13,8 +13,16 @@ import fnmatch
 from .device import Buffer, BufferView, CommandBuffer, Executable, FunctionRef, Handle, HostBuffer
 from .errors import EvaluationError
 from .ops_control import ProgramStatusError
-from .scalars import (ELEMENT_CODES, ELEMENT_NAMES, element_name,
-                      int_width, pack_scalar, scalar_size, unpack_scalar, wrap)
+from .scalars import (
+    ELEMENT_CODES,
+    ELEMENT_NAMES,
+    element_name,
+    int_width,
+    pack_scalar,
+    scalar_size,
+    unpack_scalar,
+    wrap,
+)
 
 __all__ = ["HAL_OPS"]
 
