@@ -17,9 +17,14 @@ Python callables, as IREE's local CPU device (``local-task``) behaves:
   commands in order on the calling thread. Natively, a dispatch of a small
   grid writes a dispatch layout kept per export
   (:meth:`hal_cpu.dispatch.DispatchLayout.write_again`: a repeat rewrites
-  only the binding pointers) and crosses into the workgroup loop once;
-  emulated dispatches, large grids, a time limit or several workers go
-  through :meth:`hal_cpu.Executable.dispatch`;
+  only the binding pointers) and crosses into the workgroup loop once.
+  Emulated, each binding of a recorded dispatch has a guarded range in
+  guest memory kept for the command's life (a guard page or canary after
+  it, as :meth:`hal_cpu.Executable.dispatch` maps bindings): a run copies
+  the bindings in, rewrites only the pointers, crosses once, checks the
+  canaries and copies the writable bindings back; grids that would take
+  longer than a chunk at their last pace, overlapping bindings, a time
+  limit or several workers go through :meth:`hal_cpu.Executable.dispatch`;
 * small allocations are carved from shared 64-byte-aligned slabs, and
   storage given back by ``queue.dealloca`` serves the next allocation of
   its size; read-only data a program imports is copied once (kernels may
