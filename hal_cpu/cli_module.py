@@ -173,6 +173,7 @@ def add_parsers(sub) -> None:
                    help="stop when the dispatches have run S seconds in all")
     p.add_argument("--no_progress", action="store_true",
                    help="no progress bar for long runs")
+    _add_memory_limit(p)
     add_cpu_flags(p)
 
     p = sub.add_parser("plan", help="compile an MLIR program and print the "
@@ -233,6 +234,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--timeout", type=seconds, default=None, metavar="S",
                    help="each function may run S seconds (host code and "
                    "dispatches); the command ends past the limit")
+    _add_memory_limit(p)
     add_cpu_flags(p)
 
     p = sub.add_parser("benchmark-module", help="time calls of a function of "
@@ -249,12 +251,38 @@ def add_parsers(sub) -> None:
     p.add_argument("--benchmark_repetitions", type=positive, default=None,
                    metavar="N", help="time N calls (default: as many as "
                    "--benchmark_min_time allows)")
+    _add_memory_limit(p)
     p.add_argument("--benchmark_min_time", type=_min_time, default=None,
                    metavar="T", help="call for at least T seconds (0.5, 0.5s) "
                    "or exactly N times (100x); default 0.5s")
     p.add_argument("--timeout", type=seconds, default=None, metavar="S",
                    help="stop after S seconds in all")
     add_cpu_flags(p)
+
+
+def _byte_count(text: str) -> int:
+    """``--memory_limit``: bytes, with an optional K, M, G or T suffix
+    (powers of 1024)."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = 1
+    if t[-1:] in ("K", "M", "G", "T"):
+        scale = 1 << (10 * ("KMGT".index(t[-1]) + 1))
+        t = t[:-1]
+    try:
+        value = int(float(t) * scale)
+    except (ValueError, OverflowError):
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number of bytes (4096, 512M, "
+                                         f"2G); got {text!r}")
+    return value
+
+
+def _add_memory_limit(p) -> None:
+    p.add_argument("--memory_limit", type=_byte_count, default=None,
+                   metavar="BYTES", help="bytes of buffers a compiled module "
+                   "(.vmfb) may hold at once (512M, 2G; default: half the "
+                   "physical memory)")
 
 
 def _min_time(text: str):
@@ -1102,7 +1130,8 @@ def _vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | No
         program = stack.enter_context(load_program(
             files, arch=arch, backend=getattr(args, "backend", "auto"),
             plugins=plugins, workers=_workers(args), host_modules=host_modules,
-            timeout=getattr(args, "timeout", None), trace=trace))
+            timeout=getattr(args, "timeout", None), trace=trace,
+            memory_limit=getattr(args, "memory_limit", None)))
         yield program
 
 
@@ -1201,34 +1230,41 @@ def _vm_run_module(args, files, hosts, arch) -> int:
                 raise ModuleError(f"{len(args.output)} --output given; @{fn.name} "
                                   f"has {len(fn.result_types)} results", name=label,
                                   field="--output", value=len(args.output))
-            announced = []
+            text = [f"EXEC @{fn.name}"]
             if hosts:
-                print(f"EXEC @{fn.name}", flush=True)
-                announced.append(True)
+                # (ahead of what host modules print)
+                print(text.pop(), flush=True)
             results = fn(*inputs)
             failures = program.take_failures()
-            return (fn.name, [r if isinstance(r, (np.ndarray, np.generic)) else
-                              _vm_result_type(r) for r in results],
-                    failures, bool(announced))
+            # results are written (files) and formatted (at most
+            # --output_max_element_count elements) where they were computed,
+            # a child process for a native run: large results never travel
+            # between processes
+            limit = args.output_max_element_count
+            if args.output:
+                for spec, array in zip(args.output, results):
+                    if spec == "-":
+                        text += ["hal.buffer_view", format_buffer_view(array, limit)]
+                    else:
+                        _write_output(spec, array, limit)
+            else:
+                for i, value in enumerate(results):
+                    shown = (value if isinstance(value, (np.ndarray, np.generic))
+                             else _vm_result_type(value))
+                    text.append(f"result[{i}]: {format_result(shown, str(shown), limit)}")
+            return fn.name, failures, "\n".join(text)
 
     import elfloader
     native = arch is not None and runs_natively(
         args.backend, elfloader.arch.by_name(arch), emulation_options(args))
     if native and not hosts and hasattr(os, "fork"):
         from .isolate import run_in_child
-        name, results, failures, announced = run_in_child(
+        name, failures, text = run_in_child(
             run, name=label, timeout=args.timeout and args.timeout + KILL_GRACE)
     else:
-        name, results, failures, announced = run(None)
-    if not announced:
-        print(f"EXEC @{name}")
-    limit = args.output_max_element_count
-    if args.output:
-        for spec, array in zip(args.output, results):
-            _write_output(spec, array, limit)
-    else:
-        for i, value in enumerate(results):
-            print(f"result[{i}]: {format_result(value, str(value), limit)}")
+        name, failures, text = run(None)
+    if text:
+        print(text)
     if failures:
         for text in failures:
             print(f"check failed: {text}", file=sys.stderr)

@@ -357,3 +357,40 @@ def test_host_module_that_is_not_a_module_names_the_spec(compile_cache, capsys, 
     assert err.strip() == (f"hal-cpu: error: {bad}: --host_module: module 'custom': "
                            "functions is a list ([1, 2]), not a mapping of function "
                            "names to callables")
+
+
+# ---------------------------------------------------------------------------
+# memory bounds
+
+def _peak_kib(argv) -> int:
+    """Peak resident memory (KiB) of the process tree of ``hal-cpu argv``."""
+    probe = ("import resource, subprocess, sys\n"
+             "r = subprocess.run([sys.executable, '-m', 'hal_cpu', *sys.argv[1:]],"
+             " capture_output=True, text=True)\n"
+             "assert r.returncode == 0, r.stderr\n"
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+    out = subprocess.run([sys.executable, "-c", probe, *map(str, argv)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.split()[-1])
+
+
+def test_memory_limit_and_a_buffer_allocated_once(compile_cache, capsys):
+    module = vmfb(LIMITS, HOST, compile_cache)
+    # past the limit: one line naming the op and the size, nothing allocated
+    rc, out, err = cli(capsys, "run-module", module, "--function=sized",
+                       f"--input={1 << 40}")
+    assert rc == 1 and len(err.splitlines()) == 1
+    assert ("RESOURCE_EXHAUSTED: hal.device.queue.alloca: 4398046511104 bytes would "
+            "take the program's buffers past its memory limit") in err
+    rc, out, err = cli(capsys, "run-module", module, "--function=sized", "--input=5000",
+                       "--memory_limit=16K")
+    assert rc == 1 and "memory limit of 16384 bytes" in err
+    rc, out, err = cli(capsys, "run-module", module, "--function=sized", "--input=5",
+                       "--memory_limit=16M")
+    assert rc == 0 and "5xf32=1.5 1.5 1.5 1.5 1.5" in out
+    # a 256 MiB result is allocated once: the peak grows by less than 1.2x it
+    n = 64 << 20
+    small = _peak_kib(["run-module", module, "--function=sized", "--input=1", "--output="])
+    big = _peak_kib(["run-module", module, "--function=sized", f"--input={n}", "--output="])
+    assert big - small < 1.2 * (4 * n) / 1024, (small, big)

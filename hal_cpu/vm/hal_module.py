@@ -47,7 +47,9 @@ from __future__ import annotations
 
 import ctypes
 import fnmatch
+import os
 import threading
+import weakref
 from time import perf_counter as _perf_counter
 from typing import Callable
 
@@ -404,6 +406,15 @@ def _resolve(table: _Table | None, ref) -> tuple[Buffer, int, int]:
     return buf, base + off, length
 
 
+def default_memory_limit() -> int:
+    """Half of this machine's physical memory, in bytes (the default
+    :attr:`HalModule.memory_limit`)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError, AttributeError):
+        return 4 << 30
+
+
 class DispatchRecord:
     """A dispatch a traced program ran (:attr:`HalModule.trace`).
 
@@ -743,6 +754,11 @@ class HalModule:
         workers: host threads per dispatch (None: :class:`hal_cpu.Executable`'s
             default: one for small grids).
         fill_byte: initial value of every byte the program allocates.
+        memory_limit: bytes of buffers the program may hold at once
+            (allocations, inputs, copies of imported data); default
+            :func:`default_memory_limit`. A request past it is a
+            ``VmStatusError`` (RESOURCE_EXHAUSTED) naming the op and the
+            size, before anything is allocated.
 
     Attributes:
         name: ``"hal"``; version: :data:`HAL_MODULE_VERSION`.
@@ -758,7 +774,8 @@ class HalModule:
 
     def __init__(self, *, arch: str, backend: str = "auto",
                  engine: str | None = None, cpu: str | None = None,
-                 plugins=None, workers: int | None = None, fill_byte: int = 0):
+                 plugins=None, workers: int | None = None, fill_byte: int = 0,
+                 memory_limit: int | None = None):
         self.arch = arches.lookup(arch, runtime=True)
         self.backend, self.engine, self.cpu = backend, engine, cpu
         self.plugins = plugins
@@ -786,6 +803,15 @@ class HalModule:
         self._slab = None
         self._slab_address = 0
         self._slab_used = SLAB_BYTES
+        if memory_limit is None:
+            memory_limit = default_memory_limit()
+        if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) \
+                or memory_limit <= 0:
+            raise ValueError(f"memory_limit {memory_limit!r} is not a positive "
+                             "number of bytes")
+        self.memory_limit = memory_limit
+        self._live = 0
+        self._mem_lock = threading.Lock()
         self._features = self._cpu_features()
         self._closed = False
         #: a list to append a :class:`DispatchRecord` to for every dispatch
@@ -819,7 +845,7 @@ class HalModule:
         if info is None:
             info = self._input_info(array, key)
         code, nbytes, dims = info
-        storage, address = self._new_storage(nbytes)
+        storage, address = self._new_storage(nbytes, "an input")
         try:
             storage.data[:] = memoryview(array).cast("B")
         except (TypeError, ValueError, NotImplementedError):
@@ -844,8 +870,9 @@ class HalModule:
         return info
 
     def to_numpy(self, view) -> np.ndarray:
-        """A new numpy array of ``view``'s shape and element type holding its
-        data.
+        """A numpy array of ``view``'s shape and element type holding its
+        data: a copy for small results, the buffer's own storage (handed
+        over: the module never reuses it) for large ones.
 
         Raises:
             VmStatusError: not a buffer view; an element type numpy has no
@@ -863,6 +890,12 @@ class HalModule:
             raise _status(OUT_OF_RANGE, f"buffer view {_format_shape(shape)}x"
                           f"{_element_type_name(view.element_type)} needs "
                           f"{nbytes} bytes; its buffer has {buf.length}")
+        if nbytes > SLAB_CHUNK_MAX and buf.root.length > SLAB_CHUNK_MAX:
+            # a large result is handed over without a copy: its storage
+            # leaves the module (never pooled for reuse again) and lives as
+            # long as the array
+            buf.root.pooled = False
+            return np.ndarray(shape, dtype, buf.array)
         return np.ndarray(shape, dtype, buf.array).copy()
 
     def _output_info(self, view: BufferView, key) -> tuple:
@@ -918,35 +951,59 @@ class HalModule:
         return answers
 
     def _allocate(self, size: int, memory_type: int, usage: int,
-                  pooled: bool) -> Buffer:
-        if size < 0 or size > MAX_ALLOCATION:
-            raise _status(RESOURCE_EXHAUSTED if size > 0 else INVALID_ARGUMENT,
-                          f"allocation of {size} bytes")
+                  pooled: bool, what: str = "hal.allocator.allocate") -> Buffer:
+        if size < 0:
+            raise _status(INVALID_ARGUMENT, f"{what}: allocation of {size} bytes")
         free = self._pool.get(size)
         if free:
             try:
                 array, address = free.pop()
             except IndexError:      # (another thread took it)
-                array, address = self._new_storage(size)
+                array, address = self._new_storage(size, what)
         else:
-            array, address = self._new_storage(size)
+            array, address = self._new_storage(size, what)
         array.fill(self.fill_byte)
         return Buffer(array, address, (memory_type & 0xFFFFFFFE) | MEMORY_TYPE_CPU,
                       (usage & 0xFFFFFFFF) | USAGE_CPU, None, pooled)
 
-    def _new_storage(self, size: int) -> tuple[np.ndarray, int]:
+    def _charge(self, nbytes: int, what: str) -> None:
+        """Count ``nbytes`` against :attr:`memory_limit`, or raise."""
+        with self._mem_lock:
+            live = self._live
+            if live + nbytes > self.memory_limit:
+                raise _status(RESOURCE_EXHAUSTED, (
+                    f"{what}: {nbytes} bytes would take the program's buffers "
+                    f"past its memory limit of {self.memory_limit} bytes ({live} "
+                    "in use); raise it with --memory_limit or "
+                    "load_program(memory_limit=)"))
+            self._live = live + nbytes
+
+    def _uncharge(self, nbytes: int) -> None:
+        with self._mem_lock:
+            self._live -= nbytes
+
+    def _new_storage(self, size: int, what: str = "allocation") -> tuple[np.ndarray, int]:
         """Uninitialized 64-byte-aligned bytes and their address: small
         sizes carved from a slab (several allocations share one
         :func:`hal_cpu.arrays.empty` array, freed when none is used), large
         ones an array each."""
         if size > SLAB_CHUNK_MAX:
-            array = _arrays.empty(size, np.uint8)
+            self._charge(size, what)
+            try:
+                array = _arrays.empty(size, np.uint8)
+            except MemoryError:
+                self._uncharge(size)
+                raise _status(RESOURCE_EXHAUSTED, f"{what}: {size} bytes: the "
+                              "host has no memory for them") from None
+            weakref.finalize(array, self._uncharge, size)
             return array, array.ctypes.data
         step = (size + 63) & ~63 or 64
         with self._slab_lock:
             at = self._slab_used
             if at + step > SLAB_BYTES:
+                self._charge(SLAB_BYTES, what)
                 slab = _arrays.empty(SLAB_BYTES, np.uint8)
+                weakref.finalize(slab, self._uncharge, SLAB_BYTES)
                 self._slab, self._slab_address = slab, slab.ctypes.data
                 at = 0
             self._slab_used = at + step
@@ -1048,7 +1105,8 @@ class HalModule:
                            usage: int, size: int) -> Buffer:
         if type(allocator) is not Allocator:
             raise _bad_ref(allocator, Allocator, "hal.allocator.allocate")
-        return self._allocate(size, memory_types, usage, False)
+        return self._allocate(size, memory_types, usage, False,
+                              "hal.allocator.allocate")
 
     def allocator_import(self, allocator, try_: int, affinity: int,
                          memory_types: int, usage: int, source, offset: int,
@@ -1073,7 +1131,7 @@ class HalModule:
             # sorts an unfoldable constant where it lies): the module's data
             # must not change (nor fault, when mapped read-only), so the
             # buffer is a private aligned copy.
-            array, address = self._new_storage(length)
+            array, address = self._new_storage(length, "hal.allocator.import")
             array[:] = np.frombuffer(source.data, np.uint8, length, offset)
         else:
             address = array.ctypes.data if length else 0
@@ -1083,7 +1141,7 @@ class HalModule:
                 # copies.
                 if try_:
                     return None
-                copy, address = self._new_storage(length)
+                copy, address = self._new_storage(length, "hal.allocator.import")
                 copy[:] = array
                 array = copy
         memory = (_u32(memory_types) & ~MEMORY_TYPE_OPTIMAL) | MEMORY_TYPE_CPU
@@ -1525,7 +1583,8 @@ class HalModule:
         if pool:
             raise _status(UNIMPLEMENTED, "VM queue allocation pools are not "
                           "supported")
-        buf = self._allocate(size, memory_types, usage, True)
+        buf = self._allocate(size, memory_types, usage, True,
+                             "hal.device.queue.alloca")
         if wait is None and signal is not None and type(signal) is Fence \
                 and signal.parts is None and signal.code is None \
                 and signal.waiters is None:
@@ -1821,9 +1880,12 @@ def _fill(buf: Buffer, offset: int, length: int, pattern: int,
     if pattern_length == 1:
         target.fill(pattern)
         return
-    reps = -(-length // pattern_length)
-    data = np.full(reps, pattern, _PATTERN_DTYPES[pattern_length]).view(np.uint8)
-    target[:] = data[:length]
+    whole = length - length % pattern_length
+    # in place, as pattern_length-byte elements (no copy of the buffer's size)
+    target[:whole].view(_PATTERN_DTYPES[pattern_length]).fill(pattern)
+    if whole < length:
+        tail = np.array([pattern], _PATTERN_DTYPES[pattern_length]).view(np.uint8)
+        target[whole:] = tail[:length - whole]
 
 
 def _write(buf: Buffer, offset: int, length: int, data) -> None:

@@ -421,7 +421,12 @@ class Function:
             raise TypeError(f"@{self.name} takes {len(self.arg_types)} arguments "
                             f"({self.declaration or self.cconv}); got {len(inputs)}")
         with program._lock:
-            args = [c(v) for c, v in zip(convert, inputs)]
+            try:
+                args = [c(v) for c, v in zip(convert, inputs)]
+            except VmError as exc:
+                if exc.name is None:
+                    raise exc.with_name(program.label) from None
+                raise
             out = program._run(self._fn, args, self.name)
             results = self._results
             if len(results) == 1:
@@ -561,6 +566,10 @@ class Program:
             raise VmStatusError(8, f"@{name}: the program's calls nest too "
                                 "deeply (the VM's call stack is exhausted)",
                                 name=self.label) from None
+        except VmError as exc:
+            if exc.name is None:
+                raise exc.with_name(self.label) from None
+            raise
 
     def function(self, name: str | None = None) -> Function:
         """The public function ``name``; may be omitted when there is one.
@@ -623,7 +632,8 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
                  plugins=None, workers: int | None = None,
                  host_modules: Sequence = (), check: bool = True,
                  fill_byte: int = 0, timeout: float | None = None,
-                 trace: list | None = None) -> Program:
+                 trace: list | None = None,
+                 memory_limit: int | None = None) -> Program:
     """Read, link and initialize VM modules once; call their functions many
     times.
 
@@ -647,6 +657,12 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
         fill_byte: initial value of allocated bytes.
         timeout: seconds each call (and each module's ``__init``) may take
             (:attr:`Program.timeout`); None: no limit.
+        memory_limit: bytes of buffers the program may hold at once
+            (default: half the physical memory,
+            :func:`hal_cpu.vm.hal_module.default_memory_limit`); a buffer
+            past it is a :class:`VmStatusError` (RESOURCE_EXHAUSTED) naming
+            the op, its source line and the size, before anything is
+            allocated.
         trace: a list that receives a
             :class:`~hal_cpu.vm.hal_module.DispatchRecord` for every
             dispatch the program runs (``hal-cpu plan`` of a ``.vmfb``), or
@@ -690,7 +706,8 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
     else:
         arch = arches.lookup(arch).name
     hal = HalModule(arch=arch, backend=backend, engine=engine, cpu=cpu,
-                    plugins=plugins, workers=workers, fill_byte=fill_byte)
+                    plugins=plugins, workers=workers, fill_byte=fill_byte,
+                    memory_limit=memory_limit)
     hal.trace = trace
     try:
         return Program(mdefs, labels, hal, host_modules, check=check,

@@ -27,13 +27,30 @@ class VmStatusError(VmError):
                  name: str | None = None):
         self.code, self.location = code, location
         at = f"{location}: " if location else ""
-        super().__init__(f"{at}{message} (status {code})", name=name,
-                         field="status", value=code)
+        super().__init__(f"{at}{message}", name=name,
+                         field=STATUS_NAMES.get(code, f"status {code}"), value=code)
         self.message = message
 
     def set_location(self, location: str | None) -> None:
         """Give the error the location of the op that raised it."""
         VmStatusError.__init__(self, self.code, self.message, location, name=self.name)
+
+    def with_name(self, name: str):
+        """A copy of this error about file ``name``."""
+        err = type(self).__new__(type(self))
+        err.__dict__.update(self.__dict__)
+        VmStatusError.__init__(err, self.code, self.message, self.location, name=name)
+        return err
+
+
+#: ``iree_status_code_t`` names (iree/base/status.h).
+STATUS_NAMES = {1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT",
+                4: "DEADLINE_EXCEEDED", 5: "NOT_FOUND", 6: "ALREADY_EXISTS",
+                7: "PERMISSION_DENIED", 8: "RESOURCE_EXHAUSTED",
+                9: "FAILED_PRECONDITION", 10: "ABORTED", 11: "OUT_OF_RANGE",
+                12: "UNIMPLEMENTED", 13: "INTERNAL", 14: "UNAVAILABLE",
+                15: "DATA_LOSS", 16: "UNAUTHENTICATED", 17: "DEFERRED",
+                18: "INCOMPATIBLE"}
 
 
 class VmBuffer:

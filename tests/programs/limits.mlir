@@ -17,3 +17,11 @@ func.func @spin(%n: i32) -> i32 {
   }
   return %r : i32
 }
+
+// A buffer as large as the input says.
+func.func @sized(%n: index) -> tensor<?xf32> {
+  %e = tensor.empty(%n) : tensor<?xf32>
+  %c = arith.constant 1.5 : f32
+  %f = linalg.fill ins(%c : f32) outs(%e : tensor<?xf32>) -> tensor<?xf32>
+  return %f : tensor<?xf32>
+}
