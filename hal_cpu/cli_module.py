@@ -43,11 +43,20 @@ import numpy as np
 from fatelf import arches
 
 from .buffers import BindingSpecError, format_buffer_view, parse_binding
-from .cli_options import (INSPECT_TIMEOUT, KILL_GRACE, Progress, add_cpu_flags, emulation_options,
-                          load_limit, positive, runs_natively, seconds)
+from .cli_options import (
+    INSPECT_TIMEOUT,
+    KILL_GRACE,
+    Progress,
+    add_cpu_flags,
+    emulation_options,
+    load_limit,
+    positive,
+    runs_natively,
+    seconds,
+)
 from .cli_options import arch as arch_type
-from .interrupt import run_interruptible
 from .errors import HalCpuError
+from .interrupt import run_interruptible
 from .vmfb import check_source
 
 __all__ = ["ModuleError", "add_parsers", "cmd_run_module", "cmd_plan",
@@ -426,8 +435,7 @@ def _modules(specs: Sequence[str]):
 
 
 def _run(compiled, inputs, function: str, program: str, runner, modules):
-    from .iree import run_program
-    from .iree import EvaluationError
+    from .iree import EvaluationError, run_program
     try:
         return run_program(compiled, inputs, function, runner, modules=modules)
     except EvaluationError:
@@ -657,8 +665,9 @@ def _compare(args, program: str, function: str, inputs: list,
     IREE cannot run the program (a host module it has no native
     counterpart of, a plugin it cannot load, no host build...), one line
     says so and why. Never fails the command: our run already succeeded."""
-    from .iree import reference_run
     from fatelf.errors import PortableKernelError
+
+    from .iree import reference_run
     host = arches.host_arch()
 
     def cannot(why: str) -> None:
@@ -713,6 +722,7 @@ def _ordinals(so_path: Path) -> dict[str, int]:
     """Export name -> ordinal, read from the library under emulation without
     running its initializers (as ``hal-cpu inspect`` does)."""
     import elfloader
+
     from .library import Executable
     image = elfloader.read_image(so_path)
     with Executable(image, backend="emulated", initialize=False,
@@ -857,14 +867,16 @@ def format_plan(plan, compiled, inputs: list, input_specs: Sequence[str],
                 cmd.append(f"--arch={arch_flag}")
             cmd += list(run_flags)
             cmd += [f"--constant={c}" for c in step.constants]
-            cmd += [f"--binding={_binding_spec(b, inputs, input_specs, plan.results, constants, known)}"
+            cmd += ["--binding=" + _binding_spec(b, inputs, input_specs, plan.results,
+                                                 constants, known)
                     for b in step.bindings]
             lines.append("  run:         " + " ".join(shlex.quote(c) for c in cmd))
             written.update((b.kind, b.ref) for b in step.bindings)
         elif kind == "FillStep":
             pattern = int.from_bytes(step.pattern, "little")
+            width = 2 * len(step.pattern) + 2
             lines.append(f"step {k}: fill {_where(step.target)} with the "
-                         f"{len(step.pattern)}-byte pattern {pattern:#0{2 * len(step.pattern) + 2}x}")
+                         f"{len(step.pattern)}-byte pattern {pattern:#0{width}x}")
             written.add((step.target.kind, step.target.ref))
         else:
             lines.append(f"step {k}: copy {_where(step.source)} to {_where(step.target)}")
@@ -971,7 +983,6 @@ def cmd_check_module(args) -> int:
     """``hal-cpu check-module``: every public function (or those named), one
     line each: ``PASS @f`` or ``FAIL @f`` followed by IREE's messages for the
     failed expectations, indented; exit status 1 when any function fails."""
-    from .iree import EvaluationError, load_program
     from . import vmfb
     programs, hosts = _split_modules(args)
     with _watchdog(args, programs[-1]):
@@ -1274,9 +1285,8 @@ def _vm_run_module(args, files, hosts, arch) -> int:
 
 
 def _vm_check_module(args, files, hosts, arch) -> int:
-    from .vm.refs import VmError
     from .iree import EvaluationError
-    label = files[-1]
+    from .vm.refs import VmError
     failed = 0
     with _vm_program(args, files, hosts, arch) as program:
         names = [f.lstrip("@") for f in args.function] or list(program.functions)
@@ -1354,8 +1364,8 @@ def _vm_plan(args, path: str) -> int:
     """``plan`` of a compiled module: its bytecode records command buffers
     that are replayed with binding tables at run time, so the steps of a
     call are those of a traced run (as ``plan --trace``)."""
-    from .vm.module_def import read_module
     from . import vmfb as _vmfb
+    from .vm.module_def import read_module
     if args.arch == "all" or args.save_dir:
         flag = "--arch=all" if args.arch == "all" else "--save_dir"
         raise ModuleError(f"{flag} needs the MLIR source (a compiled module "

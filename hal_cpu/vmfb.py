@@ -16,10 +16,14 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fatelf.files import open_regular
 
 from .errors import HalCpuError
+
+if TYPE_CHECKING:
+    from zipfile import ZipFile
 
 #: The member holding the VM module in every ``.vmfb``.
 MODULE_MEMBER = "module.fb"
@@ -58,8 +62,9 @@ def is_module_file(path) -> bool:
         return size >= 4 and f.read(4) == _ZIP_MAGIC
 
 
-def _open(path) -> zipfile.ZipFile:
+def _open(path) -> "ZipFile":
     import zipfile
+
     from .vm.module_def import check_zip_entry
     fd, size = open_regular(path, ModuleFileError)
     f = os.fdopen(fd, "rb")

@@ -19,8 +19,9 @@ from fatelf import arches
 from hal_cpu.cli import main
 from hal_cpu.iree import compile_program
 from hal_cpu.vm import LinkError, VmError, load_program
-from program_specs import ALL_PROGRAMS
+
 from conftest import PREBUILT, ROOT
+from program_specs import ALL_PROGRAMS
 
 PROGRAMS = ROOT / "tests" / "programs"
 CHECKS = sorted((PROGRAMS / "check").glob("*.mlir"))

@@ -39,8 +39,7 @@ import os
 import sys
 import threading
 import time
-from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 

@@ -696,7 +696,8 @@ _HELPERS = {
     "_fma32": _fma32, "_rsqrt64": _rsqrt64, "_rsqrt32": _rsqrt32,
     "_buffer_alloc": _buffer_alloc, "_buffer_clone": _buffer_clone,
     "_buffer_length": _buffer_length, "_buffer_copy": _buffer_copy,
-    "_buffer_compare": _buffer_compare, "_buffer_hash": _buffer_hash, "_list": _list, "_list_alloc": _list_alloc,
+    "_buffer_compare": _buffer_compare, "_buffer_hash": _buffer_hash, "_list": _list,
+    "_list_alloc": _list_alloc,
     "_list_resize": _list_resize, "_list_get_int": _list_get_int,
     "_list_get_float": _list_get_float, "_list_set": _list_set,
     "_list_get_ref": _list_get_ref, "_cast_ref": _cast_ref,
@@ -720,7 +721,8 @@ for _name, _fn in _MATH_FNS.items():
 _TERMINATORS = frozenset(("br", "cond_br", "br_table", "return", "fail", "yield",
                           "break", "cond_break", "call.yieldable",
                           "call.variadic.yieldable"))
-_W32 = "if not -2147483648 <= {d} <= 2147483647: {d} = ((({d}) + 2147483648) & 4294967295) - 2147483648"
+_W32 = ("if not -2147483648 <= {d} <= 2147483647: "
+        "{d} = ((({d}) + 2147483648) & 4294967295) - 2147483648")
 _W64 = ("if not -9223372036854775808 <= {d} <= 9223372036854775807: "
         "{d} = ((({d}) + 9223372036854775808) & 18446744073709551615) - 9223372036854775808")
 
