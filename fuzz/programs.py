@@ -3,7 +3,9 @@
 Seeds are the ``vmfb`` target's compiled modules (:mod:`fuzz.vmfb`). A case
 is a seed with zero to two of the ``vmfb`` target's FlatBuffer mutations
 (:func:`fuzz.vmfb.mutate_vmfb`) and, in most cases, bytes changed inside
-the module's VM bytecode (so the decoder, the translator and the
+the module's VM bytecode (a program importing a host module is left as
+compiled in 30% of its cases, so that its host module's behaviour is what
+is tested) (so the decoder, the translator and the
 translated code meet opcodes, register numbers, branch targets and call
 ordinals nobody compiled); and a host module for the programs that import
 one (``custom``), behaving per case (:data:`HOST_MODES`):
@@ -67,14 +69,17 @@ def mutate_program(rng, seed) -> tuple[list, str]:
     """The mutations of a case and its host module's mode."""
     from .vmfb import mutate_vmfb
     muts = []
+    hosted = "host_modules" in seed.path
     r = rng.random()
-    if r < 0.35:
+    if hosted and r < 0.3:
+        pass                        # the module as compiled: its host module misbehaves
+    elif r < 0.45:
         muts += mutate_vmfb(rng, seed.model, count=rng.choice([1, 2]))
-    if r >= 0.2:
+    if r >= 0.3:
         m = bytecode_mutation(rng, seed.data)
         if m is not None:
             muts.append(m)
-    mode = rng.choice(HOST_MODES) if "host_modules" in seed.path else "ok"
+    mode = rng.choice(HOST_MODES) if hosted else "ok"
     return muts, mode
 
 

@@ -395,3 +395,24 @@ def test_memory_limit_and_a_buffer_allocated_once(compile_cache, capsys):
     small = _peak_kib(["run-module", module, "--function=sized", "--input=1", "--output="])
     big = _peak_kib(["run-module", module, "--function=sized", f"--input={n}", "--output="])
     assert big - small < 1.2 * (4 * n) / 1024, (small, big)
+
+
+def test_fuzz_slice_program(tmp_path):
+    """A short run of ``python -m fuzz --target program``: mutated programs
+    loaded and called end in a result or a typed error, within the time
+    and memory bounds."""
+    import json
+    import os
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fuzz", "--target", "program", "--backend", "native",
+         "--cases", "40", "--seed", "5", "--jobs", "2", "--report", str(report),
+         "--out", str(tmp_path / "cases"), "--quiet", "--no-minimize"],
+        cwd=ROOT, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"), capture_output=True,
+        text=True, timeout=600)
+    assert report.exists(), proc.stdout + proc.stderr
+    out = json.loads(report.read_text())
+    row = out["summary"]["program"]["native"]
+    assert sum(row.values()) == 40
+    assert row["accepted"] + row["typed"] == 40, row
+    assert out["problem_count"] == 0 and proc.returncode == 0, proc.stdout
