@@ -520,6 +520,12 @@ class Executable:
             import_contexts=self._alloc(ptr_array(ps, contexts)) if names else 0)
         be.write(self._env, env)
 
+    @property
+    def environment(self) -> int:
+        """Address of the executable's environment in its backend's memory
+        (the environment argument of its dispatch functions)."""
+        return self._env
+
     # --- dispatch ---------------------------------------------------------
     def export(self, key: int | str) -> Export:
         """The export with ordinal ``key`` (int) or name ``key`` (str).

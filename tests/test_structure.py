@@ -49,7 +49,6 @@ DIRTY: dict[str, str] = {
     "elfloader.backend.emulated": "engine, space, qemu_engine, unicorn_engine and "
     "sandbox import each other; the engines use EmulatedBackend's private state "
     "and the space the CPUs'; unicorn_arch reads unicorn's Uc._uch",
-    "hal_cpu.vm": "hal_module uses Executable's private _env, _leases, _layouts, _fault",
     "hal_cpu": "cli.py subclasses argparse._SubParsersAction and calls "
     "ArgumentParser._print_message",
 }

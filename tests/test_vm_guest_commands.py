@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_vm_hal_module import (  # noqa: E402
+    ANY,
+    DENSE,
+    F32,
+    MlpProgram,
+    inputs,
+    mlp,  # noqa: F401 (the fixture)
+    reference,
+)
 
 from hal_cpu import BindingOverrunError
 from hal_cpu.vm.hal_module import HalModule
-
-from test_vm_hal_module import (ANY, DENSE, F32, MlpProgram, inputs,  # noqa: E402
-                                mlp, reference)  # noqa: F401 (the fixture)
 
 ARCH = "aarch64"
 
@@ -30,7 +36,7 @@ def _guest_runs(hal) -> int:
     return sum(len(exe.guarded) for _, exe in hal._executables.values())
 
 
-def test_repeated_calls_match_the_library_path(mlp, engine):
+def test_repeated_calls_match_the_library_path(mlp, engine):  # noqa: F811
     _, mdef = mlp(ARCH)
     xs = [inputs(seed) for seed in range(4)]
     with HalModule(arch=ARCH, backend="emulated", engine=engine,
@@ -92,7 +98,7 @@ def _run(hal, prog, x):
                            ((4,), (8,)))))
 
 
-def test_overlapping_bindings_run_as_the_library_maps_them(mlp, engine):
+def test_overlapping_bindings_run_as_the_library_maps_them(mlp, engine):  # noqa: F811
     """Bindings on one range (in place) are not given ranges of their own:
     the kernel sees them overlap, as hal_cpu.Executable.dispatch maps
     them."""
@@ -108,7 +114,7 @@ def test_overlapping_bindings_run_as_the_library_maps_them(mlp, engine):
 
 
 @pytest.mark.parametrize("length", [100, 64])
-def test_overrun_reported(mlp, engine, length):
+def test_overrun_reported(mlp, engine, length):  # noqa: F811
     """A kernel writing past the end of a binding: into its canary (100
     bytes: seen after the run) or its guard page (64 bytes: the write
     faults); reported on the first run and on later ones (the ranges and

@@ -60,8 +60,14 @@ from fatelf import arches
 
 from .. import arrays as _arrays
 from ..buffers import DTYPES, ML_DTYPE_NAMES, LazyTable, dtype_name
-from ..dispatch import (CHUNK_SECONDS, FIRST_CHUNK, SHARE_SECONDS,
-                        DispatchLayout, check_return)
+from ..dispatch import (
+    CHUNK_SECONDS,
+    FIRST_CHUNK,
+    SHARE_SECONDS,
+    DispatchLayout,
+    check_return,
+    cpu_leases,
+)
 from ..library import host_workers
 from .refs import VmBuffer, VmStatusError
 
@@ -504,7 +510,7 @@ class Executable:
             lib = self.library
             layout = DispatchLayout(lib.backend, bindings, constants, 1,
                                     export.local_memory_size)
-            layout.calls(export.address, lib._env)
+            layout.calls(export.address, lib.environment)
             entry = self.layouts[key] = (layout, threading.Lock())
         return entry
 
@@ -526,11 +532,11 @@ class Executable:
         (:data:`hal_cpu.dispatch.CHUNK_SECONDS`, or
         :data:`hal_cpu.dispatch.SHARE_SECONDS` with the default workers)
         at the pace of its last run (unknown: a grid of one workgroup runs
-        here, a larger one runs ``slow`` first)."""
+        here, a larger one runs ``slow`` first, which gives its pace: its
+        time per workgroup, copies included)."""
         lib = self.library
         module = self.module
         backend = lib.backend
-        ordinal = export.ordinal
         x, y, z = grid
         total = x * y * z
         label, path = export.label, lib.path
@@ -542,8 +548,8 @@ class Executable:
                      for r in refs)
         fixed = tuple(r[1] for r in refs)
         acquire, release = lock.acquire, lock.release
-        leases = lib._leases
-        env, address = lib._env, export.address
+        leases = cpu_leases(backend)
+        env, address = lib.environment, export.address
         me = self
         # guest ranges: [(guest address, host address, check or None)], made
         # at the first run; pace: seconds per workgroup of the last run
@@ -574,17 +580,14 @@ class Executable:
             if (module._slow or me.closed or backend._closed
                     or (pace is None if total > 1 else False)
                     or pace is not None and pace * total > limit):
+                started = _perf_counter()
                 try:
                     return slow(table)
                 finally:
                     if (total > 1 and not module._slow
                             and lib.last_workers == 1):
-                        # the pace run_grid measured on the library's layout
                         # (also when the dispatch failed)
-                        for other in lib._layouts.get(
-                                (ordinal, n, len(constants), 1), ()):
-                            if other.per_workgroup is not None:
-                                state["pace"] = other.per_workgroup
+                        state["pace"] = (_perf_counter() - started) / total
             sources, writable = [], []
             if table is not None:
                 addrs, entries = table.addrs, table.entries
@@ -621,8 +624,9 @@ class Executable:
                     try:
                         ret = loop()
                     except elfloader.EmulationError as exc:
-                        raise lib._fault(exc, export, pointers, lengths,
-                                         layout) from None
+                        from ..faults import dispatch_fault
+                        raise dispatch_fault(exc, lib, export, pointers,
+                                             lengths, layout) from None
                     state["pace"] = (_perf_counter() - started) / total
                 finally:
                     leases.give(first, 1)
@@ -674,7 +678,7 @@ class Executable:
             return lambda table: None
         dynamic = any(r[3] == WHOLE and r[1] is None for r in refs)
         if not self.native:
-            if dynamic or lib._leases is None or not all(r[3] > 0 for r in refs):
+            if dynamic or not all(r[3] > 0 for r in refs):
                 return slow
             return self._guest_command(export, grid, constants, refs, slow)
         if (dynamic
@@ -1391,7 +1395,7 @@ class HalModule:
         from .. import abi
         be = library.backend
         env = abi.ENVIRONMENT.layout(*be.arch.c_abi)
-        fields = env.unpack(be.read(library._env, env.size))
+        fields = env.unpack(be.read(library.environment, env.size))
         be.write(fields["constants"], consts)
 
     def executable_lookup_function(self, executable, name) -> int:
