@@ -241,3 +241,26 @@ def test_check_failures_are_reported_as_iree_reports_them(compile_cache, capsys)
         "    Expected equality of these values. Contents does not match.\n"
         "      lhs:\n        3xi32=1 4 9\n      rhs:\n        3xi32=1 4 10\n"
         f"1 of 3 functions passed ({arches.host_arch()})\n")
+
+
+def test_failed_registrations_leave_the_registry_as_it_was(compile_cache, capsys):
+    """A module refused by ``register`` (functions not a mapping, a function
+    that is not callable, no name, types that are not classes) never enters
+    the registry: a valid registration afterwards links and runs."""
+    from hal_cpu.iree import HostModuleError, load_module_spec
+    registry = ModuleRegistry()
+    before = list(registry.modules)
+
+    class NotAMapping:
+        name = "custom"
+        functions = ["string.create"]
+
+    for bad in (NotAMapping(), HostModule("custom", {"string.print": 3}),
+                HostModule("", {}), HostModule("custom", {}, types={"custom.string": 1})):
+        with pytest.raises(HostModuleError):
+            registry.register(bad)
+        assert registry.modules == before
+    registry.register(load_module_spec(str(CUSTOM)))
+    comp = compile_program(MODULES / "basic.mlir", arches.host_arch(), compile_cache)
+    run_program(comp, [], "main", modules=registry)
+    assert "PRINT hello" in capsys.readouterr().out

@@ -55,10 +55,46 @@ __all__ = ["HostModule", "export", "ModuleRegistry", "HostModuleError", "HostCal
            "RawTensor", "load_module_spec", "HOST_MODULE_ABI_VERSION"]
 
 def _module_ok(module, spec: str) -> None:
+    """Check everything linking will read of ``module`` (so that a module
+    refused here never reaches a registry).
+
+    Raises:
+        HostModuleError: no ``name`` string, ``functions`` not a mapping of
+            names to callables, ``types`` not a mapping of names to classes,
+            a ``version`` that is not an integer; naming ``spec`` and the
+            value.
+    """
+    from collections.abc import Mapping
     for attr in ("name", "functions"):
         if not hasattr(module, attr):
-            raise HostModuleError(f"{spec}: the creation function returned {module!r}, "
+            raise HostModuleError(f"{spec}: the creation function returned {module!r:.80}, "
                                   f"which has no '{attr}'", name=spec, field="module")
+    name = module.name
+    if not isinstance(name, str) or not name:
+        raise HostModuleError(f"the module's name is {name!r:.60}, not a module name",
+                              name=spec, field="name", value=repr(name)[:80])
+    functions = module.functions
+    if not isinstance(functions, Mapping):
+        raise HostModuleError(f"module '{name}': functions is a "
+                              f"{type(functions).__name__} ({functions!r:.60}), not a "
+                              "mapping of function names to callables", name=spec,
+                              field="functions", value=type(functions).__name__)
+    for fname, fn in functions.items():
+        if not isinstance(fname, str) or not callable(fn):
+            raise HostModuleError(f"module '{name}': function {fname!r:.60} is "
+                                  f"{fn!r:.60}, not callable", name=spec,
+                                  field="functions", value=repr(fname)[:80])
+    types = getattr(module, "types", None) or {}
+    if not isinstance(types, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, type) for k, v in types.items()):
+        raise HostModuleError(f"module '{name}': types is {types!r:.80}, not a mapping "
+                              "of type names to classes", name=spec, field="types",
+                              value=type(types).__name__)
+    version = getattr(module, "version", 0)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise HostModuleError(f"module '{name}': version is {version!r:.60}, not an "
+                              "integer", name=spec, field="version",
+                              value=repr(version)[:80])
 
 
 def load_module_spec(spec: str, max_version: int = HOST_MODULE_ABI_VERSION):
