@@ -103,3 +103,36 @@ def asarray(data, dtype=None) -> np.ndarray:
 def is_aligned(array: np.ndarray) -> bool:
     """Whether ``array``'s data starts on a 64-byte boundary."""
     return array.__array_interface__["data"][0] % BINDING_ALIGNMENT == 0
+
+
+def default_memory_limit() -> int:
+    """Half of this machine's physical memory, in bytes: the default bound
+    on the buffers one program run may hold (``--memory_limit``)."""
+    import os
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError, AttributeError):
+        return 4 << 30
+
+
+def fill_pattern(target: np.ndarray, pattern: bytes) -> None:
+    """Fill the contiguous uint8 array ``target`` in place with ``pattern``
+    repeated (any length; 1, 2, 4 and 8 bytes without a temporary of the
+    target's size)."""
+    n, size = len(pattern), target.size
+    if n == 0 or size == 0:
+        return
+    if n == 1:
+        target.fill(pattern[0])
+        return
+    whole = size - size % n
+    dt = {2: np.uint16, 4: np.uint32, 8: np.uint64}.get(n)
+    if dt is not None:
+        target[:whole].view(dt).fill(np.frombuffer(pattern, dt)[0])
+    else:
+        step = max(n, (1 << 20) // n * n)
+        block = np.frombuffer(pattern * (step // n), np.uint8)
+        for at in range(0, whole, step):
+            chunk = target[at:min(at + step, whole)]
+            chunk[:] = block[:chunk.size]
+    target[whole:] = np.frombuffer(pattern, np.uint8)[:size - whole]

@@ -434,10 +434,12 @@ def _modules(specs: Sequence[str]):
     return ModuleRegistry([load_module_spec(s) for s in specs])
 
 
-def _run(compiled, inputs, function: str, program: str, runner, modules):
+def _run(compiled, inputs, function: str, program: str, runner, modules,
+         memory_limit: int | None = None):
     from .iree import EvaluationError, run_program
     try:
-        return run_program(compiled, inputs, function, runner, modules=modules)
+        return run_program(compiled, inputs, function, runner, modules=modules,
+                           memory_limit=memory_limit)
     except EvaluationError:
         raise
     except (ValueError, TypeError) as exc:
@@ -597,10 +599,30 @@ def _mlir_run_module(args, program: str, hosts: list[str]) -> int:
         try:
             with contextlib.ExitStack() as stack:
                 dispatch = _runner_stack(stack, args, arch, note, backend, progress)
-                done = _run(compiled, inputs, function, program, dispatch, modules)
+                done = _run(compiled, inputs, function, program, dispatch, modules,
+                            getattr(args, "memory_limit", None))
         finally:
             progress.close()
         return done, bool(announced)
+
+    def finish(done, announced):
+        # --output files are written and results formatted in the process
+        # that holds them (a child for a native run): large results never
+        # travel between processes, unless --compare needs them
+        limit = args.output_max_element_count
+        text = [] if announced else [f"EXEC @{function}"]
+        if args.output:
+            for spec, array in zip(args.output, done.results):
+                if spec == "-":
+                    text += ["hal.buffer_view", format_buffer_view(array, limit)]
+                else:
+                    _write_output(spec, array, limit)
+        else:
+            for i, (value, ty) in enumerate(zip(done.results, done.result_types)):
+                text.append(f"result[{i}]: {format_result(value, ty, limit)}")
+        if not args.compare:
+            done.results = [None] * len(done.results)
+        return done, "\n".join(text)
 
     import elfloader
     if (runs_natively(args.backend, elfloader.arch.by_name(arch),
@@ -616,24 +638,17 @@ def _mlir_run_module(args, program: str, hosts: list[str]) -> int:
         from .errors import NativeCrashError
         from .isolate import run_in_child
         try:
-            done, announced = run_in_child(
-                lambda note: _sendable(*run(note)), name=program,
+            done, text = run_in_child(
+                lambda note: _sendable(*finish(*run(note))), name=program,
                 timeout=args.timeout and args.timeout + KILL_GRACE)
         except NativeCrashError as exc:
             print(f"hal-cpu: error: {exc}", file=sys.stderr)
             _diagnose_plan(run, arch, program)
             return 1
     else:
-        done, announced = run(lambda _text: None)
-    if not announced:
-        print(f"EXEC @{function}")
-    limit = args.output_max_element_count
-    if args.output:
-        for spec, array in zip(args.output, done.results):
-            _write_output(spec, array, limit)
-    else:
-        for i, (value, ty) in enumerate(zip(done.results, done.result_types)):
-            print(f"result[{i}]: {format_result(value, ty, limit)}")
+        done, text = finish(*run(lambda _text: None))
+    if text:
+        print(text)
     _check_failures(done, program)
     if args.compare:
         _compare(args, program, function, inputs, done.results)
@@ -1125,7 +1140,7 @@ def _vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | No
     host_modules = []
     if hosts:
         from .iree.host_modules import load_module_spec
-        host_modules = [_checked_host_module(load_module_spec(s), s) for s in hosts]
+        host_modules = [load_module_spec(s) for s in hosts]
     files = [read_module(f, name=f) for f in files]
     if arch is None:
         arch = module_arch(files[-1]) or arches.host_arch()
@@ -1144,32 +1159,6 @@ def _vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | No
             timeout=getattr(args, "timeout", None), trace=trace,
             memory_limit=getattr(args, "memory_limit", None)))
         yield program
-
-
-def _checked_host_module(module, spec: str):
-    """``module`` (loaded from ``--host_module=spec``) if it is a module:
-    a name and a mapping of function names to callables.
-
-    Raises:
-        ModuleError: naming the spec and what the creation function gave.
-    """
-    from collections.abc import Mapping
-    name = getattr(module, "name", None)
-    functions = getattr(module, "functions", None)
-    if not isinstance(name, str) or not name:
-        raise ModuleError(f"the module's name is {name!r}, not a module name",
-                          name=spec, field="--host_module", value=repr(name)[:80])
-    if not isinstance(functions, Mapping):
-        raise ModuleError(f"module '{name}': functions is a "
-                          f"{type(functions).__name__} ({functions!r:.60}), not a "
-                          "mapping of function names to callables", name=spec,
-                          field="--host_module", value=type(functions).__name__)
-    for fname, fn in functions.items():
-        if not isinstance(fname, str) or not callable(fn):
-            raise ModuleError(f"module '{name}': function {fname!r} is {fn!r:.60}, "
-                              "not callable", name=spec, field="--host_module",
-                              value=repr(fname)[:80])
-    return module
 
 
 def _vm_inputs(fn, specs: Sequence[str], label: str) -> list:

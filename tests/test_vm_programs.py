@@ -355,7 +355,7 @@ def test_host_module_that_is_not_a_module_names_the_spec(compile_cache, capsys, 
     module = vmfb(MODULES / "basic.mlir", HOST, compile_cache)
     rc, out, err = cli(capsys, "run-module", module, f"--host_module={bad}")
     assert rc == 1 and out == ""
-    assert err.strip() == (f"hal-cpu: error: {bad}: --host_module: module 'custom': "
+    assert err.strip() == (f"hal-cpu: error: {bad}: functions: module 'custom': "
                            "functions is a list ([1, 2]), not a mapping of function "
                            "names to callables")
 
@@ -416,3 +416,22 @@ def test_fuzz_slice_program(tmp_path):
     assert sum(row.values()) == 40
     assert row["accepted"] + row["typed"] == 40, row
     assert out["problem_count"] == 0 and proc.returncode == 0, proc.stdout
+
+
+def test_memory_limit_on_the_mlir_path(compile_cache, capsys):
+    """The MLIR interpreter's runs have the same bound: one line naming the
+    source line and the size; a large result allocated once."""
+    rc, out, err = cli(capsys, "run-module", LIMITS, f"--cache_dir={compile_cache}",
+                       "--function=sized", f"--input={1 << 40}")
+    assert rc == 1 and len(err.splitlines()) == 1
+    assert (f"{LIMITS}: line 25: an allocation of 4398046511104 bytes would take the "
+            "program's buffers past its memory limit") in err
+    rc, out, err = cli(capsys, "run-module", LIMITS, f"--cache_dir={compile_cache}",
+                       "--function=sized", "--input=3000", "--memory_limit=4K")
+    assert rc == 1 and "memory limit of 4096 bytes" in err
+    n = 64 << 20
+    base = ["run-module", LIMITS, f"--cache_dir={compile_cache}", "--function=sized",
+            "--output="]
+    small = _peak_kib(base + ["--input=1"])
+    big = _peak_kib(base + [f"--input={n}"])
+    assert big - small < 1.2 * (4 * n) / 1024, (small, big)

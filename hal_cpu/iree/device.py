@@ -40,7 +40,7 @@ def _aligned_copy(data) -> np.ndarray:
     out[:] = flat
     return out
 
-__all__ = ["Storage", "Buffer", "BufferView", "CommandBuffer", "FunctionRef",
+__all__ = ["MemoryLimitError", "Storage", "Buffer", "BufferView", "CommandBuffer", "FunctionRef",
            "Executable", "HostBuffer", "Handle", "Device", "DataDependenceError"]
 
 
@@ -49,6 +49,11 @@ class DataDependenceError(EvaluationError):
     depend on results, so it has no plan without running (use
     ``hal-cpu run-module``, or ``hal-cpu plan --trace`` for the steps of an
     actual run)."""
+
+
+class MemoryLimitError(EvaluationError):
+    """An allocation of a program run would pass its memory limit
+    (:attr:`Device.memory_limit`); nothing was allocated."""
 
 
 class Storage:
@@ -179,9 +184,16 @@ class Device:
 
     def __init__(self, run_dispatch: RunDispatch | None,
                  so_for: Callable[[str, str], Path], *, execute: bool = True,
-                 fill_byte: int = 0):
+                 fill_byte: int = 0, memory_limit: int | None = None):
         self.run_dispatch, self.so_for = run_dispatch, so_for
         self.execute, self.fill_byte = execute, fill_byte
+        if memory_limit is None:
+            from ..arrays import default_memory_limit
+            memory_limit = default_memory_limit()
+        #: bytes of allocations a run may make (checked before each; a plan
+        #: makes none)
+        self.memory_limit = memory_limit
+        self.allocated = 0
         self.trace: list = []
         self.allocations: dict[str, int] = {}
         self.constants: dict[str, Storage] = {}
@@ -199,6 +211,14 @@ class Device:
         value that holds it."""
         if size < 0:
             raise EvaluationError(f"allocation of {size} bytes")
+        if self.execute:
+            if self.allocated + size > self.memory_limit:
+                raise MemoryLimitError(
+                    f"an allocation of {size} bytes would take the program's "
+                    f"buffers past its memory limit of {self.memory_limit} bytes "
+                    f"({self.allocated} allocated); raise it with --memory_limit "
+                    "or run_program(memory_limit=)")
+            self.allocated += size
         name = self._unique(self.allocations, base_name)
         self.allocations[name] = size
         fill = self.fill_byte
@@ -287,9 +307,8 @@ class Device:
         if not self.execute:
             buf.storage.written = True
             return
-        target = self.view(buf, offset, length, "fill target")
-        reps = -(-length // len(pattern)) if pattern else 0
-        target[:] = np.frombuffer(pattern * reps, np.uint8)[:length]
+        from ..arrays import fill_pattern
+        fill_pattern(self.view(buf, offset, length, "fill target"), pattern)
 
     def copy(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int,
              length: int) -> None:

@@ -136,8 +136,13 @@ def _host_result(m: Machine, value, ty: str):
         if dt is None:
             raise EvaluationError(f"a result has element type {value.element_type}, "
                                   "which numpy cannot hold")
-        data = m.device.read(value.buffer, 0, value.buffer.length, "a result")
         count = int(np.prod(value.shape, dtype=np.int64))
+        buf = value.buffer
+        if buf.storage.kind == "buffer" and count * dt.itemsize > (1 << 20):
+            # a large allocation of this run is handed over, not copied
+            data = m.device.view(buf, 0, buf.length, "a result")
+            return np.frombuffer(data, dt, count).reshape(value.shape)
+        data = m.device.read(buf, 0, buf.length, "a result")
         return np.frombuffer(data, dt, count).reshape(value.shape).copy()
     w = int_width(ty)
     if w is not None:
@@ -153,7 +158,8 @@ def _host_result(m: Machine, value, ty: str):
 def run_program(compiled: Union[Compiled, str, os.PathLike], inputs: Sequence[Any],
                 function: str | None = None, run_dispatch=None, *, modules=None,
                 backend: str = "auto", arch: str | None = None, plugins=None,
-                fill_byte: int = 0, max_ops: int = 200_000_000) -> ProgramRun:
+                fill_byte: int = 0, max_ops: int = 200_000_000,
+                memory_limit: int | None = None) -> ProgramRun:
     """Run a public function of a compiled program.
 
     Args:
@@ -173,6 +179,10 @@ def run_program(compiled: Union[Compiled, str, os.PathLike], inputs: Sequence[An
         fill_byte: initial value of every byte the program allocates.
         max_ops: ops one function call may run (a guard against endless
             loops).
+        memory_limit: bytes the run's allocations may take in all (default
+            :func:`hal_cpu.arrays.default_memory_limit`); past it,
+            :class:`~hal_cpu.iree.device.MemoryLimitError` naming the op and
+            its line, before anything is allocated.
 
     Returns:
         A :class:`ProgramRun`.
@@ -189,12 +199,14 @@ def run_program(compiled: Union[Compiled, str, os.PathLike], inputs: Sequence[An
         from .run import PlanRunner
         with PlanRunner(backend=backend, arch=arch, plugins=plugins) as runner:
             return run_program(compiled, inputs, function, runner, modules=modules,
-                               fill_byte=fill_byte, max_ops=max_ops)
+                               fill_byte=fill_byte, max_ops=max_ops,
+                               memory_limit=memory_limit)
     from .host_modules import ModuleRegistry
     program, comp = open_program(compiled)
     function = select_function(program, function)
     registry = modules if isinstance(modules, ModuleRegistry) else ModuleRegistry(modules or ())
-    device = Device(run_dispatch, so_for(comp), fill_byte=fill_byte)
+    device = Device(run_dispatch, so_for(comp), fill_byte=fill_byte,
+                    memory_limit=memory_limit)
     m = Machine(program, device, registry, comp.variant if comp else None, max_ops=max_ops)
     args = input_values(program, function, inputs)
     m.initialize()

@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..arrays import empty as aligned_empty
+from ..arrays import fill_pattern
 from ..arrays import full as aligned_full
 from ..errors import DispatchTimeoutError
 from .errors import EvaluationError
@@ -170,8 +171,7 @@ def run_plan(plan: ProgramPlan, inputs: Sequence[Any],
             run_dispatch(step, [view(b) for b in step.bindings])
         elif isinstance(step, FillStep):
             t = view(step.target)
-            reps = -(-t.size // len(step.pattern))
-            t[:] = np.frombuffer(step.pattern * reps, dtype=np.uint8)[:t.size]
+            fill_pattern(t, step.pattern)
         else:
             view(step.target)[:] = view(step.source).copy()
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import ctypes
 import fnmatch
-import os
 import threading
 import weakref
 from time import perf_counter as _perf_counter
@@ -59,6 +58,7 @@ import elfloader
 from fatelf import arches
 
 from .. import arrays as _arrays
+from ..arrays import default_memory_limit
 from ..buffers import DTYPES, ML_DTYPE_NAMES, LazyTable, dtype_name
 from ..dispatch import (
     CHUNK_SECONDS,
@@ -410,15 +410,6 @@ def _resolve(table: _Table | None, ref) -> tuple[Buffer, int, int]:
     if length == WHOLE:
         length = table.lens[slot] - off
     return buf, base + off, length
-
-
-def default_memory_limit() -> int:
-    """Half of this machine's physical memory, in bytes (the default
-    :attr:`HalModule.memory_limit`)."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
-    except (ValueError, OSError, AttributeError):
-        return 4 << 30
 
 
 class DispatchRecord:
