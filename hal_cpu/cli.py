@@ -14,10 +14,9 @@ import time
 
 import numpy as np
 
+import elfloader
 from fatelf import arches
 from fatelf.errors import PortableKernelError
-
-import elfloader
 
 from .buffers import format_buffer_view, parse_binding
 from .cli_options import INSPECT_TIMEOUT, KILL_GRACE, MAX_SECONDS, emulation_options
@@ -637,6 +636,7 @@ def _repeat(exe, export, args, arrays, count: int, seconds: float,
         KeyboardInterrupt: ``stopped`` was set.
     """
     from array import array
+
     from .errors import DispatchTimeoutError
     clock = time.perf_counter
     dispatch, wc, consts = exe.dispatch, args.workgroup_count, args.constant

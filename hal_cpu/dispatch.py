@@ -35,12 +35,10 @@ from typing import Callable, Sequence
 
 import elfloader
 from elfloader import Backend, as_int32
-
 from fatelf.cstruct import pack_array, scalar_code
 
 from . import abi, runtime
-from .errors import (DispatchError, DispatchTimeoutError,
-                     LocalMemoryOverrunError)
+from .errors import DispatchError, DispatchTimeoutError, LocalMemoryOverrunError
 
 #: Target duration of one crossing into the backend, in seconds.
 CHUNK_SECONDS = 0.05

@@ -28,12 +28,9 @@ import elfloader
 from elfloader import Backend
 
 from . import abi, runtime
-from .dispatch import (FIRST_CHUNK, SHARE_SECONDS, DispatchLayout,
-                       check_return, cpu_leases, run_grid)
-from .arrays import (BINDING_ALIGNMENT, COPY_WARN_BYTES,
-                     AlignmentCopyWarning)
-from .errors import (DispatchError, ExportNotFoundError, LibraryError,
-                     UnresolvedImportError)
+from .arrays import BINDING_ALIGNMENT, COPY_WARN_BYTES, AlignmentCopyWarning
+from .dispatch import FIRST_CHUNK, SHARE_SECONDS, DispatchLayout, check_return, cpu_leases, run_grid
+from .errors import DispatchError, ExportNotFoundError, LibraryError, UnresolvedImportError
 from .memory import GuestView, ptr_array
 
 _get_ident = threading.get_ident

@@ -58,9 +58,8 @@ from fatelf import arches
 from ...arch import Arch
 from ...errors import BackendError, EmulationError
 from ..base import PROT_EXEC, PROT_READ, PROT_WRITE, prot_str
-from .engine import (FAULTS, INSTALL_HINT, QEMU_PROGRAMS, Cpu, Engine,
-                     EngineError, qemu_program)
 from . import sandbox, syscalls
+from .engine import FAULTS, INSTALL_HINT, QEMU_PROGRAMS, Cpu, Engine, EngineError, qemu_program
 from .pages import lookup
 
 if TYPE_CHECKING:

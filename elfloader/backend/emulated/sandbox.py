@@ -18,8 +18,9 @@ it cannot be installed later):
   :data:`PROTECTED_FDS`); ``execve`` only of
   the one path this module passes (its address is checked, so the guest
   cannot start a program); ``prlimit64`` only to read, or to set its own
-  core size (to 0: the hard limit); ``fcntl`` only for descriptor flags. No sockets, no ``ptrace``, no ``process_vm_*``, no
-  ``pidfd_*``, no files made, changed, renamed or removed.
+  core size (to 0: the hard limit); ``fcntl`` only for descriptor flags.
+  No sockets, no ``ptrace``, no ``process_vm_*``, no ``pidfd_*``, no files
+  made, changed, renamed or removed.
 * ``PR_SET_NO_NEW_PRIVS``.
 * **Landlock** where the kernel has it: reading and executing beneath
   ``/usr`` and qemu's own directory, reading ``/etc/ld.so.cache``, the

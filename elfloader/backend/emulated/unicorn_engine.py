@@ -38,11 +38,17 @@ import ctypes
 import mmap
 from typing import TYPE_CHECKING
 
-from unicorn import (UC_HOOK_CODE, UC_PROT_EXEC, UC_PROT_NONE, UC_PROT_READ,
-                     UC_PROT_WRITE, Uc, UcError)
+from unicorn import (
+    UC_HOOK_CODE,
+    UC_PROT_EXEC,
+    UC_PROT_NONE,
+    UC_PROT_READ,
+    UC_PROT_WRITE,
+    Uc,
+    UcError,
+)
 from unicorn import unicorn_const as UCC
-from unicorn.unicorn_py3.unicorn import (HOOK_TLB_FILL_CFUNC, uc_hook_h,
-                                         uclib)
+from unicorn.unicorn_py3.unicorn import HOOK_TLB_FILL_CFUNC, uc_hook_h, uclib
 
 from fatelf.cstruct import pack_array, unpack_array
 
