@@ -435,11 +435,11 @@ def _modules(specs: Sequence[str]):
 
 
 def _run(compiled, inputs, function: str, program: str, runner, modules,
-         memory_limit: int | None = None):
+         memory_limit: int | None = None, timeout: float | None = None):
     from .iree import EvaluationError, run_program
     try:
         return run_program(compiled, inputs, function, runner, modules=modules,
-                           memory_limit=memory_limit)
+                           memory_limit=memory_limit, timeout=timeout)
     except EvaluationError:
         raise
     except (ValueError, TypeError) as exc:
@@ -600,7 +600,8 @@ def _mlir_run_module(args, program: str, hosts: list[str]) -> int:
             with contextlib.ExitStack() as stack:
                 dispatch = _runner_stack(stack, args, arch, note, backend, progress)
                 done = _run(compiled, inputs, function, program, dispatch, modules,
-                            getattr(args, "memory_limit", None))
+                            getattr(args, "memory_limit", None),
+                            getattr(args, "timeout", None))
         finally:
             progress.close()
         return done, bool(announced)
@@ -1028,7 +1029,9 @@ def _mlir_check_module(args, program: str, hosts: list[str]) -> int:
                 continue
             modules = _modules(args.module)
             try:
-                run = _run(compiled, [], f, program, dispatch, modules)
+                run = _run(compiled, [], f, program, dispatch, modules,
+                           getattr(args, "memory_limit", None),
+                           getattr(args, "timeout", None))
                 messages = run.check_failures
             except EvaluationError as exc:
                 messages = [f"error: {exc}"]

@@ -435,3 +435,15 @@ def test_memory_limit_on_the_mlir_path(compile_cache, capsys):
     small = _peak_kib(base + ["--input=1"])
     big = _peak_kib(base + [f"--input={n}"])
     assert big - small < 1.2 * (4 * n) / 1024, (small, big)
+
+
+def test_timeout_stops_a_host_loop_on_the_mlir_path(compile_cache):
+    import time as _time
+    start = _time.monotonic()
+    proc = _hal_cpu("run-module", LIMITS, f"--cache_dir={compile_cache}",
+                    "--function=spin", "--input=5", "--timeout=1")
+    took = _time.monotonic() - start
+    assert proc.returncode == 1 and took < 1 + 2 + 3, (took, proc.stderr)
+    assert proc.stderr.strip() == (
+        f"hal-cpu: error: {LIMITS}: line 16: the time limit of 1 s passed in @spin "
+        "(a loop of the program's host code)")

@@ -56,3 +56,9 @@ class EvaluationError(HalCpuError):
                                  line=self.line or line, path=self.path or path)
         err.__cause__ = self.__cause__
         return err
+
+
+class ProgramTimeoutError(EvaluationError):
+    """A program's host code ran past its time limit
+    (``run_program(timeout=)``, ``--timeout``): stopped between two blocks
+    of the function named in the message, at the op and line given."""

@@ -16,6 +16,7 @@ came from in the user's source.
 
 from __future__ import annotations
 
+from time import monotonic as _monotonic
 from typing import Any, Sequence
 
 from fatelf.errors import PortableKernelError
@@ -117,6 +118,10 @@ class Machine:
         self.modules = modules if modules is not None else ModuleRegistry()
         self.variant = variant
         self.max_ops = max_ops
+        #: ``time.monotonic()`` value past which host code stops (between
+        #: two blocks), or None
+        self.deadline: float | None = None
+        self.time_limit: float | None = None
         self.globals: dict[str, Any] = {}
         self.ops_run = 0
         self.imports = self.modules.link(program)
@@ -151,6 +156,7 @@ class Machine:
         for s, v in zip(slots, args):
             r[s] = v
         budget = self.max_ops
+        deadline = self.deadline
         op = None
         try:
             while True:
@@ -158,6 +164,11 @@ class Machine:
                 if budget < 0:
                     raise EvaluationError(f"@{function.name} ran {self.max_ops} ops "
                                           "without returning (an endless loop?)")
+                if deadline is not None and _monotonic() > deadline:
+                    from .errors import ProgramTimeoutError
+                    raise ProgramTimeoutError(
+                        f"the time limit of {self.time_limit:g} s passed in "
+                        f"@{function.name} (a loop of the program's host code)")
                 out = None
                 for fn, op in steps:
                     out = fn(self, r)

@@ -159,7 +159,8 @@ def run_program(compiled: Union[Compiled, str, os.PathLike], inputs: Sequence[An
                 function: str | None = None, run_dispatch=None, *, modules=None,
                 backend: str = "auto", arch: str | None = None, plugins=None,
                 fill_byte: int = 0, max_ops: int = 200_000_000,
-                memory_limit: int | None = None) -> ProgramRun:
+                memory_limit: int | None = None,
+                timeout: float | None = None) -> ProgramRun:
     """Run a public function of a compiled program.
 
     Args:
@@ -183,6 +184,12 @@ def run_program(compiled: Union[Compiled, str, os.PathLike], inputs: Sequence[An
             :func:`hal_cpu.arrays.default_memory_limit`); past it,
             :class:`~hal_cpu.iree.device.MemoryLimitError` naming the op and
             its line, before anything is allocated.
+        timeout: seconds the host code may run (initializers and the
+            function); past it, :class:`~hal_cpu.iree.errors.ProgramTimeoutError`
+            naming the function, the op and its line, raised between two
+            blocks (a call into a Python host module is not interrupted).
+            Dispatches are bounded by ``run_dispatch`` (a
+            :class:`~hal_cpu.iree.PlanRunner`'s ``timeout``).
 
     Returns:
         A :class:`ProgramRun`.
@@ -200,7 +207,7 @@ def run_program(compiled: Union[Compiled, str, os.PathLike], inputs: Sequence[An
         with PlanRunner(backend=backend, arch=arch, plugins=plugins) as runner:
             return run_program(compiled, inputs, function, runner, modules=modules,
                                fill_byte=fill_byte, max_ops=max_ops,
-                               memory_limit=memory_limit)
+                               memory_limit=memory_limit, timeout=timeout)
     from .host_modules import ModuleRegistry
     program, comp = open_program(compiled)
     function = select_function(program, function)
@@ -209,6 +216,9 @@ def run_program(compiled: Union[Compiled, str, os.PathLike], inputs: Sequence[An
                     memory_limit=memory_limit)
     m = Machine(program, device, registry, comp.variant if comp else None, max_ops=max_ops)
     args = input_values(program, function, inputs)
+    if timeout is not None:
+        import time
+        m.time_limit, m.deadline = timeout, time.monotonic() + timeout
     m.initialize()
     outs = m.call(function, args)
     fn = program.functions[function]
