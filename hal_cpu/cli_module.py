@@ -321,7 +321,8 @@ def _cache_dir(args) -> str | None:
 
 
 def compile_for(program: str, arch: str, cache_dir: str | None = None,
-                extra_flags: Sequence[str] = (), cpu: str | None = None):
+                extra_flags: Sequence[str] = (), cpu: str | None = None,
+                timeout: float | None = None):
     """:func:`hal_cpu.iree.compile_program` for the command line.
 
     Raises:
@@ -337,8 +338,11 @@ def compile_for(program: str, arch: str, cache_dir: str | None = None,
         raise ModuleError("no such file", name=program, field="program", value=program)
     try:
         return compile_program(path, arch, cache_dir, extra_flags=list(extra_flags),
-                               cpu=cpu)
+                               cpu=cpu, timeout=timeout)
     except CompileError as exc:
+        if exc.message.startswith("iree-compile did not finish"):
+            raise CompileError(f"{exc.message} compiling for {arch}", name=program,
+                               field="iree-compile", value=exc.value) from None
         text = str(exc)
         lines = [ln.strip() for ln in text.splitlines()]
         first = next((ln for ln in lines if "error:" in ln), lines[-1] if lines else text)
@@ -574,7 +578,7 @@ def _mlir_run_module(args, program: str, hosts: list[str]) -> int:
     check_source(program)
     arch = args.arch or arches.host_arch()
     compiled = compile_for(program, arch, _cache_dir(args), args.compile_flag,
-                           getattr(args, "cpu", None))
+                           getattr(args, "cpu", None), getattr(args, "timeout", None))
     function = _pick_function(compiled, args.function, program)
     inputs = parse_inputs(compiled, function, args.input, program)
     modules = _modules(args.module)
@@ -932,7 +936,7 @@ def cmd_plan(args) -> int:
     for arch in targets:
         _check_cpu(args, arch)
         compiled = compile_for(program, arch, _cache_dir(args), args.compile_flag,
-                               getattr(args, "cpu", None))
+                               getattr(args, "cpu", None), getattr(args, "timeout", None))
         function = _pick_function(compiled, args.function, program)
         inputs = parse_inputs(compiled, function, args.input, program)
         if args.trace:
@@ -1015,7 +1019,7 @@ def _mlir_check_module(args, program: str, hosts: list[str]) -> int:
     check_source(program)
     arch = args.arch or arches.host_arch()
     compiled = compile_for(program, arch, _cache_dir(args), args.compile_flag,
-                           getattr(args, "cpu", None))
+                           getattr(args, "cpu", None), getattr(args, "timeout", None))
     functions = [f.lstrip("@") for f in args.function] or list(compiled.functions)
     for f in functions:
         _pick_function(compiled, f, program)
@@ -1127,7 +1131,7 @@ def _vm_files(args, programs: Sequence[str]) -> tuple[list[str], str | None]:
         check_source(p)
         compiled = compile_for(p, arch or arches.host_arch(), _cache_dir(args),
                                getattr(args, "compile_flag", []),
-                               getattr(args, "cpu", None))
+                               getattr(args, "cpu", None), getattr(args, "timeout", None))
         files.append(str(compiled.vmfb))
         arch = arch or compiled.arch
     return files, arch

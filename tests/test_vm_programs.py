@@ -447,3 +447,31 @@ def test_timeout_stops_a_host_loop_on_the_mlir_path(compile_cache):
     assert proc.stderr.strip() == (
         f"hal-cpu: error: {LIMITS}: line 16: the time limit of 1 s passed in @spin "
         "(a loop of the program's host code)")
+
+
+def test_a_compile_that_never_ends_is_stopped(tmp_path):
+    """iree-compile loops on a recursive host function: --timeout stops it
+    (and the compiler process it started) with one line."""
+    import time as _time
+    rec = tmp_path / "rec.mlir"
+    rec.write_text("func.func @r(%n: i32) -> i32 {\n  %c1 = arith.constant 1 : i32\n"
+                   "  %m = arith.addi %n, %c1 : i32\n"
+                   "  %r = func.call @r(%m) : (i32) -> i32\n  return %r : i32\n}\n")
+    start = _time.monotonic()
+    proc = _hal_cpu("run-module", rec, "--input=1", "--timeout=2",
+                    f"--cache_dir={tmp_path / 'cache'}")
+    took = _time.monotonic() - start
+    assert proc.returncode == 1 and took < 2 + 2 + 3, (took, proc.stderr)
+    assert proc.stderr.strip() == (f"hal-cpu: error: {rec}: iree-compile: iree-compile "
+                                   "did not finish within 2 s (stopped) compiling for "
+                                   f"{HOST}")
+    import os
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if str(rec).encode() in f.read():
+                    left.append(pid)
+        except OSError:
+            pass
+    assert not left, "a compiler process outlived the command"

@@ -329,11 +329,35 @@ class Compiled:
         return hits[0]
 
 
-def _run_compile(args: list[str]) -> None:
+#: Seconds one ``iree-compile`` run may take by default (it is killed past
+#: them; some inputs make it loop, e.g. a recursive host function).
+COMPILE_TIMEOUT = 600.0
+
+
+def _run_compile(args: list[str], timeout: float | None = None) -> None:
+    import signal
+    limit = COMPILE_TIMEOUT if timeout is None else timeout
     try:
-        proc = subprocess.run(args, capture_output=True, text=True)
+        # its own process group: the launcher script starts the compiler
+        # binary, and both end when either the limit or this process does
+        child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, start_new_session=True)
     except OSError as e:
         raise IreeToolError(f"cannot run it ({e})", name=args[0]) from None
+    try:
+        _, stderr = child.communicate(timeout=limit)
+    except BaseException as exc:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        child.communicate()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise CompileError(f"iree-compile did not finish within {limit:g} s "
+                               "(stopped)", name=args[1], field="iree-compile",
+                               value=limit) from None
+        raise
+    proc = subprocess.CompletedProcess(args, child.returncode, "", stderr)
     if proc.returncode != 0:
         raise CompileError(f"iree-compile failed ({proc.returncode}):\n"
                            f"$ {' '.join(args)}\n{proc.stderr}",
@@ -346,7 +370,8 @@ def _public_functions(hal_text: str) -> tuple[str, ...]:
 
 def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = None,
                     *, extra_flags: Sequence[str] = (),
-                    cpu: str | None = None) -> Compiled:
+                    cpu: str | None = None,
+                    timeout: float | None = None) -> Compiled:
     """Compile an MLIR program for ``arch`` (name or alias), cached.
 
     Writes ``<stem>.vmfb``, ``binaries/*.so`` (the embedded ELFs) and
@@ -370,6 +395,8 @@ def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = N
         extra_flags: more ``iree-compile`` flags (part of the hash).
         cpu: CPU profile to compile for (:func:`target_flags`); None: the
             architecture's default profile.
+        timeout: seconds each ``iree-compile`` run may take (default
+            :data:`COMPILE_TIMEOUT`); it is killed past them.
 
     Raises:
         IreeToolError: ``iree-compile`` missing or not :data:`SUPPORTED_VERSION`.
@@ -417,13 +444,13 @@ def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = N
             # phase) the HAL-level IR of that very compile.
             _run_compile([exe, str(mlir_path), "-o", str(tmp / vmfb.name), *flags,
                           f"--iree-hal-dump-executable-binaries-to={tdump}",
-                          f"--dump-compilation-phases-to={phases}"])
+                          f"--dump-compilation-phases-to={phases}"], timeout)
             hal_phase = sorted(phases.glob("*.hal.mlir"))
             if len(hal_phase) == 1:
                 os.replace(hal_phase[0], tmp / hal.name)
             else:
                 _run_compile([exe, str(mlir_path), "--compile-to=hal",
-                              "-o", str(tmp / hal.name), *flags])
+                              "-o", str(tmp / hal.name), *flags], timeout)
             shutil.rmtree(phases, ignore_errors=True)
             (tmp / "stamp.txt").write_text(key)
             if dest.exists():
