@@ -472,9 +472,16 @@ def run_program(case, data, rep, opts):
     run_compiled_program(case, data, rep, opts)
 
 
+def run_mlir(case, data, rep, opts):
+    """Mutated program text compiled and run (see
+    :func:`fuzz.programs.run_mlir`)."""
+    from .programs import run_mlir as run_program_text
+    run_program_text(case, data, rep, opts)
+
+
 RUNNERS = {"code": run_code, "elf": run_executable, "plugin": run_plugin, "fatelf": run_bundle,
            "threads": run_threads, "files": run_files, "vmfb": run_vmfb,
-           "program": run_program}
+           "program": run_program, "mlir": run_mlir}
 
 
 def _frames(tb, limit=12):

@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("native", "emulated", "both"), default="both",
                    help="backends to fuzz (default both)")
     p.add_argument("--target", choices=("elf", "fatelf", "plugin", "threads", "files",
-                                        "code", "vmfb", "program", "all"), default="all",
+                                        "code", "vmfb", "program", "mlir", "all"),
+                   default="all",
                    help="inputs: IREE executables, FatELF bundles, plugins, "
                         "executables dispatched from threads while closed "
                         "(threads), executables given as FIFOs, directories, "
@@ -47,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "on one backend (no code runs), never part of all; "
                         "program: compiled modules with mutated bytecode loaded and "
                         "called, with host modules that raise, return the wrong "
-                        "thing or never return, never part of all")
+                        "thing or never return, never part of all; mlir: mutated "
+                        "MLIR program text compiled and run by the interpreter, "
+                        "never part of all")
     p.add_argument("--kill-host", type=float, default=0.0, metavar="FRACTION",
                    help="code target: the fraction of cases whose child process kills "
                         "itself (SIGKILL) 0.05-1 s into the run, as a crashing program "

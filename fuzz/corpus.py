@@ -38,7 +38,7 @@ TARGETS = ("elf", "fatelf", "plugin", "threads", "files")
 #: Targets run only when named (not part of ``--target all``): ``code``,
 #: hostile machine code in a valid executable, emulated only; ``vmfb``,
 #: compiled modules for the VM module reader (:mod:`fuzz.vmfb`).
-EXTRA_TARGETS = ("code", "vmfb", "program")
+EXTRA_TARGETS = ("code", "vmfb", "program", "mlir")
 #: Targets whose cases are mutated executables (``threads``: dispatched
 #: from several threads while another closes it; ``files``: given as a
 #: path that is a FIFO, a directory, a device, a huge sparse file...).
@@ -146,7 +146,17 @@ class Corpus:
                                                None, VmfbModel.build(data, name)))
         return self.seeds["vmfb"]
 
+    def mlir_seeds(self) -> list[Seed]:
+        """The ``mlir`` seeds: program texts (:mod:`fuzz.programs`)."""
+        if not self.seeds["mlir"]:
+            from .programs import mlir_seed_files
+            for name, path in mlir_seed_files():
+                self.seeds["mlir"].append(Seed(name, "mlir", path.read_bytes()))
+        return self.seeds["mlir"]
+
     def eligible(self, target: str, backend: str) -> list[Seed]:
+        if target == "mlir":
+            return self.mlir_seeds()
         if target == "vmfb":
             return self.vmfb_seeds()
         if target == "program":
@@ -172,6 +182,8 @@ class Corpus:
     def seed(self, path: str) -> Seed:
         if path.startswith("vmfb:"):
             self.vmfb_seeds()
+        if path.startswith("mlir:"):
+            self.mlir_seeds()
         for seeds in self.seeds.values():  # (threads/files share elf's)
             for s in seeds:
                 if s.path == path:
@@ -231,6 +243,14 @@ def make_case(corpus: Corpus, seed: int, backend: str, index: int,
         from .programs import mutate_program
         arch = s.arch
         muts, extra["host_mode"] = mutate_program(rng, s)
+    elif target == "mlir":
+        from .programs import mutate_mlir
+        host = elfloader.arch.host()
+        arch = (host.name if backend == "native" and host is not None
+                else rng.choice(["aarch64", "riscv64", "riscv32"]))
+        muts = mutate_mlir(rng, s.data)
+        extra["host_mode"] = (rng.choice(["ok", "ok", "raise", "wrong"])
+                              if "host_modules" in s.path else "ok")
     else:
         arch = s.arch
         muts = mutate.mutate_elf(rng, s.model)

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 #: How a case's host module behaves.
 HOST_MODES = ("ok", "ok", "raise", "wrong", "never")
@@ -219,3 +220,113 @@ def _run_command(case, data, rep, opts):
                            f"{len(lines)} lines on stderr: {proc.stderr[-400:]}")
     from hal_cpu.errors import HalCpuError
     raise HalCpuError(lines[0], name="case.vmfb", field="run-module")
+
+
+# ---------------------------------------------------------------------------
+# target ``mlir``: mutated program text, compiled and run by the MLIR path
+
+#: Seeds of the ``mlir`` target (small programs: each case compiles).
+MLIR_PROGRAMS = ("tests/programs/host_code.mlir", "tests/programs/add_i32.mlir",
+                 "tests/programs/int_ops.mlir", "tests/programs/check/elementwise.mlir",
+                 "tests/programs/host_modules/basic.mlir", "tests/programs/limits.mlir")
+#: Seconds one case's compile may take.
+COMPILE_LIMIT = 10.0
+
+_NUMBER = re.compile(rb"-?\b\d+\b")
+_TYPES = (b"i1", b"i8", b"i32", b"i64", b"f16", b"f32", b"f64", b"index")
+
+
+def mlir_seed_files() -> list[tuple[str, Path]]:
+    root = Path(__file__).resolve().parent.parent
+    return [(f"mlir:{p}", root / p) for p in MLIR_PROGRAMS]
+
+
+def mutate_mlir(rng, data: bytes) -> list:
+    """1 to 3 edits of the program text, as ``[(description, ops)]`` whose
+    ops replace the whole text (the edits move bytes around)."""
+    text = data
+    what = []
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        lines = text.split(b"\n")
+        kind = rng.choice(["number", "number", "type", "drop", "dup", "swap",
+                           "bytes", "cut", "utf8"])
+        if kind == "number":
+            found = list(_NUMBER.finditer(text))
+            if found:
+                m = rng.choice(found)
+                new = str(rng.choice([0, -1, 1, 2, 3, 255, 65536, 2**31 - 1, -2**31,
+                                      2**32, 2**40, 2**63 - 1])).encode()
+                text = text[:m.start()] + new + text[m.end():]
+                what.append(f"number at {m.start()} -> {new.decode()}")
+                continue
+        if kind == "type":
+            found = [t for t in _TYPES if t in text]
+            if found:
+                a, b = rng.choice(found), rng.choice(_TYPES)
+                text = text.replace(a, b, 1)
+                what.append(f"type {a.decode()} -> {b.decode()}")
+                continue
+        if kind in ("drop", "dup", "swap") and len(lines) > 2:
+            i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
+            if kind == "drop":
+                del lines[i]
+            elif kind == "dup":
+                lines.insert(j, lines[i])
+            else:
+                lines[i], lines[j] = lines[j], lines[i]
+            text = b"\n".join(lines)
+            what.append(f"{kind} line {i + 1}" + (f" / {j + 1}" if kind != "drop" else ""))
+            continue
+        if kind == "cut":
+            at = rng.randrange(len(text) + 1)
+            text = text[:at]
+            what.append(f"cut at {at}")
+            continue
+        at = rng.randrange(len(text) + 1)
+        junk = (bytes([0xff, 0xfe]) if kind == "utf8" else
+                bytes(rng.randrange(32, 127) for _ in range(rng.randrange(1, 12))))
+        text = text[:at] + junk + text[at:]
+        what.append(f"{len(junk)} bytes at {at}")
+    return [("; ".join(what), [("truncate", 0), ("append", text)])]
+
+
+def run_mlir(case, data, rep, opts):
+    """Compile the mutated text (bounded) and run every public function
+    through the MLIR interpreter with a time and memory limit; a program
+    importing the host module gets one behaving as the case says."""
+    import numpy as np
+
+    from hal_cpu.iree import ModuleRegistry, compile_program, run_program
+    from hal_cpu.iree.reader import load_program as load_ir
+    from hal_cpu.vmfb import check_text
+    backend = "native" if case["backend"] == "native" else "emulated"
+    with tempfile.TemporaryDirectory(prefix="pkr-fuzz-mlir-") as tmp:
+        path = os.path.join(tmp, "case.mlir")
+        with open(path, "wb") as f:
+            f.write(data)
+        rep.enter("parse")
+        check_text(path)
+        comp = compile_program(path, case["arch"], os.path.join(tmp, "cache"),
+                               timeout=COMPILE_LIMIT)
+        ir = load_ir(comp.hal_mlir)
+        first = None
+        for name in comp.functions:
+            rep.enter("dispatch")
+            inputs = []
+            for ty in ir.functions[name].arg_types:
+                if ty.startswith("!hal.buffer_view"):
+                    inputs.append(np.zeros(4, np.float32))
+                else:
+                    inputs.append(1)
+            modules = ModuleRegistry([host_module(case.get("host_mode", "ok"))])
+            try:
+                run_program(comp, inputs, name, modules=modules, backend=backend,
+                            timeout=TIME_LIMIT, memory_limit=1 << 30)
+            except Exception as exc:
+                from fatelf import PortableKernelError
+                if not isinstance(exc, PortableKernelError):
+                    raise
+                rep.mark_failure()
+                first = first or exc
+        if first is not None:
+            raise first
