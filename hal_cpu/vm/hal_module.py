@@ -890,8 +890,8 @@ class HalModule:
             # leaves the module (never pooled for reuse again) and lives as
             # long as the array
             buf.root.pooled = False
-            return np.ndarray(shape, dtype, buf.array)
-        return np.ndarray(shape, dtype, buf.array).copy()
+            return _as_array(shape, dtype, buf)
+        return _as_array(shape, dtype, buf).copy()
 
     def _output_info(self, view: BufferView, key) -> tuple:
         dtype = ELEMENT_DTYPES.get(view.element_type)
@@ -901,6 +901,9 @@ class HalModule:
         shape = view.shape
         count = 1
         for d in shape:
+            if d < 0:
+                raise _status(INVALID_ARGUMENT, f"buffer view dimension {d} is "
+                              "negative")
             count *= d
         info = (shape, dtype, count * dtype.itemsize)
         if len(self._outputs) >= 1024:
@@ -1867,6 +1870,15 @@ def _pattern(pattern: int, length: int) -> int:
 
 
 _PATTERN_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _as_array(shape, dtype, buf: Buffer) -> np.ndarray:
+    """``buf``'s bytes as an array of ``shape`` and ``dtype`` (no copy)."""
+    try:
+        return np.ndarray(shape, dtype, buf.array)
+    except (TypeError, ValueError) as exc:
+        raise _status(OUT_OF_RANGE, f"a buffer view of shape {shape} and dtype "
+                      f"{dtype} does not fit its {buf.length}-byte buffer: {exc}") from None
 
 
 def _fill(buf: Buffer, offset: int, length: int, pattern: int,
