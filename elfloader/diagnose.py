@@ -31,12 +31,12 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
-from fatelf import arches as _arches
 from fatelf.cstruct import CStruct
 
 from . import arch as _arch_registry
 from .arch import Disassembly
 from .elf import SHN_UNDEF, SHT_STRTAB, SHT_SYMTAB, flags_str
+from .errors import FaultReport
 from .image import MAX_TABLE_ENTRIES, ElfImage
 
 STT_NOTYPE, STT_OBJECT, STT_FUNC, STT_SECTION, STT_FILE = 0, 1, 2, 3, 4
@@ -741,122 +741,8 @@ def describe_address(address: int, regions: Iterable[Region]) -> str:
 
 # --- the report ----------------------------------------------------------------
 
-@dataclass
-class FaultReport:
-    """What is known about one fault in guest code.
-
-    Attributes:
-        file: the image's file name (e.g. ``kernel.so``).
-        arch: architecture name.
-        kind: what failed, e.g. ``write to unmapped memory``.
-        pc: address of the faulting instruction.
-        function: export or import that was running, or None.
-        function_kind: what ``function`` is: ``export``, ``import``,
-            ``initializer``...
-        workgroup: workgroup id ``(x, y, z)``, or None.
-        symbol: ``name+0x1c`` of the pc (:meth:`Symbolizer.symbolize`), or None.
-        source: ``file:line`` of the pc, or None.
-        instruction: text of the instruction at the pc, or None.
-        data_address: the address the failed access used, or None.
-        data_description: where that address lies (:func:`describe_address`).
-        note: a remark on the pc or the instruction, or None (e.g. that
-            the CPU reported the pc after the instruction it refused).
-        module: the image holding the pc (its file name), when it is not
-            ``file``, e.g. a plugin called from an executable; or None.
-        engine: the emulator that ran the code and its CPU model (e.g.
-            ``qemu (sve, vector length 256 bits: ...)``), or None.
-        caller: what called ``function``, e.g. ``export mul of k.so`` for
-            an import a dispatch called; or None.
-        source_note: why there is no ``source`` (e.g.
-            :data:`NO_LINE_TABLE`), shown in the ``source`` row; or None.
-    """
-
-    file: str
-    arch: str
-    kind: str
-    pc: int
-    function: str | None = None
-    function_kind: str = "export"
-    workgroup: tuple[int, int, int] | None = None
-    symbol: str | None = None
-    source: str | None = None
-    instruction: str | None = None
-    data_address: int | None = None
-    data_description: str | None = None
-    note: str | None = None
-    module: str | None = None
-    caller: str | None = None
-    engine: str | None = None
-    source_note: str | None = None
-
-    def summary(self, word_size: int) -> str:
-        """The report's first line (see :meth:`format`).
-
-        Raises:
-            ValueError: ``word_size`` (bytes) is neither 4 nor 8.
-        """
-        fmt = _address_format(word_size)
-        where = []
-        if self.function:
-            called = f" (called from {self.caller})" if self.caller else ""
-            where.append(f"{self.function_kind} {self.function}".strip() + called)
-        if self.workgroup is not None:
-            ids = ", ".join(str(int(c)) for c in self.workgroup)
-            where.append(f"workgroup ({ids})")
-        head = [self.file, self.arch] + ([", ".join(where)] if where else [])
-        at = (fmt(self.data_address) if self.data_address is not None
-              else f"pc {fmt(self.pc)}")
-        return ": ".join(head + [f"{self.kind} at {at}"])
-
-    def format(self, word_size: int) -> str:
-        """The report as text: a one-line summary, then the ``pc`` (with its
-        symbol), ``instruction``, ``data address`` (with its description;
-        left out when there is none) and ``source`` lines.
-
-        Args:
-            word_size: the guest's pointer size in bytes, 4 or 8; addresses
-                print as ``0x%08x`` or ``0x%016x``, reduced modulo
-                ``2**(8 * word_size)``.
-
-        Raises:
-            ValueError: ``word_size`` is neither 4 nor 8.
-        """
-        fmt = _address_format(word_size)
-        lines = [self.summary(word_size)]
-
-        def row(label: str, text: str) -> None:
-            lines.append(f"  {label + ':':<14}{text}")
-
-        where = self.symbol or "(no symbol)"
-        if self.module:
-            where += f" in {self.module}"
-        row("pc", f"{fmt(self.pc)} {where}")
-        row("instruction", self.instruction or "(unreadable)")
-        if self.note:
-            row("note", self.note)
-        if self.data_address is not None:
-            desc = self.data_description
-            row("data address", fmt(self.data_address) + (f" ({desc})" if desc else ""))
-        row("source", self.source or "(no line information"
-            + (f": {self.source_note}" if self.source_note else "") + ")")
-        if self.engine:
-            row("emulator", self.engine)
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        try:
-            word = _arches.lookup(self.arch).pointer_size
-        except Exception:  # noqa: BLE001 - unknown name: widest addresses
-            word = 8
-        return self.format(word)
-
-
-def _address_format(word_size: int) -> Callable[[int], str]:
-    if word_size not in (4, 8):
-        raise ValueError(f"word size {word_size!r} is not 4 or 8 bytes")
-    mask = (1 << (8 * word_size)) - 1
-    digits = 2 * word_size
-    return lambda a: f"0x{int(a) & mask:0{digits}x}"
+# FaultReport lives in errors (EmulationError.report holds one) and is
+# named here too, with the functions that build it.
 
 
 def time_limit_kind(seconds: float) -> str:

@@ -44,8 +44,6 @@ PARTS = (
 # expected failure (strict: once the part is clean, it fails, and its entry
 # here goes).
 DIRTY: dict[str, str] = {
-    "elfloader": "errors imports diagnose (under TYPE_CHECKING, for FaultReport), "
-    "which imports arch and image, which import errors",
     "elfloader.backend.emulated": "engine, space, qemu_engine, unicorn_engine and "
     "sandbox import each other; the engines use EmulatedBackend's private state "
     "and the space the CPUs'; unicorn_arch reads unicorn's Uc._uch",

@@ -51,7 +51,7 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from fatelf import arches
 
@@ -218,6 +218,10 @@ class _Agent:
 
     def __init__(self, engine: "QemuEngine"):
         self.engine = engine
+        if engine.memfd is None:
+            raise EngineError("the qemu engine is closed: no guest memory "
+                              "for an agent", field="engine",
+                              value=engine.arch.name)
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
         exe = agent_fd(engine.arch)
@@ -421,7 +425,8 @@ class QemuCpu(Cpu):
 
     def __init__(self, space: "EmulatedBackend"):
         super().__init__(space)
-        self._engine: QemuEngine = space._engine
+        # Made by QemuEngine.new_cpu: the space's engine is a QemuEngine.
+        self._engine = cast("QemuEngine", space._engine)
         self._mask = space.arch.word_mask
         self._agent: _Agent | None = None
         self._pending: BaseException | None = None
@@ -460,18 +465,19 @@ class QemuCpu(Cpu):
     def _live_agent(self) -> _Agent:
         """The running agent, restarted (with the whole address space)
         when the last one died."""
-        if self._agent is None or self._agent.closed:
+        agent = self._agent
+        if agent is None or agent.closed:
             self._agent = None
-            self._spawn()
+            agent = self._spawn()
             with self._space._lock:
                 self._map_all()
-        return self._agent
+        return agent
 
     # --- memory map ---------------------------------------------------------
     def _current(self, state, start: int, end: int) -> list[int]:
         """``(address, size, prot)`` words giving ``[start, end)`` the
         protections of page-map ``state`` (unmapped: none)."""
-        out = []
+        out: list[int] = []
         starts, ranges = state
         i = max(0, bisect.bisect_right(starts, start) - 1)
         at = start
@@ -490,9 +496,9 @@ class QemuCpu(Cpu):
             out += (at, end - at, 0)
         return out
 
-    def _protect(self, words: list[int]) -> None:
-        """Send protection triples in requests of bounded size."""
-        agent = self._agent
+    def _protect(self, agent: _Agent, words: list[int]) -> None:
+        """Send protection triples to ``agent`` in requests of bounded
+        size."""
         step = (_MAX_WORDS // 3) * 3
         for i in range(0, len(words), step):
             agent.request(_PROTECT, words[i:i + step], count=0)
@@ -513,18 +519,21 @@ class QemuCpu(Cpu):
         self._gen = space._gen
         if self._agent is not None and not self._agent.closed and words:
             try:
-                self._protect(words)
+                self._protect(self._agent, words)
             except EngineError:
                 self._agent.kill()
 
     def _map_all(self) -> None:
         space = self._space
-        words = []
+        words: list[int] = []
         for start, end, prot in space._pages.state[1]:
             words += (start, end - start, prot)
         self._gen = space._gen
         if words:
-            self._protect(words)
+            # Set by _spawn, which this CPU's constructor and _live_agent
+            # run first.
+            assert self._agent is not None
+            self._protect(self._agent, words)
 
     # --- calls ------------------------------------------------------------
     def call(self, address: int, *args: int) -> int:
@@ -841,11 +850,12 @@ class QemuEngine(Engine):
     def __init__(self, arch: Arch, profile: arches.Profile | None,
                  vlen: int | None, program: str | None = None):
         super().__init__(arch, profile, vlen)
-        self.program = program or qemu_program(arch)
-        if self.program is None:
+        found = program or qemu_program(arch)
+        if found is None:
             raise EngineError(f"{QEMU_PROGRAMS.get(arch.name, 'qemu-user')} is "
                               f"not installed: {INSTALL_HINT}", field="engine",
                               value=arch.name)
+        self.program: str = found
         if profile is not None:
             self.cpu_option = profile.qemu_cpu_option(vlen)
         else:
@@ -858,6 +868,9 @@ class QemuEngine(Engine):
         self.arena = ARENAS[arch.pointer_size]
         self.slots: list[int] | None = None
         size = self.arena[1] - self.arena[0]
+        # Both None once closed.
+        self.memfd: int | None
+        self.mm: mmap.mmap | None
         try:
             self.memfd = os.memfd_create(f"guest_{arch.name}",
                                          os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
@@ -893,6 +906,8 @@ class QemuEngine(Engine):
         return QemuCpu(space)
 
     def setup(self, space: "EmulatedBackend", slots: int) -> list[int]:
+        # The space's first CPU started an agent, which set the slots.
+        assert self.slots is not None
         return list(self.slots[:slots])
 
     def close(self) -> None:

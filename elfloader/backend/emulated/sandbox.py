@@ -47,6 +47,8 @@ import functools
 import os
 import resource
 import subprocess
+import types
+from typing import Any
 
 #: First descriptor number of the agent's own files (its program, pipes and
 #: guest memory): guest code may not close them or ``dup`` over them, so
@@ -125,7 +127,7 @@ def landlock_abi() -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _seccomp() -> tuple[object | None, str]:
+def _seccomp() -> tuple[types.ModuleType | None, str]:
     try:
         import pyseccomp
         pyseccomp.SyscallFilter(pyseccomp.ALLOW)
@@ -161,11 +163,15 @@ def require() -> None:
                           field="engine", value="sandbox")
 
 
-def _filter(pid: int, exec_path: int | None, refuse=None):
-    """The system-call filter of agent process ``pid`` whose one
-    ``execve`` passes the path at host address ``exec_path`` (None: no
-    ``execve``); a refused call traps, or gets ``refuse`` (an action)."""
+def _filter(pid: int, exec_path: int | None, refuse: object = None) -> Any:
+    """The system-call filter (a ``pyseccomp.SyscallFilter``) of agent
+    process ``pid`` whose one ``execve`` passes the path at host address
+    ``exec_path`` (None: no ``execve``); a refused call traps, or gets
+    ``refuse`` (an action)."""
     sc, _ = _seccomp()
+    # Callers ran require() (spawn's caller, QemuEngine, and
+    # confine_native): the library is there.
+    assert sc is not None
     f = sc.SyscallFilter(sc.TRAP if refuse is None else refuse)
 
     def allow_if_here(name, *args):
@@ -336,6 +342,7 @@ def confine_native(keep: tuple[int, ...] = (),
                 pass
     # Built before Landlock, which leaves the Python library unreadable.
     sc, _ = _seccomp()
+    assert sc is not None   # require() above
     seccomp_filter = _filter(os.getpid(), None, sc.ERRNO(_EPERM))
     _new_network()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -279,7 +279,7 @@ class EmulatedBackend(Backend):
     def _give_back(self, start: int, size: int) -> None:
         self._free.append((start, start + size))
         self._free.sort()
-        merged = []
+        merged: list[tuple[int, int]] = []
         for s, e in self._free:
             if merged and merged[-1][1] == s:
                 merged[-1] = (merged[-1][0], e)
@@ -449,6 +449,7 @@ class EmulatedBackend(Backend):
 
     def write(self, address: int, data) -> None:
         self._check_open("write", address)
+        src: bytes | int
         if isinstance(data, bytes):
             src, size = data, len(data)
         else:   # any buffer, without a copy
@@ -460,9 +461,12 @@ class EmulatedBackend(Backend):
             _memmove(self._host(address, size), src, size)
         except BackendError:
             done = 0
-            src = ctypes.cast(src, ctypes.c_void_p).value
+            # (ctypes passes bytes as a pointer to their buffer; typeshed's
+            # cast takes no bytes)
+            at = ctypes.cast(src, ctypes.c_void_p).value  # type: ignore[arg-type]
+            assert at is not None   # the buffer of size > 0 bytes
             for h, n in self._pieces(address, size, "write"):
-                _memmove(h, src + done, n)
+                _memmove(h, at + done, n)
                 done += n
         if self._pages.any_exec(address, address + size):
             # Code written over code: drop what the CPUs translated from it.

@@ -1,0 +1,23 @@
+"""Paths of the emulated backend that its type annotations single out."""
+
+import pytest
+
+from elfloader.arch import ARCHES
+from elfloader.backend.emulated.space import EmulatedBackend
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError,
+                   reason="a pooled guarded range reused for another lead "
+                   "logs a 'protect' entry without a protection, which the "
+                   "unicorn engine cannot apply")
+def test_unicorn_reuses_pooled_guarded_range_with_another_lead() -> None:
+    backend = EmulatedBackend(ARCHES["x86_64"], engine="unicorn")
+    try:
+        page = backend.page_size
+        first, _ = backend.alloc_guarded(10 * page)
+        backend.release(first)
+        # Same size class, a lead one page longer.
+        second, _ = backend.alloc_guarded(9 * page - 64)
+        backend.release(second)
+    finally:
+        backend.close()
