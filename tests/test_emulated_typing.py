@@ -2,7 +2,7 @@
 
 import pytest
 
-from elfloader.arch import ARCHES
+from elfloader.arch import by_name
 from elfloader.backend.emulated.space import EmulatedBackend
 
 
@@ -11,7 +11,7 @@ from elfloader.backend.emulated.space import EmulatedBackend
                    "logs a 'protect' entry without a protection, which the "
                    "unicorn engine cannot apply")
 def test_unicorn_reuses_pooled_guarded_range_with_another_lead() -> None:
-    backend = EmulatedBackend(ARCHES["x86_64"], engine="unicorn")
+    backend = EmulatedBackend(by_name("x86_64"), engine="unicorn")
     try:
         page = backend.page_size
         first, _ = backend.alloc_guarded(10 * page)
