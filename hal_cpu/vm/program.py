@@ -145,7 +145,7 @@ def _to_host(hal, value):
     return value
 
 
-def _from_host(hal, value, ty: str, what: str):
+def _from_host(hal, value, ty: str, what: str, classes: tuple = ()):
     if ty in "iI":
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
             raise _host_error(f"{what} is {value!r}; expected an integer")
@@ -160,7 +160,12 @@ def _from_host(hal, value, ty: str, what: str):
         return hal.wrap_input(value)
     if isinstance(value, (bytes, bytearray)):
         return VmBuffer(bytes(value), True, what)
-    return value
+    if (value is None or getattr(value, "vm_type", None) is not None
+            or (classes and isinstance(value, classes))):
+        return value
+    raise _host_error(f"{what} is {value!r:.80} ({type(value).__name__}): not a "
+                      "numpy array, bytes, or an object of a type the module "
+                      "declares")
 
 
 def _host_error(message: str):
@@ -183,14 +188,16 @@ def _host_linked(module, hal) -> _Linked:
                         value=type(functions).__name__)
     exports = {}
     drops_device = name == "check"
+    declared = getattr(module, "types", None) or {}
+    classes = tuple(c for c in declared.values() if isinstance(c, type))
     for fname, fn in functions.items():
         if not callable(fn):
             raise LinkError(f"host module '{name}': function '{fname}' is "
                             f"{fn!r}, not callable", name=name, field="functions",
                             value=fname)
         exports[fname] = (None, _HostFunction(name, fname, fn, hal,
-                                              drops_device))
-    types = {f"!{t}" for t in (getattr(module, "types", None) or {})}
+                                              drops_device, classes))
+    types = {f"!{t}" for t in declared}
     try:
         version = int(getattr(module, "version", 0) or 0)
     except (TypeError, ValueError):
@@ -204,14 +211,19 @@ class _HostFunction:
     """A host function, called through an import of calling convention
     ``cconv`` (bound by :meth:`bind`)."""
 
-    def __init__(self, module: str, name: str, fn, hal, drops_device: bool):
+    def __init__(self, module: str, name: str, fn, hal, drops_device: bool,
+                 classes: tuple = ()):
         self.module, self.name, self.fn, self.hal = module, name, fn, hal
         self.drops_device = drops_device
+        #: the classes of the module's own ref types: a ref result must be
+        #: one of them, an array, bytes or a VM or HAL object
+        self.classes = classes
 
     def bind(self, cconv: str) -> Callable:
         args, results = parse_cconv(cconv)
         results = _split_types(results)
         fn, hal, label = self.fn, self.hal, f"{self.module}.{self.name}"
+        classes = self.classes
         skip = 1 if (self.drops_device and args.startswith("r")
                      and self.name != "expect_true" and self.name != "expect_false") else 0
 
@@ -229,11 +241,12 @@ class _HostFunction:
             if not results:
                 return None
             if len(results) == 1:
-                return _from_host(hal, out, results[0], f"the result of @{label}")
+                return _from_host(hal, out, results[0], f"the result of @{label}",
+                                  classes)
             if not isinstance(out, (tuple, list)) or len(out) != len(results):
-                raise _host_error(f"@{label} returned {out!r}; it must return "
+                raise _host_error(f"@{label} returned {out!r:.80}; it must return "
                                   f"{len(results)} values")
-            return tuple(_from_host(hal, v, t, f"result {i} of @{label}")
+            return tuple(_from_host(hal, v, t, f"result {i} of @{label}", classes)
                          for i, (v, t) in enumerate(zip(out, results)))
         call.__name__ = label
         return call
