@@ -41,7 +41,9 @@ ARCH = Arch(
         capstone_arch="CS_ARCH_AARCH64",
         capstone_arch_aliases=("CS_ARCH_ARM64",), capstone_modes=("CS_MODE_ARM",),
         extensions=((0x1E000000, 0x04000000, "SVE (scalable vector extension)"),
-                    (0x9E000000, 0x80000000, "SME (scalable matrix extension)"))),
+                    (0x9E000000, 0x80000000, "SME (scalable matrix extension)")),
+        stores=("st", "casp", "cas", "swp", "ldadd", "ldclr", "ldset",
+                "ldeor", "prf")),
     syscalls=SystemCalls(  # svc #0
         instructions=("svc",), number="x8", length=4, table="aarch64"),
 )

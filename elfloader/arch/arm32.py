@@ -42,7 +42,8 @@ ARCH = Arch(
         capstone_arch="CS_ARCH_ARM", capstone_modes=("CS_MODE_ARM",),
         thumb_modes=("CS_MODE_THUMB",),
         thumb_lengths=((0xF800, 0xE800, 4), (0xF800, 0xF000, 4),
-                       (0xF800, 0xF800, 4), (0, 0, 2))),
+                       (0xF800, 0xF800, 4), (0, 0, 2)),
+        stores=("st", "vst", "push", "vpush", "srs")),
     syscalls=SystemCalls(  # svc #0 (EABI: number in r7)
         instructions=("svc", "swi"), number="r7", length=4, table="arm", thumb_length=2),
 )

@@ -101,6 +101,13 @@ class Disassembly:
         text_fixes: ``(regex, replacement)`` rows applied to decoded text,
             for decoder releases that print an operand oddly (capstone
             6.0.0a11 prints RVV's SEW ``e32`` as ``e0x20``).
+        stores: mnemonic starts of the instructions that store (write
+            memory), telling a data fault's direction where the host's
+            signal context does not record it; None where it does (x86).
+        store_opcodes: major opcodes (low 7 bits) of the 32-bit
+            instructions (low two bits ``11``) that store, decided without
+            the disassembler, which does not decode them all (RISC-V: vector
+            stores share STORE-FP); empty: the disassembler decides.
     """
 
     capstone_arch: str
@@ -113,6 +120,8 @@ class Disassembly:
     capstone_arch_aliases: tuple[str, ...] = ()
     optional_modes: tuple[str, ...] = ()
     text_fixes: tuple[tuple[str, str], ...] = ()
+    stores: tuple[str, ...] | None = None
+    store_opcodes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,14 @@ def disassembly(word_size: int) -> Disassembly:
         capstone_arch="CS_ARCH_RISCV",
         capstone_modes=(f"CS_MODE_RISCV{8 * word_size}", "CS_MODE_RISCVC"),
         optional_modes=OPTIONAL_MODES, text_fixes=TEXT_FIXES,
-        lengths=LENGTHS, extensions=EXTENSIONS)
+        lengths=LENGTHS, extensions=EXTENSIONS, stores=STORES,
+        store_opcodes=STORE_OPCODES)
+
+
+#: Mnemonic starts of the instructions that store.
+STORES = ("s", "c.s", "fs", "c.fs", "vs", "amo", "sc.")
+#: Major opcodes of STORE, STORE-FP (vector stores too) and AMO.
+STORE_OPCODES = (0x23, 0x27, 0x2F)
 
 
 #: capstone 6 mode names of the standard extensions beyond I and C that the

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from fatelf import arches
@@ -43,10 +44,71 @@ ENGINES = ("auto", "qemu", "unicorn")
 #: (searched before ``PATH``).
 QEMU_DIR_ENV = "PKR_QEMU_DIR"
 
-#: qemu-user's program name per architecture.
-QEMU_PROGRAMS = {"x86_64": "qemu-x86_64", "x86_32": "qemu-i386",
-                 "aarch64": "qemu-aarch64", "arm32": "qemu-arm",
-                 "riscv64": "qemu-riscv64", "riscv32": "qemu-riscv32"}
+
+@dataclass(frozen=True)
+class QemuFacts:
+    """What qemu-user runs an architecture's code with.
+
+    Attributes:
+        program: qemu-user's program name, e.g. ``qemu-i386``.
+        vector_profile: ``(architecture, profile)`` in
+            :data:`fatelf.arches.PROFILES` whose scalable vectors the most
+            capable model has: its vector lengths (default first) are the
+            model's, and without :attr:`model` its ``-cpu`` option is the
+            model's; None: no scalable vectors.
+        model: ``-cpu`` option of the most capable model, ``{vlen}``,
+            ``{vq}`` and ``{vlenb}`` standing for the vector length; None:
+            the vector profile's option followed by :attr:`extra`.
+        extra: ``-cpu`` properties added to the vector profile's option.
+        branches: mnemonic starts of the calls, jumps and returns at whose
+            pc qemu-user reports a fault fetching their target (real CPUs
+            and unicorn: at the target); empty: at the target.
+    """
+
+    program: str
+    vector_profile: tuple[str, str] | None = None
+    model: str | None = None
+    extra: str = ""
+    branches: tuple[str, ...] = ()
+
+    @property
+    def vlens(self) -> tuple[int, ...]:
+        """Vector lengths in bits of the most capable model (its default
+        first); empty without scalable vectors."""
+        if self.vector_profile is None:
+            return ()
+        return arches.profile(*self.vector_profile).vlens
+
+    @property
+    def max_model(self) -> str:
+        """``-cpu`` option of the most capable model (see :attr:`model`)."""
+        if self.model is not None:
+            return self.model
+        if self.vector_profile is None:
+            return "max"
+        return arches.profile(*self.vector_profile).qemu_cpu + self.extra
+
+
+_BITMANIP = ",zba=true,zbb=true,zbc=true,zbs=true"
+_X86_BRANCHES = ("call", "jmp", "ret", "j", "loop")
+
+#: qemu-user's facts per runtime architecture (every name in
+#: :data:`fatelf.arches.RUNTIME_ARCHES` has a row).
+QEMU: dict[str, QemuFacts] = {
+    "x86_64": QemuFacts("qemu-x86_64", branches=_X86_BRANCHES),
+    "x86_32": QemuFacts("qemu-i386", branches=_X86_BRANCHES),
+    "aarch64": QemuFacts("qemu-aarch64", ("aarch64", "sve")),
+    "arm32": QemuFacts("qemu-arm"),
+    "riscv64": QemuFacts("qemu-riscv64", ("riscv64", "rv64gcv"),
+                         extra=_BITMANIP),
+    # Full RVV 1.0 on rv32 (no rv32 profile has it), at RVV's lengths.
+    "riscv32": QemuFacts("qemu-riscv32", ("riscv64", "rv64gcv"),
+                         model="rv32,v=true,vlen={vlen},elen=64,"
+                               "vext_spec=v1.0" + _BITMANIP),
+}
+
+#: qemu-user's program name per architecture (from :data:`QEMU`).
+QEMU_PROGRAMS = {name: facts.program for name, facts in QEMU.items()}
 
 #: Environment variable that sets the engine ``"auto"`` stands for
 #: (``qemu`` or ``unicorn``), e.g. to run a test suite on one engine.
@@ -291,7 +353,7 @@ def resolve_profile(arch: Arch, cpu: str | None,
     except (TypeError, ValueError):
         raise EngineError(f"vector length {vlen!r} is not a number of bits",
                           field="vlen", value=vlen) from None
-    allowed = profile.vlens if profile else _DEFAULT_VLENS.get(arch.name, ())
+    allowed = profile.vlens if profile else _default_vlens(arch)
     if not allowed:
         what = f"profile {profile.name}" if profile else f"{arch.name}"
         raise EngineError(f"{what} has no scalable vectors: --vlen does not "
@@ -303,16 +365,16 @@ def resolve_profile(arch: Arch, cpu: str | None,
     return profile, vlen
 
 
-#: Vector lengths of the most capable models (no profile): SVE on aarch64,
-#: RVV on riscv.
-_DEFAULT_VLENS = {"aarch64": (512, 128, 256, 1024, 2048),
-                  "riscv64": (256, 128, 512, 1024),
-                  "riscv32": (256, 128, 512, 1024)}
+def _default_vlens(arch: Arch) -> tuple[int, ...]:
+    """Vector lengths of the most capable model (no profile): SVE on
+    aarch64, RVV on riscv; empty without scalable vectors."""
+    facts = QEMU.get(arch.name)
+    return facts.vlens if facts else ()
 
 
 def default_vlen(arch: Arch) -> int | None:
     """Vector length in bits of the most capable model, or None."""
-    lengths = _DEFAULT_VLENS.get(arch.name)
+    lengths = _default_vlens(arch)
     return lengths[0] if lengths else None
 
 

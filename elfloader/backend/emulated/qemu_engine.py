@@ -59,7 +59,16 @@ from ...arch import Arch
 from ...errors import BackendError, EmulationError
 from ..base import PROT_EXEC, PROT_READ, PROT_WRITE, prot_str
 from . import sandbox, syscalls
-from .engine import FAULTS, INSTALL_HINT, QEMU_PROGRAMS, Cpu, Engine, EngineError, qemu_program
+from .engine import (
+    FAULTS,
+    INSTALL_HINT,
+    QEMU,
+    QEMU_PROGRAMS,
+    Cpu,
+    Engine,
+    EngineError,
+    qemu_program,
+)
 from .pages import lookup
 
 if TYPE_CHECKING:
@@ -71,18 +80,6 @@ if TYPE_CHECKING:
 ARENAS = {8: (0x1000_0000, 0x7000_0000), 4: (0x4800_0000, 0x8000_0000)}
 AGENT_BUNDLE = os.path.join(os.path.dirname(__file__), "agent", "agent.sos")
 
-#: The most capable model per architecture (no profile): ``-cpu`` option,
-#: with ``{vlen}``/``{vq}``/``{vlenb}`` for the vector length.
-MAX_MODELS = {
-    "x86_64": "max",
-    "x86_32": "max",
-    "aarch64": "max,sve-max-vq={vq},sve-default-vector-length={vlenb}",
-    "arm32": "max",
-    "riscv64": "rv64,v=true,vlen={vlen},elen=64,vext_spec=v1.0,"
-               "zba=true,zbb=true,zbc=true,zbs=true",
-    "riscv32": "rv32,v=true,vlen={vlen},elen=64,vext_spec=v1.0,"
-               "zba=true,zbb=true,zbc=true,zbs=true",
-}
 
 # Requests and replies (agent.c).
 _MAP, _PROTECT, _CALL, _RETURN, _EXIT, _CALLBACKS, _ABORT = 1, 2, 3, 4, 5, 6, 7
@@ -122,20 +119,6 @@ def _seal(fd: int, seals: int) -> None:
     ``F_SEAL_WRITE``, change it)."""
     import fcntl
     fcntl.fcntl(fd, _F_ADD_SEALS, seals)
-
-#: Mnemonic starts of instructions that store, per architecture: a data
-#: fault's direction where the signal context does not record it.
-_RISCV_STORES = ("s", "c.s", "fs", "c.fs", "vs", "amo", "sc.")
-_STORES = {
-    "aarch64": ("st", "casp", "cas", "swp", "ldadd", "ldclr", "ldset",
-                "ldeor", "prf"),
-    "arm32": ("st", "vst", "push", "vpush", "srs"),
-    "riscv64": _RISCV_STORES,
-    "riscv32": _RISCV_STORES,
-}
-#: RISC-V major opcodes (low 7 bits) that store, for instructions the
-#: disassembler does not decode (vector stores share STORE-FP).
-_RISCV_STORE_OPCODES = (0x23, 0x27, 0x2F)
 
 _agent_files: dict[str, int] = {}
 _agent_lock = threading.Lock()
@@ -799,31 +782,35 @@ def _is_fetch(pc: int, data: int, prot) -> bool:
 
 
 def _transfers_to(space, pc: int, data: int, prot) -> bool:
-    """Whether an x86 fault at ``data`` is the fetch of a jump's target:
+    """Whether a fault at ``data`` is the fetch of a jump's target:
     qemu-user reports x86 fetch faults at the pc of the call, jump or
-    return that went there (real CPUs and unicorn: at the target)."""
-    if not space.arch.name.startswith("x86") or (prot or 0) & PROT_EXEC:
+    return that went there (real CPUs and unicorn: at the target; see
+    :attr:`.QemuFacts.branches`)."""
+    branches = QEMU[space.arch.name].branches
+    if not branches or (prot or 0) & PROT_EXEC:
         return False
     from ...diagnose import disassemble
     try:
         text = disassemble(space.arch.name, space.read(pc, 16), pc)
     except BackendError:
         return False
-    return text.startswith(("call", "jmp", "ret", "j", "loop"))
+    return text.startswith(branches)
 
 
 def _access_of(space, pc: int) -> str | None:
     """``"read"`` or ``"write"`` from the instruction at ``pc``, where the
-    disassembler (or, on RISC-V, the major opcode) tells; else None."""
+    disassembler (or the major opcode: :attr:`.Disassembly.store_opcodes`)
+    tells; else None."""
     name = space.arch.name
-    thumb = space.arch.disassembly.thumb_modes is not None
+    facts = space.arch.disassembly
+    thumb = facts.thumb_modes is not None
     try:
         code = space.read(pc & ~1 if thumb else pc, 4)
     except BackendError:
         return None
-    if name.startswith("riscv") and len(code) == 4 and code[0] & 3 == 3:
-        return "write" if code[0] & 0x7F in _RISCV_STORE_OPCODES else "read"
-    stores = _STORES.get(name)
+    if facts.store_opcodes and len(code) == 4 and code[0] & 3 == 3:
+        return "write" if code[0] & 0x7F in facts.store_opcodes else "read"
+    stores = facts.stores
     if stores is None:
         return None
     from ...diagnose import disassemble
@@ -859,7 +846,7 @@ class QemuEngine(Engine):
         if profile is not None:
             self.cpu_option = profile.qemu_cpu_option(vlen)
         else:
-            self.cpu_option = MAX_MODELS[arch.name].format(
+            self.cpu_option = QEMU[arch.name].max_model.format(
                 vlen=vlen or 128, vq=(vlen or 128) // 128,
                 vlenb=(vlen or 128) // 8)
         sandbox.require()

@@ -657,9 +657,10 @@ def _unsupported(space, pc: int) -> str:
     from ...diagnose import disassemble, extension
     from .engine import INSTALL_HINT, qemu_program
     name = space.arch.name
+    thumb = space.arch.disassembly.thumb_modes is not None
     for at in (pc, pc - 4, pc - 2):
         try:
-            code = space.read(at & ~1 if name == "arm32" else at, 16)
+            code = space.read(at & ~1 if thumb else at, 16)
         except BackendError:
             continue
         ext = extension(name, code)
