@@ -537,7 +537,11 @@ class EmulatedBackend(Backend):
                 self._pages.set(base, base + first, None)
                 self._pages.set(base + first, base + guard_at,
                                 PROT_READ | PROT_WRITE)
-                self._record("protect", base, guard_at)
+                # (each change with its protection: 0 below the range)
+                if first:
+                    self._record("protect", base, first, 0)
+                self._record("protect", base + first, guard_at - first,
+                             PROT_READ | PROT_WRITE)
         else:
             base = self._reserve(total, 0, (first, guard_at))
             fresh = True

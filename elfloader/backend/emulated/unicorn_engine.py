@@ -383,12 +383,8 @@ class UnicornCpu(Cpu):
                     # entry (from a callback's mapping).
                     flush = flush or bool(self._traps)
                 elif kind == "protect":
-                    # arg: the protection, or None where _guarded_take
-                    # reuses a pooled range for another lead; that entry
-                    # fails here with a TypeError (a known bug, pinned by
-                    # an xfail test in tests/test_emulated_typing.py).
-                    uc.mem_protect(address, size,
-                                   _uc_prot(arg))  # type: ignore[arg-type]
+                    assert isinstance(arg, int)     # (the protection)
+                    uc.mem_protect(address, size, _uc_prot(arg))
                     flush = True
                 elif kind == "unmap":
                     uc.mem_unmap(address, size)
