@@ -565,6 +565,8 @@ class Program:
         """``fn(*args)`` within :attr:`timeout`; the caller holds the lock."""
         try:
             if self.timeout is None:
+                if self.hal.timeout:
+                    self.hal.timeout = None     # (a limit set for earlier calls)
                 return fn(*args)
             _install_hook()
             _calls.program = self
