@@ -813,8 +813,8 @@ class HalModule:
         #: run (set before the program records its command buffers), or None
         self.trace: list | None = None
         self.exports: dict[str, tuple[str, Callable]] = {
-            "hal." + name: (cconv, getattr(self, method))
-            for name, cconv, method in _EXPORTS}
+            "hal." + name: (cconv, getattr(self, name.replace(".", "_")))
+            for name, cconv in _EXPORTS}
 
     @property
     def timeout(self) -> float | None:
@@ -1475,8 +1475,7 @@ class HalModule:
                           f"{pattern_length} is not 1, 2, 4 or 8")
         ref = self._ref(cb, target, slot, offset, length, what)
         value = _pattern(pattern, pattern_length)
-        cb.commands.append(lambda table: _fill(*_resolve(table, ref), value,
-                                                pattern_length))
+        cb.commands.append(lambda table: _fill(*_resolve(table, ref), value))
 
     def command_buffer_update_buffer(self, cb, source, source_offset: int,
                                      target, target_offset: int, length: int,
@@ -1612,7 +1611,7 @@ class HalModule:
                           f"{pattern_length} is not 1, 2, 4 or 8")
         length = self._check_range(target, offset, length, what)
         self._queue(wait, signal, _fill, target, offset, length,
-                    _pattern(pattern, pattern_length), pattern_length)
+                    _pattern(pattern, pattern_length))
 
     def device_queue_update(self, device, affinity: int, wait, signal, source,
                             source_offset: int, target, target_offset: int,
@@ -1865,11 +1864,9 @@ def _execute(commands: list, table) -> None:
         cmd(table)
 
 
-def _pattern(pattern: int, length: int) -> int:
-    return pattern & ((1 << (8 * length)) - 1)
-
-
-_PATTERN_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+def _pattern(pattern: int, length: int) -> bytes:
+    """A fill pattern's ``length`` low bytes, little endian."""
+    return (pattern & ((1 << (8 * length)) - 1)).to_bytes(length, "little")
 
 
 def _as_array(shape, dtype, buf: Buffer) -> np.ndarray:
@@ -1881,18 +1878,8 @@ def _as_array(shape, dtype, buf: Buffer) -> np.ndarray:
                       f"{dtype} does not fit its {buf.length}-byte buffer: {exc}") from None
 
 
-def _fill(buf: Buffer, offset: int, length: int, pattern: int,
-          pattern_length: int) -> None:
-    target = buf.array[offset:offset + length]
-    if pattern_length == 1:
-        target.fill(pattern)
-        return
-    whole = length - length % pattern_length
-    # in place, as pattern_length-byte elements (no copy of the buffer's size)
-    target[:whole].view(_PATTERN_DTYPES[pattern_length]).fill(pattern)
-    if whole < length:
-        tail = np.array([pattern], _PATTERN_DTYPES[pattern_length]).view(np.uint8)
-        target[whole:] = tail[:length - whole]
+def _fill(buf: Buffer, offset: int, length: int, pattern: bytes) -> None:
+    _arrays.fill_pattern(buf.array[offset:offset + length], pattern)
 
 
 def _write(buf: Buffer, offset: int, length: int, data) -> None:
@@ -1965,65 +1952,61 @@ def _types_compatible(have: int, want: int) -> bool:
             and have & 0xFF == want & 0xFF)
 
 
-#: (export name, calling convention, method) of every export served.
+#: (export name, calling convention) of every export served; the method
+#: serving ``a.b.c`` is ``a_b_c``.
 _EXPORTS = (
-    ("allocator.allocate", "0rIiiI_r", "allocator_allocate"),
-    ("allocator.import", "0riIiirII_r", "allocator_import"),
-    ("allocator.select", "0iiICrID_rI", "allocator_select"),
-    ("buffer.allocation.discard", "0r_i", "buffer_allocation_discard"),
-    ("buffer.allocation.is_terminal", "0r_i", "buffer_allocation_is_terminal"),
-    ("buffer.allocation.preserve", "0r_v", "buffer_allocation_preserve"),
-    ("buffer.assert", "0rrrIii_v", "buffer_assert"),
-    ("buffer.length", "0r_I", "buffer_length"),
-    ("buffer.load", "0rIi_i", "buffer_load"),
-    ("buffer.store", "0irIi_v", "buffer_store"),
-    ("buffer.subspan", "0rII_r", "buffer_subspan"),
-    ("buffer_view.assert", "0rriiCID_v", "buffer_view_assert"),
-    ("buffer_view.buffer", "0r_r", "buffer_view_buffer"),
-    ("buffer_view.create", "0rIIiiCID_r", "buffer_view_create"),
-    ("buffer_view.dim", "0ri_I", "buffer_view_dim"),
-    ("buffer_view.element_type", "0r_i", "buffer_view_element_type"),
-    ("buffer_view.encoding_type", "0r_i", "buffer_view_encoding_type"),
-    ("buffer_view.rank", "0r_i", "buffer_view_rank"),
-    ("buffer_view.trace", "0rCrD_v", "buffer_view_trace"),
-    ("command_buffer.advise_buffer", "0rrIIIi_v", "command_buffer_advise_buffer"),
-    ("command_buffer.begin_debug_group", "0rr_v",
-     "command_buffer_begin_debug_group"),
-    ("command_buffer.copy_buffer", "0riirIrIII_v", "command_buffer_copy_buffer"),
-    ("command_buffer.create", "0riiIi_r", "command_buffer_create"),
-    ("command_buffer.dispatch", "0rrIiiiICiDCiirIID_v", "command_buffer_dispatch"),
-    ("command_buffer.dispatch.indirect", "0rrIirIICiDCiirIID_v",
-     "command_buffer_dispatch_indirect"),
-    ("command_buffer.end_debug_group", "0r_v", "command_buffer_end_debug_group"),
-    ("command_buffer.execution_barrier", "0riiI_v",
-     "command_buffer_execution_barrier"),
-    ("command_buffer.fill_buffer", "0rrIIiIiI_v", "command_buffer_fill_buffer"),
-    ("command_buffer.finalize", "0r_v", "command_buffer_finalize"),
-    ("command_buffer.update_buffer", "0rrIrIIiI_v",
-     "command_buffer_update_buffer"),
-    ("device.allocator", "0r_r", "device_allocator"),
-    ("device.query.i64", "0rrr_iI", "device_query_i64"),
-    ("device.queue.alloca", "0rIrrIiiII_r", "device_queue_alloca"),
-    ("device.queue.barrier", "0rIrrI_v", "device_queue_barrier"),
-    ("device.queue.copy", "0rIrrrIrIII_v", "device_queue_copy"),
-    ("device.queue.dealloca", "0rIrrrI_v", "device_queue_dealloca"),
-    ("device.queue.execute", "0rIrrrI_v", "device_queue_execute"),
-    ("device.queue.execute.indirect", "0rIrrrICrIID_v",
-     "device_queue_execute_indirect"),
-    ("device.queue.fill", "0rIrrrIIIiI_v", "device_queue_fill"),
-    ("device.queue.flush", "0rI_v", "device_queue_flush"),
-    ("device.queue.read", "0rIrrrIrIII_v", "device_queue_read"),
-    ("device.queue.update", "0rIrrrIrIII_v", "device_queue_update"),
-    ("device.queue.write", "0rIrrrIrIII_v", "device_queue_write"),
-    ("devices.count", "0v_i", "devices_count"),
-    ("devices.get", "0i_r", "devices_get"),
-    ("ex.file.from_memory", "0rIirIIi_r", "ex_file_from_memory"),
-    ("executable.create", "0rIrrr_r", "executable_create"),
-    ("executable.lookup.function", "0rr_I", "executable_lookup_function"),
-    ("fence.await", "0iICrD_i", "fence_await"),
-    ("fence.create", "0rI_r", "fence_create"),
-    ("fence.fail", "0ri_v", "fence_fail"),
-    ("fence.join", "0ICrD_r", "fence_join"),
-    ("fence.query", "0r_i", "fence_query"),
-    ("fence.signal", "0r_v", "fence_signal"),
+    ("allocator.allocate", "0rIiiI_r"),
+    ("allocator.import", "0riIiirII_r"),
+    ("allocator.select", "0iiICrID_rI"),
+    ("buffer.allocation.discard", "0r_i"),
+    ("buffer.allocation.is_terminal", "0r_i"),
+    ("buffer.allocation.preserve", "0r_v"),
+    ("buffer.assert", "0rrrIii_v"),
+    ("buffer.length", "0r_I"),
+    ("buffer.load", "0rIi_i"),
+    ("buffer.store", "0irIi_v"),
+    ("buffer.subspan", "0rII_r"),
+    ("buffer_view.assert", "0rriiCID_v"),
+    ("buffer_view.buffer", "0r_r"),
+    ("buffer_view.create", "0rIIiiCID_r"),
+    ("buffer_view.dim", "0ri_I"),
+    ("buffer_view.element_type", "0r_i"),
+    ("buffer_view.encoding_type", "0r_i"),
+    ("buffer_view.rank", "0r_i"),
+    ("buffer_view.trace", "0rCrD_v"),
+    ("command_buffer.advise_buffer", "0rrIIIi_v"),
+    ("command_buffer.begin_debug_group", "0rr_v"),
+    ("command_buffer.copy_buffer", "0riirIrIII_v"),
+    ("command_buffer.create", "0riiIi_r"),
+    ("command_buffer.dispatch", "0rrIiiiICiDCiirIID_v"),
+    ("command_buffer.dispatch.indirect", "0rrIirIICiDCiirIID_v"),
+    ("command_buffer.end_debug_group", "0r_v"),
+    ("command_buffer.execution_barrier", "0riiI_v"),
+    ("command_buffer.fill_buffer", "0rrIIiIiI_v"),
+    ("command_buffer.finalize", "0r_v"),
+    ("command_buffer.update_buffer", "0rrIrIIiI_v"),
+    ("device.allocator", "0r_r"),
+    ("device.query.i64", "0rrr_iI"),
+    ("device.queue.alloca", "0rIrrIiiII_r"),
+    ("device.queue.barrier", "0rIrrI_v"),
+    ("device.queue.copy", "0rIrrrIrIII_v"),
+    ("device.queue.dealloca", "0rIrrrI_v"),
+    ("device.queue.execute", "0rIrrrI_v"),
+    ("device.queue.execute.indirect", "0rIrrrICrIID_v"),
+    ("device.queue.fill", "0rIrrrIIIiI_v"),
+    ("device.queue.flush", "0rI_v"),
+    ("device.queue.read", "0rIrrrIrIII_v"),
+    ("device.queue.update", "0rIrrrIrIII_v"),
+    ("device.queue.write", "0rIrrrIrIII_v"),
+    ("devices.count", "0v_i"),
+    ("devices.get", "0i_r"),
+    ("ex.file.from_memory", "0rIirIIi_r"),
+    ("executable.create", "0rIrrr_r"),
+    ("executable.lookup.function", "0rr_I"),
+    ("fence.await", "0iICrD_i"),
+    ("fence.create", "0rI_r"),
+    ("fence.fail", "0ri_v"),
+    ("fence.join", "0ICrD_r"),
+    ("fence.query", "0r_i"),
+    ("fence.signal", "0r_v"),
 )
