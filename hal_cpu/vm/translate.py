@@ -1109,15 +1109,9 @@ class _Gen:
             e(f"{R(a[4])} = _cast_ref({R(a[2])} if {R(a[0])} else {R(a[3])}, {tn!r})")
         elif name in ("switch.i32", "switch.i64", "switch.ref"):
             if name == "switch.ref":
-                idx, dflt, vals, d = a[0], a[2], a[3], a[4]
+                self.switch(e, a[0], a[2], a[3], a[4])
             else:
-                idx, dflt, vals, d = a
-            x = R(idx)
-            if vals:
-                tup = "(" + "".join(R(v) + ", " for v in vals) + ")"
-                e(f"{R(d)} = {tup}[{x}] if 0 <= {x} < {len(vals)} else {R(dflt)}")
-            else:
-                e(f"{R(d)} = {R(dflt)}")
+                self.switch(e, *a)
         # refs
         elif name == "assign.ref":
             e(f"{R(a[1])} = {R(a[0])}")
@@ -1340,6 +1334,16 @@ class _Gen:
         else:
             self.emit(ind, ", ".join(R(r) for r in results) + f" = {call}")
 
+    def switch(self, e, idx, dflt, vals, d) -> None:
+        """``d = vals[idx]`` when ``idx`` is in range, else ``dflt`` (the
+        ``vm.switch.*`` ops of every register bank)."""
+        R, x = self.reg, self.reg(idx)
+        if vals:
+            tup = "(" + "".join(R(v) + ", " for v in vals) + ")"
+            e(f"{R(d)} = {tup}[{x}] if 0 <= {x} < {len(vals)} else {R(dflt)}")
+        else:
+            e(f"{R(d)} = {R(dflt)}")
+
     def check_call(self, ins, callee: int, iname, operands, results) -> None:
         """A non-variadic call's operands and results against the callee's
         calling convention: count and register bank of each (as IREE's
@@ -1432,13 +1436,7 @@ class _Gen:
         elif op == "select":
             e(f"{R(a[3])} = {R(a[1])} if {R(a[0])} else {R(a[2])}")
         elif op == "switch":
-            idx, dflt, vals, d = a
-            x = R(idx)
-            if vals:
-                tup = "(" + "".join(R(v) + ", " for v in vals) + ")"
-                e(f"{R(d)} = {tup}[{x}] if 0 <= {x} < {len(vals)} else {R(dflt)}")
-            else:
-                e(f"{R(d)} = {R(dflt)}")
+            self.switch(e, *a)
         elif op == "cmp":
             self.cmp_op(ins, ind)
         elif op in ("add", "sub", "mul") and len(parts) == 2:
