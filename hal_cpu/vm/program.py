@@ -48,7 +48,7 @@ from fatelf import arches
 from .refs import VmBuffer, VmError, VmStatusError
 
 __all__ = ["LinkError", "ProgramTimeoutError", "Program", "Function",
-           "load_program", "module_arch", "parse_cconv"]
+           "load_program", "module_arch"]
 
 
 class ProgramTimeoutError(VmError):
@@ -67,34 +67,6 @@ class LinkError(VmError):
     a calling convention that differs between an import and the export it
     resolves to, a dependency missing or too old, a ref type no module
     declares."""
-
-
-def parse_cconv(cconv: str) -> tuple[str, str]:
-    """``(argument types, result types)`` of a calling convention string
-    such as ``0rrIiiiICiDCiirIID_v`` (variadic segments kept as
-    ``C...D``; ``v`` is no result).
-
-    Raises:
-        ValueError: not a version-0 calling convention.
-    """
-    if not cconv.startswith("0") or "_" not in cconv:
-        raise ValueError(f"calling convention {cconv!r}")
-    args, _, results = cconv[1:].partition("_")
-    return ("" if args == "v" else args), ("" if results == "v" else results)
-
-
-def _split_types(types: str) -> list[str]:
-    """``"rIC iD"`` -> ``["r", "I", "CiD"]``: one entry per argument."""
-    out, i = [], 0
-    while i < len(types):
-        if types[i] == "C":
-            j = types.index("D", i)
-            out.append(types[i:j + 1])
-            i = j + 1
-        else:
-            out.append(types[i])
-            i += 1
-    return out
 
 
 def module_arch(mdef) -> str | None:
@@ -146,13 +118,13 @@ def _to_host(hal, value):
 
 
 def _from_host(hal, value, ty: str, what: str, classes: tuple = ()):
-    if ty in "iI":
+    if ty in ("i", "I"):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
             raise _host_error(f"{what} is {value!r}; expected an integer")
         bits = 32 if ty == "i" else 64
         v = int(value) & ((1 << bits) - 1)
         return v - (1 << bits) if v >> (bits - 1) else v
-    if ty in "fF":
+    if ty in ("f", "F"):
         if not isinstance(value, (int, float, np.integer, np.floating)):
             raise _host_error(f"{what} is {value!r}; expected a number")
         return float(np.float32(value)) if ty == "f" else float(value)
@@ -220,11 +192,11 @@ class _HostFunction:
         self.classes = classes
 
     def bind(self, cconv: str) -> Callable:
+        from .translate import parse_cconv
         args, results = parse_cconv(cconv)
-        results = _split_types(results)
         fn, hal, label = self.fn, self.hal, f"{self.module}.{self.name}"
         classes = self.classes
-        skip = 1 if (self.drops_device and args.startswith("r")
+        skip = 1 if (self.drops_device and args[:1] == ["r"]
                      and self.name != "expect_true" and self.name != "expect_false") else 0
 
         def call(*vm_args):
@@ -391,9 +363,8 @@ class Function:
                  declaration: str | None):
         self.program, self.name, self.cconv, self._fn = program, name, cconv, fn
         self.declaration = declaration
-        args, results = parse_cconv(cconv)
-        self.arg_types = _split_types(args)
-        self.result_types = _split_types(results)
+        from .translate import parse_cconv
+        self.arg_types, self.result_types = parse_cconv(cconv)
         hal = program.hal
         # per argument: a fast conversion for the common case (a numpy
         # array for a ref), the general one otherwise
@@ -464,14 +435,14 @@ def _argument(hal, value, ty: str, index: int, fname: str):
     if hasattr(value, "shape") and np.ndim(value) != 0:
         raise TypeError(f"argument {index} of @{fname} is a scalar ({ty}); got an "
                         f"array of shape {np.shape(value)}")
-    if ty in "iI":
+    if ty in ("i", "I"):
         if isinstance(value, (float, np.floating)):
             raise TypeError(f"argument {index} of @{fname} is an integer; got "
                             f"{value!r}")
         bits = 32 if ty == "i" else 64
         v = int(value) & ((1 << bits) - 1)
         return v - (1 << bits) if v >> (bits - 1) else v
-    if ty in "fF":
+    if ty in ("f", "F"):
         return float(np.float32(value)) if ty == "f" else float(value)
     raise TypeError(f"argument {index} of @{fname} has type {ty!r}, which "
                     "cannot be passed from Python")
