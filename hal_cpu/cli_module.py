@@ -465,19 +465,29 @@ def _check_outputs(specs: Sequence[str], program: str) -> None:
                                   field="--output", value=spec)
 
 
-def _write_output(spec: str, array: np.ndarray, max_elements: int) -> None:
-    if spec == "":
-        return
-    if spec == "-":
-        print("hal.buffer_view")
-        print(format_buffer_view(array, max_elements))
-        return
-    path, mode = spec[1:], ("wb" if spec[0] == "@" else "ab")
-    with open(path, mode) as f:
-        if path.endswith(".npy"):
-            np.save(f, array)
-        else:
-            f.write(np.ascontiguousarray(array).tobytes())
+def _results_text(args, function: str, results, types, announced: bool) -> str:
+    """What ``run-module`` prints of a call's results (``EXEC @f`` unless
+    ``announced``, then each result, or the ``--output`` specs' ``-``
+    ones), writing the ``--output`` files on the way. Called in the process
+    that holds the results (a child for a native run), so large results
+    never travel between processes; only the printed text does."""
+    limit = args.output_max_element_count
+    text = [] if announced else [f"EXEC @{function}"]
+    if args.output:
+        for spec, array in zip(args.output, results):
+            if spec == "-":
+                text += ["hal.buffer_view", format_buffer_view(array, limit)]
+            elif spec:
+                path, mode = spec[1:], ("wb" if spec[0] == "@" else "ab")
+                with open(path, mode) as f:
+                    if path.endswith(".npy"):
+                        np.save(f, array)
+                    else:
+                        f.write(np.ascontiguousarray(array).tobytes())
+    else:
+        for i, (value, ty) in enumerate(zip(results, types)):
+            text.append(f"result[{i}]: {format_result(value, ty, limit)}")
+    return "\n".join(text)
 
 
 def _max_abs_error(got: np.ndarray, want: np.ndarray) -> str:
@@ -611,23 +621,11 @@ def _mlir_run_module(args, program: str, hosts: list[str]) -> int:
         return done, bool(announced)
 
     def finish(done, announced):
-        # --output files are written and results formatted in the process
-        # that holds them (a child for a native run): large results never
-        # travel between processes, unless --compare needs them
-        limit = args.output_max_element_count
-        text = [] if announced else [f"EXEC @{function}"]
-        if args.output:
-            for spec, array in zip(args.output, done.results):
-                if spec == "-":
-                    text += ["hal.buffer_view", format_buffer_view(array, limit)]
-                else:
-                    _write_output(spec, array, limit)
-        else:
-            for i, (value, ty) in enumerate(zip(done.results, done.result_types)):
-                text.append(f"result[{i}]: {format_result(value, ty, limit)}")
-        if not args.compare:
+        text = _results_text(args, function, done.results, done.result_types,
+                             announced)
+        if not args.compare:        # (only --compare needs them afterwards)
             done.results = [None] * len(done.results)
-        return done, "\n".join(text)
+        return done, text
 
     import elfloader
     if (runs_natively(args.backend, elfloader.arch.by_name(arch),
@@ -1237,29 +1235,14 @@ def _vm_run_module(args, files, hosts, arch) -> int:
                 raise ModuleError(f"{len(args.output)} --output given; @{fn.name} "
                                   f"has {len(fn.result_types)} results", name=label,
                                   field="--output", value=len(args.output))
-            text = [f"EXEC @{fn.name}"]
             if hosts:
                 # (ahead of what host modules print)
-                print(text.pop(), flush=True)
+                print(f"EXEC @{fn.name}", flush=True)
             results = fn(*inputs)
             failures = program.take_failures()
-            # results are written (files) and formatted (at most
-            # --output_max_element_count elements) where they were computed,
-            # a child process for a native run: large results never travel
-            # between processes
-            limit = args.output_max_element_count
-            if args.output:
-                for spec, array in zip(args.output, results):
-                    if spec == "-":
-                        text += ["hal.buffer_view", format_buffer_view(array, limit)]
-                    else:
-                        _write_output(spec, array, limit)
-            else:
-                for i, value in enumerate(results):
-                    shown = (value if isinstance(value, (np.ndarray, np.generic))
-                             else _vm_result_type(value))
-                    text.append(f"result[{i}]: {format_result(shown, str(shown), limit)}")
-            return fn.name, failures, "\n".join(text)
+            text = _results_text(args, fn.name, results,
+                                 [_vm_result_type(v) for v in results], bool(hosts))
+            return fn.name, failures, text
 
     import elfloader
     native = arch is not None and runs_natively(
