@@ -11,6 +11,7 @@ a block marker of the function). Anything wrong raises
 from __future__ import annotations
 
 import struct
+from typing import NoReturn
 
 from . import isa
 from .refs import VmError
@@ -104,7 +105,7 @@ def decode(bytecode, *, function: str = "?", i32_count: int | None = None,
     out: list[Instruction] = []
     pc = 0
 
-    def fail(msg, at, value=None):
+    def fail(msg: str, at: int, value: object = None) -> NoReturn:
         raise BytecodeError(msg, function=function, offset=at, value=value)
 
     def need(at, size, what):

@@ -39,6 +39,7 @@ import os
 import re
 import struct
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from flatbuffers import number_types as N
 from flatbuffers.table import Table
@@ -374,7 +375,7 @@ class ModuleDef:
     attrs: dict = field(default_factory=dict)
     rwdata: tuple = ()
     source: str = "<memory>"
-    _data: object = field(default=b"", repr=False, compare=False)
+    _data: memoryview = field(default=memoryview(b""), repr=False, compare=False)
     _bytecode: tuple = field(default=(0, 0), repr=False, compare=False)
 
     def rodata_bytes(self, index: int) -> memoryview:
@@ -424,7 +425,8 @@ class _Fb:
         self.name = name
         self.base = base          # offset of buf[0] in the file
 
-    def fail(self, field_: str, message: str, value=None, cls=ModuleFormatError):
+    def fail(self, field_: str, message: str, value=None,
+             cls=ModuleFormatError) -> NoReturn:
         raise cls(message, name=self.name, field=field_, value=value)
 
     def get(self, kind: str, pos: int, field_: str):
@@ -604,7 +606,7 @@ def _zip_extra_sizes(extra: bytes) -> tuple[int | None, int | None]:
     return None, None
 
 
-def _locate(data: memoryview, label: str, max_bytes: int) -> tuple[int, int]:
+def _locate(data: memoryview, label: str, max_bytes: int) -> tuple[int, int | None]:
     """``(offset of the size prefix, the member's declared size or None)``
     of the module's FlatBuffer in ``data``."""
     n = len(data)
@@ -941,7 +943,7 @@ def _debug(fb: _Fb, db: _Table, exports: list, dcount: int) -> DebugInfo:
     if tcount != vcount:
         fb.fail("debug_database.location_table", f"{vcount} locations with {tcount} "
                 "location types", vcount)
-    raw = []
+    raw: list[tuple] = []
     for i in range(vcount):
         where = f"debug_database.location_table[{i}]"
         kind = fb.buf[tstart + i]
@@ -958,7 +960,7 @@ def _debug(fb: _Fb, db: _Table, exports: list, dcount: int) -> DebugInfo:
             raw.append((kind, t.string("filename") or "", t.scalar("line", "i32"),
                         t.scalar("column", "i32")))
         elif kind == LOC_FUSED:
-            children = ()
+            children: tuple[int, ...] = ()
             vec = t.vector("locations", 4)
             if vec is not None:
                 start, count = vec
@@ -983,7 +985,7 @@ def _debug(fb: _Fb, db: _Table, exports: list, dcount: int) -> DebugInfo:
         f.path = f"debug_database.functions[{i}]"
         names.append(f.string("local_name"))
         vec = f.vector("locations", _BYTECODE_LOCATION.size)
-        entries = ()
+        entries: tuple[tuple[int, int], ...] = ()
         if vec is not None:
             start, count = vec
             flat = struct.unpack_from(f"<{2 * count}i", fb.buf, start)

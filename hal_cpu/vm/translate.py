@@ -43,7 +43,7 @@ import ctypes
 import math
 import struct
 import sys
-from typing import Callable
+from typing import Callable, NoReturn
 
 from . import isa
 from .decode import BytecodeError, Instruction, decode
@@ -142,7 +142,8 @@ class Env:
 
 def _split_types(s: str, what: str) -> list:
     """``"iIC rID v"`` -> ['i', 'I', ('r', 'I'), ...]; ``v`` dropped."""
-    out, i = [], 0
+    out: list[str | tuple[str, ...]] = []
+    i = 0
     while i < len(s):
         c = s[i]
         if c == "C":
@@ -347,8 +348,9 @@ def _fma32(a, b, c):
 def _load_libm():
     # The usual sonames before ctypes.util.find_library, which runs
     # ``ldconfig -p`` (a child process) on Linux.
-    for name in ("libm.so.6", "libm.dylib", "find"):
-        if name == "find":
+    for soname in ("libm.so.6", "libm.dylib", "find"):
+        name: str | None = soname
+        if soname == "find":
             from ctypes.util import find_library
             name = find_library("m")
         if not name:
@@ -764,11 +766,11 @@ class _Gen:
         except Exception:
             return None
 
-    def unsupported(self, ins: Instruction, why: str):
+    def unsupported(self, ins: Instruction, why: str) -> NoReturn:
         raise UnsupportedOpError(why, op=ins.name, function=f"{self.module_name}.{self.fname}",
                                  offset=ins.offset, location=self.where(ins))
 
-    def bad(self, ins: Instruction, why: str, value=None):
+    def bad(self, ins: Instruction, why: str, value=None) -> NoReturn:
         raise BytecodeError(why, function=f"{self.module_name}.{self.fname}",
                             offset=ins.offset, value=value)
 
@@ -904,7 +906,8 @@ class _Gen:
         R, n = self.reg, len(blocks)
         early, defined, edges = [], [], []
         for k, block in enumerate(blocks):
-            seen, first = set(), set()
+            seen: set[str] = set()
+            first: set[str] = set()
             for ins in block:
                 for f, a in zip(ins.op.fields, ins.args):
                     if not f.write and (f.kind in isa.REGISTER_KINDS or f.kind == "regs"):
@@ -981,7 +984,9 @@ class _Gen:
         operand lists name: the compiler's temporary for breaking a cycle
         of copies) written earlier in the list passes on what it was given.
         """
-        srcs, dsts, given = [], [], {}
+        srcs: list = []
+        dsts: list = []
+        given: dict = {}
         for s, d in pairs:
             ds, ss = self.reg(d), self.reg(s)
             ss = given.get(ss, ss)
@@ -1355,7 +1360,7 @@ class _Gen:
             cconvs = env.import_cconvs
             what = f"import {iname}"
         else:
-            ordinal, cconvs = callee, getattr(env, "function_cconvs", ())
+            ordinal, cconvs = callee, getattr(env, "function_cconvs", [])
             what = f"function {ordinal}"
         cconv = cconvs[ordinal] if ordinal < len(cconvs) else None
         if cconv is None:
