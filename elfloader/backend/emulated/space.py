@@ -13,7 +13,9 @@ Arrays handed to guest code (:meth:`EmulatedBackend.map_array`) and
 :meth:`EmulatedBackend.alloc_guarded` memory each end at a guard page, a
 page of the reservation the page map leaves out: the range starts 64-byte
 aligned, at most 63 bytes before the guard page, and those bytes hold a
-canary that is compared when the range is finished (:mod:`.guarded`). A
+canary that is compared when the range is finished (the placement and
+canary rule of :mod:`elfloader.backend.guarded`, the error of
+:mod:`.guarded`). A
 write of even one byte past the end is reported (:class:`GuardError`), and
 a read or write reaching the guard page stops the CPU with its exact
 address. Each CPU's stack has a guard page below it.
@@ -39,8 +41,9 @@ import numpy as np
 from ...arch import Arch
 from ...errors import BackendError
 from ..base import PROT_EXEC, PROT_READ, PROT_WRITE, Backend, prot_str
+from ..guarded import CANARY, canary_changed, layout
 from . import engine as engines
-from .guarded import BINDING_ALIGN, CANARY, canary_changed, guard_error
+from .guarded import guard_error
 from .pages import PageMap
 
 STACK_SIZE = 1 << 20
@@ -505,50 +508,6 @@ class EmulatedBackend(Backend):
             self._record("protect", address, size, prot)
 
     # --- arrays -----------------------------------------------------------
-    def _size_class(self, size: int) -> int:
-        """Bytes of the pooled range that holds ``size`` bytes: whole pages,
-        at most a quarter more than needed past four pages."""
-        pages = max(1, -(-size // self.page_size))
-        if pages > 4:
-            step = 1 << (pages.bit_length() - 3)
-            pages = -(-pages // step) * step
-        return pages * self.page_size
-
-    def _guarded_take(self, span: int) -> tuple[int, int, int, bool]:
-        """A reservation for a guarded range of ``span`` bytes (a multiple
-        of :data:`BINDING_ALIGN`): a guard page, pages for the range, then
-        a guard page. The range ends at most 63 bytes before the upper
-        guard; the pages below the range's first page are left out of the
-        page map, so an access below it faults too. Taken from the pool of
-        released ones of the same size class when there is one. Returns
-        ``(reservation, its size, upper guard page, fresh)`` (``fresh``:
-        newly mapped, so all zeros). Called with the lock held."""
-        page = self.page_size
-        total = self._size_class(span) + 2 * page
-        guard_at = total - page
-        first = (guard_at - span) // page * page     # range's first page
-        free = self._pool.get(total)
-        if free:
-            base = free.pop()
-            self._pooled -= total
-            fresh = False
-            if self._lead.get(base) != first:
-                # Another span of the class: move the lower boundary.
-                self._pages.set(base, base + first, None)
-                self._pages.set(base + first, base + guard_at,
-                                PROT_READ | PROT_WRITE)
-                # (each change with its protection: 0 below the range)
-                if first:
-                    self._record("protect", base, first, 0)
-                self._record("protect", base + first, guard_at - first,
-                             PROT_READ | PROT_WRITE)
-        else:
-            base = self._reserve(total, 0, (first, guard_at))
-            fresh = True
-        self._lead[base] = first
-        self._guards[base + first - page] = base + guard_at - span
-        return base, total, base + guard_at, fresh
-
     def _pool_give(self, base: int, total: int) -> None:
         """Keep a guarded reservation for reuse (or unmap it past
         :data:`_POOL_LIMIT`). Called with the lock held."""
@@ -559,18 +518,45 @@ class EmulatedBackend(Backend):
             self._unmap(self._regions[base])
 
     def _open_guarded(self, size: int):
-        """Take a guarded range of ``size`` bytes (see :meth:`map_array`)
-        and write its canary. Returns ``(address, host address,
+        """Take a guarded range of ``size`` bytes placed by
+        :func:`..guarded.layout` (64-byte aligned, pooled size classes): a
+        reservation of a guard page, pages for the range, then a guard
+        page, the range ending at most 63 bytes before the upper guard,
+        those bytes holding the canary. The pages below the range's first
+        page are left out of the page map, so an access below it faults
+        too. The reservation comes from the pool of released ones of the
+        same size when there is one. Returns ``(address, host address,
         reservation, its size, guard page, canary length, fresh)``
-        (``fresh``: the range reads as zeros); give it back with
-        :meth:`_close_guarded`."""
-        span = -(-size // BINDING_ALIGN) * BINDING_ALIGN
+        (``fresh``: newly mapped, so the range reads as zeros); give it
+        back with :meth:`_close_guarded`."""
+        page = self.page_size
+        start, guard_at, total = layout(size, page, pooled=True)
+        first = start - start % page                 # range's first page
         with self._lock:
-            base, total, guard, fresh = self._guarded_take(span)
-            addr = guard - span
+            free = self._pool.get(total)
+            if free:
+                base = free.pop()
+                self._pooled -= total
+                fresh = False
+                if self._lead.get(base) != first:
+                    # Another span of the class: move the lower boundary.
+                    self._pages.set(base, base + first, None)
+                    self._pages.set(base + first, base + guard_at,
+                                    PROT_READ | PROT_WRITE)
+                    # (each change with its protection: 0 below the range)
+                    if first:
+                        self._record("protect", base, first, 0)
+                    self._record("protect", base + first, guard_at - first,
+                                 PROT_READ | PROT_WRITE)
+            else:
+                base = self._reserve(total, 0, (first, guard_at))
+                fresh = True
+            self._lead[base] = first
+            addr, guard = base + start, base + guard_at
+            self._guards[base + first - page] = addr
             self._guards[guard] = addr
-            host = self._regions[base].host + (addr - base)
-        tail = span - size
+            host = self._regions[base].host + start
+        tail = guard_at - start - size
         if tail:
             _memmove(host + size, CANARY, tail)
         return addr, host, base, total, guard, tail, fresh
