@@ -376,7 +376,9 @@ def main() -> int:
                                   "startup run mul_add": setup["run"] or []}
 
     def note(side: str, name: str, text: str) -> None:
-        problems.setdefault(f"{name} ({side})", text)
+        """Keep the first failure of a case on a side (its first line)."""
+        first = text.strip().splitlines()[0] if text.strip() else "failed"
+        problems.setdefault(f"{name} ({side})", first[:300])
 
     def measure(unit: dict | str, side: str) -> dict[str, float]:
         """One child (a group) or process (a start-up case) on one tree:
@@ -387,7 +389,7 @@ def main() -> int:
             try:
                 return {unit: T.run_process(command, env=tree_env(tree))}
             except RuntimeError as e:
-                note(side, unit, str(e).splitlines()[-1])
+                note(side, unit, str(e).strip().splitlines()[-1])
                 return {}
         label = unit["group"]["label"]
         spec = dict(common, group=unit["group"], cases=unit["cases"],
