@@ -1,7 +1,8 @@
 """The same benchmarks on two revisions of the library, as ratios after/before.
 
 Usage: python bench/before_after.py [--quick] [--rounds R] [--seconds S]
-           [--before REV] [--after REV] [--only TEXT ...] [--list]
+           [--batches B] [--before REV] [--after REV] [--only TEXT ...]
+           [--list]
 
 For a change that should leave the figures where they were (a
 restructuring, a move of code between modules), one run measures both
@@ -57,7 +58,9 @@ runs the same counts; both are discarded (warm-up, ``.pyc`` files
 written). Each round then runs every group once per tree, before and after
 alternating in order from round to round (ABBA), the groups in an order
 rotated by one per round; every child warms each case up (a quarter of its
-count) before the timed batch.
+count), then times ``--batches`` batches and reports the fastest one's mean
+per call (a batch stretched by other work on a shared machine drops out).
+The table gives min and median over the rounds.
 """
 
 from __future__ import annotations
@@ -170,7 +173,7 @@ def child_main(spec: dict) -> int:
     group = spec["group"]
     counts = spec.get("counts") or {}
     seconds = spec["seconds"]
-    times: dict[str, float] = {}
+    times: dict[str, list[float]] = {}
     found: dict[str, int] = {}
     errors: dict[str, str] = {}
     for case in spec["cases"]:
@@ -184,15 +187,59 @@ def child_main(spec: dict) -> int:
                 else:
                     count = D.calls_for(call, seconds)
                 found[name] = count
-                value = D.batched(call, count)()
-                if value is not None:
-                    times[name] = value
+                runs = [timed_batch(call, count) for _ in range(spec["batches"])]
+                times[name] = [min(w for w, _ in runs), min(c for _, c in runs)]
             finally:
                 close()
         except Exception as e:
             errors[name] = f"{type(e).__name__}: {e}"
     print(json.dumps({"times": times, "counts": found, "errors": errors}))
     return 0
+
+
+def descendants(pid: int) -> list[int]:
+    """Process ids of the live descendants of ``pid`` (Linux
+    ``/proc/PID/task/TID/children``; none where that is missing)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except OSError:
+            continue
+        for kid in kids:
+            found += [kid, *descendants(kid)]
+    return found
+
+
+def cpu_seconds(children: list[int]) -> float:
+    """CPU seconds so far of this process (every thread: the unicorn engine
+    runs here) and of ``children`` (qemu-user processes of the qemu engine,
+    idle between calls, so their scheduler counts are current)."""
+    total = time.process_time()
+    for pid in children:
+        try:
+            total += T.pid_cpu(pid)
+        except OSError:                # it exited meanwhile
+            pass
+    return total
+
+
+def timed_batch(call, count: int) -> tuple[float, float]:
+    """(wall, CPU) seconds per call over ``count`` back-to-back calls; the
+    CPU time is read outside the timed loop."""
+    children = descendants(os.getpid())
+    cpu = cpu_seconds(children)
+    start = time.perf_counter()
+    for _ in range(count):
+        call()
+    wall = time.perf_counter() - start
+    cpu = cpu_seconds(children) - cpu
+    return wall / count, cpu / count
 
 
 def open_case(case: dict, group: dict, spec: dict, D):
@@ -289,6 +336,8 @@ def groups_of() -> list[dict]:
 
 
 STARTUP = ("startup --version", "startup run mul_add")
+#: what each child and start-up measurement reports, in this order
+METRICS = ("wall", "cpu")
 
 
 def names_of(units: list[dict | str]) -> list[str]:
@@ -307,6 +356,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=None,
                         help="length of each timed batch (default 0.25, "
                              "--quick: 0.05)")
+    parser.add_argument("--batches", type=int, default=3,
+                        help="timed batches per case in each child, the "
+                             "fastest kept (default 3)")
     parser.add_argument("--before", default="183d637",
                         help="revision measured as before (default 183d637)")
     parser.add_argument("--after", default=None,
@@ -370,7 +422,8 @@ def main() -> int:
         g["cases"] = [c for c in g["cases"] if c not in missing]
     groups = [g for g in groups if g["cases"]]
 
-    common = {"samples": str(samples), "seconds": seconds, "vmfb": setup["vmfb"]}
+    common = {"samples": str(samples), "seconds": seconds, "vmfb": setup["vmfb"],
+              "batches": max(1, args.batches)}
     counts: dict[str, dict[str, int]] = {}
     argv: dict[str, list[str]] = {"startup --version": ["--version"],
                                   "startup run mul_add": setup["run"] or []}
@@ -380,14 +433,16 @@ def main() -> int:
         first = text.strip().splitlines()[0] if text.strip() else "failed"
         problems.setdefault(f"{name} ({side})", first[:300])
 
-    def measure(unit: dict | str, side: str) -> dict[str, float]:
+    def measure(unit: dict | str, side: str) -> dict[str, list[float]]:
         """One child (a group) or process (a start-up case) on one tree:
-        seconds by case name; failures noted, not raised."""
+        [wall, CPU] seconds by case name; failures noted, not raised."""
         tree = trees[side]
         if isinstance(unit, str):
             command = [sys.executable, "-P", "-m", "hal_cpu", *argv[unit]]
             try:
-                return {unit: T.run_process(command, env=tree_env(tree))}
+                cpu = T.children_cpu()
+                wall = T.run_process(command, env=tree_env(tree))
+                return {unit: [wall, T.children_cpu() - cpu]}
             except RuntimeError as e:
                 note(side, unit, str(e).strip().splitlines()[-1])
                 return {}
@@ -413,36 +468,47 @@ def main() -> int:
             measure(unit, side)
     print(".", end="", file=sys.stderr, flush=True)
 
-    stats = {(name, side): T.Stats(name) for name in names_of(units) for side in trees}
+    stats = {(name, side, metric): T.Stats(name) for name in names_of(units)
+             for side in trees for metric in METRICS}
     for r in range(rounds):
         k = r % len(units)
         for unit in units[k:] + units[:k]:
             for side in ("before", "after") if r % 2 == 0 else ("after", "before"):
-                for name, value in measure(unit, side).items():
-                    stats[name, side].samples.append(value)
+                for name, values in measure(unit, side).items():
+                    for metric, value in zip(METRICS, values):
+                        stats[name, side, metric].samples.append(value)
         print(".", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
 
     print(T.machine_line())
     print(f"before: {before_rev} ({before}); after: {after_label}")
-    print(f"{rounds} rounds (ABBA), batches of ~{seconds:g} s; load average "
+    print(f"{rounds} rounds (ABBA), {common['batches']} batches of ~{seconds:g} s "
+          f"per case and child; load average "
           f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after; "
           f"{time.perf_counter() - start:.0f} s")
-    print("per call: mean of a batch in a child process per tree and round; "
-          "startup: one whole process; ratio above 1: after is slower")
-    rows = []
-    for name in names_of(units):
-        b, a = stats[name, "before"], stats[name, "after"]
-        cells = [name]
-        for s in (b, a):
-            cells += [T.fmt_time(s.min), T.fmt_time(s.median)] if s.ok else ["-", "-"]
-        if a.ok and b.ok:
-            cells += [T.ratio(a.median, b.median), T.ratio(a.min, b.min)]
-        else:
-            cells += ["-", "-"]
-        rows.append(cells)
-    print(T.table(["case", "before min", "before median", "after min",
-                   "after median", "after/before median", "min"], rows))
+    print("per call: the fastest of a child's batches, one child per group, "
+          "tree and round; startup: one whole process; ratio above 1: after "
+          "is slower")
+    for metric, title in (("wall", "wall time"),
+                          ("cpu", "CPU time (the process and its qemu-user "
+                                  "children; startup: the process and its "
+                                  "children)")):
+        print(f"\n{title}")
+        rows = []
+        for name in names_of(units):
+            b, a = stats[name, "before", metric], stats[name, "after", metric]
+            cells = [name]
+            for s in (b, a):
+                cells += [T.fmt_time(s.min), T.fmt_time(s.median)] if s.ok else ["-", "-"]
+            if a.ok and b.ok:
+                cells += [T.ratio(a.median, b.median), T.ratio(a.min, b.min)]
+            else:
+                cells += ["-", "-"]
+            rows.append(cells)
+        print(T.table(["case", "before min", "before median", "after min",
+                       "after median", "after/before median", "min"], rows))
+    if problems:
+        print()
     for name, text in problems.items():
         print(f"{name}: {text}")
     return 1 if problems else 0
