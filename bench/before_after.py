@@ -37,7 +37,7 @@ so both trees run the same bytes):
   for aarch64, loaded with ``hal_cpu.vm.load_program(..., workers=1)``,
   ``predict`` on a 4x16 f32 array of ones: natively and emulated aarch64
   on both engines (skipped without ``iree-compile``);
-* ``startup --version``, ``startup run mul_add``: wall time of a whole
+* ``startup --version``, ``startup run mul_add``: a whole
   ``python -P -m hal_cpu --version`` process and of ``hal-cpu run`` on the
   host's ``mul_add`` sample (the command ``bench/startup.py`` times),
   with ``.pyc`` files (``PYTHONDONTWRITEBYTECODE`` removed; Python 3.11+).
@@ -60,7 +60,14 @@ alternating in order from round to round (ABBA), the groups in an order
 rotated by one per round; every child warms each case up (a quarter of its
 count), then times ``--batches`` batches and reports the fastest one's mean
 per call (a batch stretched by other work on a shared machine drops out).
-The table gives min and median over the rounds.
+
+Two tables give min and median over the rounds and the ratios after/before
+of both: wall time, and CPU time per call (the child's threads, which
+include the unicorn engine, plus its qemu-user processes, read before and
+after each batch; for a start-up case, the process and the children it
+waited for). On a busy machine wall time includes waiting for a core;
+CPU time does not, so it is the steadier of the two there, though other
+work still slows it through shared caches.
 """
 
 from __future__ import annotations
