@@ -12,7 +12,6 @@ workgroup state laid out for the image's pointer width.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import threading
@@ -138,53 +137,11 @@ LOAD_TIMEOUT = 60.0
 MAX_EXECUTABLE_CONSTANTS = 1 << 16
 
 
-_LIMITS: "weakref.WeakKeyDictionary[Backend, tuple[int, list[int]]]" = (
-    weakref.WeakKeyDictionary())
-_LIMITS_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def call_limit(backend: Backend, seconds: float):
-    """Limit each guest call on ``backend`` to ``seconds`` (0: none) inside
-    the block (emulated backends; native code cannot be stopped).
-
-    The limit is the backend's (``timeout_us``), shared by every thread:
-    while blocks on several threads overlap, the shortest non-zero limit
-    among them applies to all, and the backend's own value comes back when
-    the last block ends."""
-    us = int(seconds * 1e6) if seconds else 0
-    with _LIMITS_LOCK:
-        entry = _LIMITS.get(backend)
-        if entry is None:
-            entry = _LIMITS[backend] = (getattr(backend, "timeout_us", 0), [])
-        base, active = entry
-        active.append(us)
-        backend.timeout_us = _shortest(active)
-    try:
-        yield
-    finally:
-        with _LIMITS_LOCK:
-            active.remove(us)
-            if active:
-                backend.timeout_us = _shortest(active)
-            else:
-                backend.timeout_us = base
-                _LIMITS.pop(backend, None)
-
-
-def _shortest(limits: list[int]) -> int:
-    if len(limits) == 1:
-        return limits[0]
-    return min((u for u in limits if u), default=0)
-
-
 #: Every open :class:`Executable`, for the fork handler.
 _LIVE: "weakref.WeakSet[Executable]" = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
-    global _LIMITS_LOCK
-    _LIMITS_LOCK = threading.Lock()
     for exe in list(_LIVE):
         exe._after_fork()
 
@@ -370,16 +327,21 @@ class Executable:
         self.import_functions: dict[str, int] = {}
         self.plugins = None
         if isinstance(backend, Backend):
-            with call_limit(backend, timeout):
+            with backend.time_limit(timeout):
                 self.module = elfloader.load(source, arch=arch, backend=backend,
                                              initialize=initialize)
         else:
             emulation = {k: v for k, v in (("engine", engine), ("cpu", cpu),
                                            ("vlen", vlen)) if v is not None}
-            self.module = elfloader.load(source, arch=arch, backend=backend,
-                                         initialize=initialize, timeout=timeout,
-                                         **emulation)
-            self.module.backend.timeout_us = 0
+            image = elfloader.read_image(source, arch=arch)
+            own = elfloader.open_backend(image.arch, backend, **emulation)
+            try:
+                with own.time_limit(timeout):
+                    self.module = elfloader.load(image, backend=own,
+                                                 initialize=initialize)
+            except BaseException:
+                own.close()
+                raise
         self._owns_backend = not isinstance(backend, Backend)
         self.backend: Backend = self.module.backend
         # Natively aligned writable bindings are used in place (no copies).
@@ -387,7 +349,7 @@ class Executable:
         self.arch = self.module.arch
         self.path = self.module.name
         try:
-            with call_limit(self.backend, timeout):
+            with self.backend.time_limit(timeout):
                 self._query(plugins if bind_imports else None, bind_imports)
         except BaseException:
             self._closed = False
@@ -953,7 +915,7 @@ class Executable:
         guest call and between chunks, and progress reports."""
         timeout = check_timeout(timeout, "timeout", self.path)
         deadline = time.monotonic() + timeout if timeout else None
-        with call_limit(self.backend, timeout or 0):
+        with self.backend.time_limit(timeout or 0):
             try:
                 run_grid(self.backend, layout, exp.address, self._env, total,
                          label=exp.label, path=self.path, grid=wc,

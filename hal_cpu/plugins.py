@@ -487,13 +487,13 @@ class PluginManager:
         loading (initializers, query, load) is limited to ``timeout``
         seconds on an emulated backend (default
         :data:`hal_cpu.library.LOAD_TIMEOUT`; 0: none)."""
-        from .library import LOAD_TIMEOUT, call_limit, check_timeout
+        from .library import LOAD_TIMEOUT, check_timeout
         timeout = check_timeout(LOAD_TIMEOUT if timeout is None else timeout,
                                 "timeout", None, PluginError)
         parsed = [PluginSpec(s) for s in specs]
         manager = cls(arch, backend, **options)
         try:
-            with call_limit(manager.backend, timeout):
+            with manager.backend.time_limit(timeout):
                 for spec in parsed:
                     manager.register_spec(spec)
         except BaseException:
@@ -597,13 +597,12 @@ def inspect_plugin(path, *, arch=None, backend="auto", resolve=(),
     ``system``) and how it resolves the names in ``resolve``; each guest
     call is limited to ``timeout`` seconds on an emulated backend (0:
     none)."""
-    from .library import call_limit
     if system:
         arch = elfloader.arch.host()
     else:
         arch = elfloader.read_image(path, arch=arch).arch
     with PluginManager(arch, "native" if system else backend) as manager, \
-            call_limit(manager.backend, timeout):
+            manager.backend.time_limit(timeout):
         plugin = (manager.register_system(path) if system
                   else manager.register_embedded(path))
         lines = [

@@ -308,10 +308,9 @@ class LoadedPlugin:
 
         from .faults import import_fault
         from .interrupt import run_interruptible
-        from .library import call_limit
         seconds = self.timeout if seconds is None else seconds
         try:
-            with call_limit(self.backend, seconds):
+            with self.backend.time_limit(seconds):
                 return run_interruptible(
                     fn, lambda: self.backend.stop_workers(1))
         except EmulationError as exc:

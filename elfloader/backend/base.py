@@ -10,14 +10,30 @@ once against this interface.
 from __future__ import annotations
 
 import abc
+import contextlib
 import functools
-from typing import Callable
+import os
+import threading
+from typing import Callable, Iterator
 
 import numpy as np
 
 from ..arch import Arch
 
 PROT_NONE, PROT_READ, PROT_WRITE, PROT_EXEC = 0, 1, 2, 4
+
+# Guards every backend's active time limits (Backend.time_limit).
+_LIMITS_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    # A lock held by a thread of the parent would never be released.
+    global _LIMITS_LOCK
+    _LIMITS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def prot_str(prot: int) -> str:
@@ -38,8 +54,13 @@ class Backend(abc.ABC):
     arch: Arch
     page_size: int
     #: Limit of one guest call in microseconds (0: none); only the emulated
-    #: backend can stop a call, natively it is not enforced.
+    #: backend can stop a call, natively it is not enforced. Set it for a
+    #: block of calls with :meth:`time_limit`.
     timeout_us: int = 0
+    # While time_limit blocks are active: the limit they replaced and each
+    # block's limit in microseconds, in the order they began.
+    _limits_base: int = 0
+    _limits_active: list[int] | None = None
 
     @property
     def pointer_size(self) -> int:
@@ -142,6 +163,34 @@ class Backend(abc.ABC):
         return None
 
     # --- calls ------------------------------------------------------------
+    @contextlib.contextmanager
+    def time_limit(self, seconds: float) -> Iterator[None]:
+        """Limit each guest call to ``seconds`` (0: none) inside the block
+        (:attr:`timeout_us`; only the emulated backend stops a call).
+
+        The limit is the backend's, shared by every thread: while blocks on
+        several threads (or nested ones) overlap, the shortest non-zero
+        limit among them applies to all, and the limit from before the
+        first block comes back when the last one ends."""
+        us = int(seconds * 1e6) if seconds else 0
+        with _LIMITS_LOCK:
+            active = self._limits_active
+            if active is None:
+                self._limits_base = self.timeout_us
+                active = self._limits_active = []
+            active.append(us)
+            self.timeout_us = _shortest(active)
+        try:
+            yield
+        finally:
+            with _LIMITS_LOCK:
+                active.remove(us)
+                if active:
+                    self.timeout_us = _shortest(active)
+                else:
+                    self.timeout_us = self._limits_base
+                    self._limits_active = None
+
     @abc.abstractmethod
     def call(self, address: int, *args: int) -> int:
         """Call ``address`` with integer/pointer arguments in the C calling
@@ -200,6 +249,14 @@ class Backend(abc.ABC):
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _shortest(limits: list[int]) -> int:
+    """The limit of overlapping time_limit blocks: a lone block's own (0
+    too), else the shortest non-zero one."""
+    if len(limits) == 1:
+        return limits[0]
+    return min((u for u in limits if u), default=0)
 
 
 def as_int32(value: int) -> int:
