@@ -1,9 +1,12 @@
 """Arrays placed in guest memory between two guard pages, for tests that
 must catch every out-of-bounds access of the code under test.
 
-Each array gets its own reservation, built from the :class:`~elfloader.
-Backend` calls every backend has (``reserve`` and ``protect``), so it works
-the same natively and emulated::
+Each array is a :class:`elfloader.backend.guarded.GuardedRange`: a
+reservation of its own, built from the :class:`~elfloader.Backend` calls
+every backend has (``reserve`` and ``protect``), so it works the same
+natively and emulated, placed by the same rule and guarded by the same
+canaries as the bindings of a dispatch (that module's docstring says how
+the two relate)::
 
     | guard page | gap below | array | gap above | guard page |
       PROT_NONE    canary            canary        PROT_NONE
@@ -16,14 +19,15 @@ the same natively and emulated::
   aligned; its end then lies up to N - 1 bytes before the upper guard page.
   ``padded=True`` is ``align=64``: the start aligned as IREE aligns its
   heap buffers, up to 63 bytes of canary after the end (a read of them goes
-  unseen).
+  unseen), placed as a dispatch places a binding of that size.
 * ``slack`` (of :class:`GuardedArrays`, normally 0) keeps that many bytes of
   canary after every array: :func:`qemu_overread` sets it for x86 code
   that qemu-user reads past its operands (see there).
 * Any access to a guard page faults (emulated: the CPU stops with the
   exact address; native: the process gets SIGSEGV). A write into a gap
-  (between an array and a guard page) changes its canary, which
-  :meth:`GuardedArrays.changed` finds after the call.
+  (between an array and a guard page) changes its canary (salted by the
+  gap's address), which :meth:`GuardedArrays.changed` finds after the
+  call.
 
 :class:`GuestArray` is what a test holds: it stands for the array's guest
 address wherever an integer is expected (``__index__``), and reads back
@@ -37,30 +41,17 @@ import re
 
 import numpy as np
 
-from elfloader.backend import PROT_NONE, PROT_READ, PROT_WRITE
+from elfloader.backend.guarded import ALIGN, GuardedRange
 from elfloader.diagnose import Region
 
 from .memory import GuestMemory
 
-#: Alignment of a padded array's start, bytes (IREE's heap buffers).
-ALIGNMENT = 64
-#: Start of the byte pattern of the gaps between arrays and guard pages;
-#: each array's pattern also depends on its address, so that bytes copied
-#: from one array's gap into another's (a read overrun feeding a write
-#: overrun) still differ.
-CANARY_SEED = 0xA7
+#: Alignment of a padded array's start, bytes (IREE's heap buffers; the
+#: bindings' alignment, :data:`elfloader.backend.guarded.ALIGN`).
+ALIGNMENT = ALIGN
 #: Byte ``empty()`` arrays are filled with, so that reads of elements the
 #: code never wrote stand out.
 POISON = 0xCD
-
-
-def _canary(size: int, at: int) -> bytes:
-    """The canary of ``size`` bytes starting at guest address ``at``: no
-    byte is 0x00 or 0xFF (the bytes an overrun most often writes, which
-    would otherwise go unseen where the pattern has them)."""
-    return bytes(b ^ 0x5A if b in (0x00, 0xFF) else b
-                 for b in ((CANARY_SEED + 0x3B * i + 0x95 * (at >> 12)) & 0xFF
-                           for i in range(at, at + size)))
 
 
 #: How reports count elements of common dtypes ("8 floats past the end"):
@@ -132,6 +123,8 @@ def qemu_overread(backend, modules) -> int:
     most = 0
     for module in modules:
         image = getattr(module, "image", None)
+        if image is None:
+            continue
         for seg in getattr(image, "segments", ()):
             if seg.flags & 1:               # PF_X
                 most = max(most, _code_overread(
@@ -182,24 +175,26 @@ class GuestArray:
         strict: placed flush against the upper guard page (no gap after
             it).
         index: order of placement among the arrays of its owner (from 0).
+        range: the :class:`~elfloader.backend.guarded.GuardedRange` it
+            occupies.
     """
 
     def __init__(self, owner: "GuardedArrays", name: str | None, index: int,
-                 dtype, shape, address: int, base: int, span: int,
-                 align: int, explicit_name: bool):
+                 dtype, shape, guarded: GuardedRange, align: int,
+                 explicit_name: bool):
         self._owner = owner
         self.name = name or f"array {index}"
         self.index = index
         self.dtype = np.dtype(dtype)
         self.shape = tuple(shape)
-        self.nbytes = self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64))
-        self.address = address
+        self.nbytes = guarded.size
+        self.range = guarded
+        self.address = guarded.address
         self.align = align
         self.explicit_name = explicit_name
-        page = owner.page_size
         #: reservation start (the lower guard page) and size in bytes
-        self.base, self.span = base, span
-        self.body = (base + page, base + span - page)   # between the guards
+        self.base, self.span = guarded.base, guarded.span
+        self.body = guarded.body                        # between the guards
 
     @property
     def strict(self) -> bool:
@@ -314,33 +309,16 @@ class GuardedArrays:
             dtype, shape = data.dtype, data.shape
         dtype = np.dtype(dtype)
         nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
-        page = self.page_size
         align = self.alignment(dtype, align, padded, strict)
-        # bytes from the array's start to the upper guard page
-        tail = -(-(nbytes + self.slack) // align) * align
-        body = -(-tail // page) * page
-        span = body + 2 * page
-        base = self.backend.reserve(span)
-        try:
-            self.backend.protect(base, page, PROT_NONE)
-            self.backend.protect(base + span - page, page, PROT_NONE)
-        except BaseException:
-            self.backend.release(base)
-            raise
-        upper = base + span - page
-        address = upper - tail
-        array = GuestArray(self, name, self._count, dtype, shape, address,
-                           base, span, align, explicit_name=name is not None)
+        guarded = GuardedRange(self.backend, nbytes, align, self.slack)
+        array = GuestArray(self, name, self._count, dtype, shape, guarded,
+                           align, explicit_name=name is not None)
         self._count += 1
-        low, high = address - array.body[0], upper - array.end
         if data is not None and nbytes:
-            self.memory.write(address, data)
+            self.memory.write(array.address, data)
         elif nbytes and fill:
-            self.backend.write(address, bytes([fill]) * nbytes)
-        if low:
-            self.backend.write(array.body[0], _canary(low, array.body[0]))
-        if high:
-            self.backend.write(array.end, _canary(high, array.end))
+            self.backend.write(array.address, bytes([fill]) * nbytes)
+        guarded.write_canaries()
         self.arrays.append(array)
         return array
 
@@ -360,21 +338,8 @@ class GuardedArrays:
             byte (negative below the start, ``nbytes`` or more above the
             end), below-the-start gaps first.
         """
-        found = []
-        for array in self.arrays:
-            for start, end in ((array.body[0], array.address),
-                               (array.end, array.body[1])):
-                if start >= end:
-                    continue
-                expected = _canary(end - start, start)
-                got = self.backend.read(start, end - start)
-                if got == expected:
-                    continue
-                diff = [i for i in range(len(got)) if got[i] != expected[i]]
-                found.append((array, start + diff[0] - array.address,
-                              start + diff[-1] - array.address))
-                self.backend.write(start, expected)
-        return found
+        return [(array, first, last) for array in self.arrays
+                for first, last in array.range.changed()]
 
     def near(self, address: int) -> tuple[GuestArray, int] | None:
         """``(array, offset from its start)`` when ``address`` lies in one
@@ -416,10 +381,7 @@ class GuardedArrays:
         first, as a backend may reuse released pages)."""
         if array in self.arrays:
             self.arrays.remove(array)
-            page = self.page_size
-            for guard in (array.base, array.body[1]):
-                self.backend.protect(guard, page, PROT_READ | PROT_WRITE)
-            self.backend.release(array.base)
+            array.range.release()
 
     def close(self) -> None:
         """Free every array."""
