@@ -16,6 +16,7 @@ import pytest
 
 import elfloader
 from hal_cpu import cli, interrupt
+from hal_cpu.cli import executables
 from hal_cpu.library import Executable
 
 from conftest import ROOT
@@ -50,15 +51,15 @@ def _line(stdout: str) -> re.Match:
     ("0.5", (0.5, 0)), ("0.5s", (0.5, 0)), ("2s", (2.0, 0)), ("1e-3", (1e-3, 0)),
     ("100x", (0.0, 100)), ("1x", (0.0, 1))])
 def test_min_time_forms(text, value):
-    assert cli._min_time(text) == value
+    assert executables._min_time(text) == value
 
 
 @pytest.mark.parametrize("text", ["0", "0s", "-1", "nan", "inf", "1e9", "s",
                                   "x", "0x", "-3x", "1.5x", "abc", "",
-                                  f"{cli.MAX_REPETITIONS + 1}x"])
+                                  f"{executables.MAX_REPETITIONS + 1}x"])
 def test_min_time_rejects(text):
     with pytest.raises(argparse.ArgumentTypeError):
-        cli._min_time(text)
+        executables._min_time(text)
 
 
 @pytest.fixture

@@ -47,8 +47,6 @@ DIRTY: dict[str, str] = {
     "elfloader.backend.emulated": "engine, space, qemu_engine, unicorn_engine and "
     "sandbox import each other; the engines use EmulatedBackend's private state "
     "and the space the CPUs'; unicorn_arch reads unicorn's Uc._uch",
-    "hal_cpu": "cli.py subclasses argparse._SubParsersAction and calls "
-    "ArgumentParser._print_message",
 }
 
 # Underscore names that are documented public API of the standard library:

@@ -5,9 +5,10 @@
 :func:`load_limit`), whether a run is native (:func:`runs_natively`) and the
 progress bar (:class:`Progress`).
 
-A leaf of the command line: :mod:`hal_cpu.cli` (``inspect``, ``run``...)
-and :mod:`hal_cpu.cli_module` (``run-module``, ``plan``...) both import it,
-and neither imports the other's helpers.
+A leaf of the command line: every module of subcommands
+(:mod:`hal_cpu.cli.executables`, :mod:`~hal_cpu.cli.modules`,
+:mod:`~hal_cpu.cli.plan`, :mod:`~hal_cpu.cli.tools`) imports it, and none
+imports another's.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 import elfloader
 from fatelf import arches
@@ -88,7 +90,7 @@ def emulation_options(args) -> dict:
 def load_limit(args) -> float:
     """Seconds each guest call may run while loading: ``--timeout`` when
     given, else the library's default (:data:`hal_cpu.library.LOAD_TIMEOUT`)."""
-    from .library import LOAD_TIMEOUT
+    from ..library import LOAD_TIMEOUT
     return getattr(args, "timeout", None) or LOAD_TIMEOUT
 
 
@@ -108,7 +110,7 @@ class Progress:
     def __init__(self, enabled: bool, unit: str = "wg"):
         self.enabled = enabled and sys.stderr.isatty()
         self.start = time.monotonic()
-        self.bar = None
+        self.bar: Any = None
         self.unit = unit
 
     def __call__(self, done: int, total: int) -> None:

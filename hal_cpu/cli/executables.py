@@ -1,8 +1,10 @@
-"""``hal-cpu``: inspect and run IREE CPU executables and plugins.
+"""``hal-cpu inspect`` and ``hal-cpu run``: one executable library or
+plugin file (ELF, FatELF, or an executable embedded in a ``.vmfb``).
 
-Flags are spelled as IREE's tools spell them (``--entry_point``,
-``--workgroup_count``, ``--binding``, ``--constant``,
-``--executable_plugin``) so IREE users feel at home.
+``inspect`` shows what the file exports and imports, its query run
+emulated without its initializers (a system library plugin is read, not
+loaded, unless asked); ``run`` dispatches one export over a workgroup grid,
+natively in a child process or emulated, and can repeat it to time it.
 """
 
 from __future__ import annotations
@@ -18,63 +20,26 @@ import elfloader
 from fatelf import arches
 from fatelf.errors import PortableKernelError
 
-from .buffers import format_buffer_view, parse_binding
-from .cli_options import INSPECT_TIMEOUT, KILL_GRACE, MAX_SECONDS, emulation_options
-from .cli_options import Progress as _Progress
-from .cli_options import add_cpu_flags as _add_cpu_flags
-from .cli_options import arch as _arch
-from .cli_options import load_limit as _load_limit
-from .cli_options import positive as _positive
-from .cli_options import runs_natively as _runs_natively
-from .cli_options import seconds as _seconds
-from .errors import HalCpuError
+from ..buffers import format_buffer_view, parse_binding
+from ..errors import HalCpuError
+from .options import INSPECT_TIMEOUT, KILL_GRACE, MAX_SECONDS, emulation_options
+from .options import Progress as _Progress
+from .options import add_cpu_flags as _add_cpu_flags
+from .options import arch as _arch
+from .options import load_limit as _load_limit
+from .options import positive as _positive
+from .options import runs_natively as _runs_natively
+from .options import seconds as _seconds
 
-
-def option_key(option: str) -> str:
-    """``--cache_dir`` and ``--cache-dir`` alike: the spelling-free key of a
-    long option (``_`` and ``-`` between words are the same)."""
-    return option.replace("_", "-")
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """An :class:`argparse.ArgumentParser` whose long options are taken in
-    either spelling: IREE's tools write ``--cache_dir``, ``--no_progress``,
-    other tools ``--cache-dir``, ``--no-progress``; both name the same
-    option. Help shows the one spelling each option is registered with
-    (IREE's underscores); subcommand parsers are of this class too."""
-
-    def parse_known_args(self, args=None, namespace=None):
-        if args is None:
-            args = sys.argv[1:]
-        return super().parse_known_args(self.respelled(list(args)), namespace)
-
-    def respelled(self, args: list[str]) -> list[str]:
-        """``args`` with every long option this parser does not know as
-        spelled, but knows in the other spelling, written as it knows it
-        (values and everything after ``--`` untouched)."""
-        known = [s for s in self._option_string_actions if s.startswith("--")]
-        by_key: dict[str, list[str]] = {}
-        for option in known:
-            by_key.setdefault(option_key(option), []).append(option)
-        out = []
-        for i, arg in enumerate(args):
-            if arg == "--":
-                out += args[i:]
-                break
-            if arg.startswith("--") and len(arg) > 2:
-                name, sep, value = arg.partition("=")
-                spelled = by_key.get(option_key(name), [])
-                if name not in known and len(spelled) == 1:
-                    arg = spelled[0] + sep + value
-            out.append(arg)
-        return out
+__all__ = ["COMMANDS", "MAX_REPETITIONS", "backend_description", "cmd_inspect",
+           "cmd_run", "describe"]
 
 
 def _triple(text: str) -> tuple[int, int, int]:
     parts = text.replace(" ", "").split(",")
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
         raise argparse.ArgumentTypeError(f"expected three counts X,Y,Z, got {text!r}")
-    vals = tuple(int(p) for p in parts)
+    vals = (int(parts[0]), int(parts[1]), int(parts[2]))
     for axis, v, limit in zip("xyz", vals, (1 << 32, 1 << 32, 1 << 16)):
         if v >= limit:
             raise argparse.ArgumentTypeError(f"{axis} = {v} is not below {limit}")
@@ -125,6 +90,7 @@ def _output(text: str) -> tuple[int, str]:
     return int(index), path[1:]
 
 
+
 def _add_target_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=elfloader.backend.KINDS, default="auto",
                    help="native (host architecture only), emulated, or auto "
@@ -140,74 +106,8 @@ def _add_target_flags(p: argparse.ArgumentParser) -> None:
     _add_cpu_flags(p)
 
 
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-        return version("portable-kernel-runtime")
-    except Exception:  # noqa: BLE001 - not installed as a distribution
-        return "unknown"
 
-
-class _VersionAction(argparse.Action):
-    """``--version``: print ``hal-cpu <version>`` and exit; the version is
-    looked up (``importlib.metadata``) only when the option is given."""
-
-    def __init__(self, option_strings, dest=argparse.SUPPRESS,
-                 default=argparse.SUPPRESS, help="show program's version "
-                 "number and exit"):
-        super().__init__(option_strings=option_strings, dest=dest,
-                         default=default, nargs=0, help=help)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        parser._print_message(f"hal-cpu {_version()}\n", sys.stdout)
-        parser.exit()
-
-
-class _Unbuilt:
-    """Stands for the parser of a subcommand not being run: takes options
-    and groups and keeps nothing (see :class:`_SubParsers`)."""
-
-    def __getattr__(self, name):
-        return lambda *args, **kwargs: self
-
-
-class _SubParsers(argparse._SubParsersAction):
-    """Subcommands of which only ``only`` (when set) gets a full parser: the
-    others are registered by name alone, to be found on the command line.
-    Building every subcommand's options is a good part of a short
-    command's start."""
-
-    only: str | None = None
-
-    def add_parser(self, name, **kwargs):
-        if self.only is None or name == self.only:
-            return super().add_parser(name, **kwargs)
-        self._name_parser_map[name] = None
-        return _Unbuilt()
-
-
-def _command_of(argv) -> str | None:
-    """The subcommand when it is the first argument (the parser then needs
-    only that one's options), else None (all are built). A name that is no
-    command leaves every subcommand unbuilt: the error lists the names."""
-    args = sys.argv[1:] if argv is None else list(argv)
-    return args[0] if args and not args[0].startswith("-") else None
-
-
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The ``hal-cpu`` parser; with ``command``, only that subcommand's
-    options are built (help listing every command needs ``None``)."""
-    parser = ArgumentParser(
-        prog="hal-cpu", description="Inspect and run IREE CPU executables "
-        "(embedded ELF / FatELF), natively or emulated.",
-        epilog="Exit status: 0 success, 1 error (one line on stderr), "
-        "2 usage error, 130 interrupted. Long options may be spelled with "
-        "_ or - between words (--cache_dir, --cache-dir).")
-    parser.add_argument("--version", action=_VersionAction)
-    parser.register("action", "parsers", _SubParsers)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.only = command
-
+def _inspect_parser(sub) -> None:
     p = sub.add_parser(
         "inspect", help="show an executable library or plugin without "
         "running its code on this CPU",
@@ -244,6 +144,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                      "query can do anything you can")
     _add_target_flags(p)
 
+
+def _run_parser(sub) -> None:
     p = sub.add_parser(
         "run", help="dispatch one export over a workgroup grid",
         description="Dispatch one export over a workgroup grid. A native "
@@ -309,76 +211,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    "emulated to show the faulting instruction")
     _add_target_flags(p)
 
-    from .cli_module import add_parsers
-    add_parsers(sub)
-
-    p = sub.add_parser("demo", help="run the bundled sample executables for "
-                       "every architecture and check them against numpy")
-    p.add_argument("--arch", action="append", type=_arch, metavar="ARCH",
-                   help="only these architectures (repeatable)")
-
-    p = sub.add_parser("profiles", help="list the CPU profiles --cpu accepts, "
-                       "with the engines that run them")
-    p.add_argument("--arch", action="append", type=_arch, metavar="ARCH",
-                   help="only these architectures (repeatable)")
-
-    p = sub.add_parser(
-        "build-plugin", help="compile a C executable plugin for several "
-        "architectures with zig (pip install ziglang) and pack a FatELF .sos",
-        description="Compile C sources into a self-contained plugin for each "
-        "architecture (freestanding, no libc; plugin_abi.h from "
-        "hal_cpu.get_include() is on the include path) and pack the objects "
-        "as one FatELF bundle; or, for one architecture written to a .so, "
-        "write the ELF itself.")
-    p.add_argument("sources", nargs="+", metavar="SOURCE.c")
-    p.add_argument("-o", "--output", required=True, metavar="PLUGIN.sos",
-                   help="the bundle (.sos), or for one architecture and one "
-                   "profile a plain ELF (.so)")
-    p.add_argument("--arch", default="all", metavar="ARCHES",
-                   help="all (default), or a comma-separated list of "
-                   "architectures (aliases accepted)")
-    p.add_argument("--cpu", default=None, metavar="PROFILES",
-                   help="CPU profiles, comma-separated: ARCH:PROFILE or a "
-                   "profile name, each for its own architecture, e.g. "
-                   "x86_64:x86-64-v3,aarch64:sve,riscv64:rv64gcv (others get "
-                   "their baseline; hal-cpu profiles lists them). An "
-                   "architecture named twice (aarch64:armv8-a,aarch64:sve) "
-                   "gets a record per profile: the first is what loaders pick "
-                   "by default, pytest --hal-cpu picks by profile")
-    p.add_argument("-g", dest="debug", action="store_true",
-                   help="keep symbols and DWARF line tables, for fault "
-                   "reports with static function names and source lines")
-    p.add_argument("-I", dest="include", action="append", default=[],
-                   metavar="DIR", help="more include directories")
-    p.add_argument("-D", dest="define", action="append", default=[],
-                   metavar="NAME[=VALUE]", help="preprocessor definitions")
-    return parser
-
-
-def cmd_profiles(args) -> int:
-    from elfloader.backend.emulated import engine as engines
-    names = args.arch or list(arches.RUNTIME_ARCHES)
-    print(f"{'arch':<8} {'profile':<24} {'engines':<14} {'vector lengths':<26} "
-          "ISA")
-    for name in names:
-        have_qemu = engines.qemu_program(name) is not None
-        for p in arches.profiles(name):
-            runs = ["qemu" + ("" if have_qemu else " (not installed)")]
-            if p.unicorn:
-                runs.append("unicorn")
-            default = " (default)" if arches.DEFAULT_PROFILES.get(name) == p.name else ""
-            vl = ", ".join(str(v) for v in sorted(p.vlens)) or "-"
-            print(f"{name:<8} {p.name:<24} {' '.join(runs):<14} {vl:<26} "
-                  f"{p.summary}{default}")
-            if p.note:
-                print(f"{'':<8} {'':<24} note: {p.note}")
-    return 0
-
 
 def _plugins(args, arch_hint, backend=None):
     if not args.executable_plugin:
         return None
-    from .plugins import PluginManager
+    from ..plugins import PluginManager
     return PluginManager.from_specs(args.executable_plugin, arch=arch_hint,
                                     backend=backend or args.backend,
                                     timeout=_load_limit(args),
@@ -386,8 +223,8 @@ def _plugins(args, arch_hint, backend=None):
 
 
 def cmd_inspect(args) -> int:
-    from . import abi, vmfb
-    from .plugins import inspect_plugin
+    from .. import abi, vmfb
+    from ..plugins import inspect_plugin
     limit = args.timeout or INSPECT_TIMEOUT
     if vmfb.is_module_file(args.file):
         print(_describe_module(args, limit))
@@ -420,7 +257,7 @@ def _system_run(args) -> str:
 def _describe_system_library(args, limit: float) -> str:
     """What a system library's file says; with --run_sandboxed or
     --run_native, then what its query answers, run in a child process."""
-    from .plugins import describe_system_library, inspect_plugin
+    from ..plugins import describe_system_library, inspect_plugin
     text = describe_system_library(args.file)
     how = _system_run(args)
     if not how:
@@ -443,7 +280,7 @@ def _describe_executable(args, image, limit: float) -> str:
     """``describe`` of an executable: the query runs emulated, without the
     file's initializers and under ``limit`` seconds per call, so inspecting
     never runs the file's code on this CPU."""
-    from .library import Executable
+    from ..library import Executable
     with Executable(image, backend="emulated", initialize=False,
                     bind_imports=False, timeout=limit) as exe:
         providers = _providers(args, image.arch, exe.imports, limit)
@@ -452,7 +289,7 @@ def _describe_executable(args, image, limit: float) -> str:
 
 def _describe_module(args, limit: float) -> str:
     """The executables embedded in a ``.vmfb``, each described."""
-    from . import vmfb
+    from .. import vmfb
     found = vmfb.executables(args.file)
     lines = [f"file:         {args.file}",
              f"module:       compiled IREE module (.vmfb), {len(found)} "
@@ -474,16 +311,17 @@ def _isolated(fn, name: str, limit: float, sandbox_for=None):
     first (:func:`hal_cpu.plugins.sandbox_for`)."""
     confine = None
     if sandbox_for is not None:
-        from .plugins import sandbox_for as confinement
+        from ..plugins import sandbox_for as confinement
         confine = confinement(sandbox_for)
     elif not hasattr(os, "fork"):
         return fn(lambda _text: None)
-    from .isolate import run_in_child
+    from ..isolate import run_in_child
     return run_in_child(fn, name=name, what="the library's code",
                         timeout=limit + KILL_GRACE, confine=confine)
 
 
-def _providers(args, arch, names, limit: float = 0) -> dict[str, str] | None:
+def _providers(args, arch, names,
+               limit: float = 0) -> dict[str, str | None] | None:
     """Import name -> the plugin that resolves it ('' when none does), or
     None when no plugins were given. Embedded plugins run emulated; when a
     system library is among them, everything runs in a child process,
@@ -491,7 +329,7 @@ def _providers(args, arch, names, limit: float = 0) -> dict[str, str] | None:
     at all otherwise (then each name maps to None)."""
     if not args.executable_plugin:
         return None
-    from .plugins import PluginManager, PluginSpec
+    from ..plugins import PluginManager, PluginSpec
 
     def resolve(_note=None, backend="emulated"):
         with PluginManager.from_specs(args.executable_plugin, arch=arch,
@@ -510,7 +348,7 @@ def _providers(args, arch, names, limit: float = 0) -> dict[str, str] | None:
                      if how == "sandboxed" else None)
 
 
-def describe(exe, providers: dict[str, str] | None = None) -> str:
+def describe(exe, providers: dict[str, str | None] | None = None) -> str:
     """Human-readable summary of an :class:`Executable`; ``providers`` maps
     import names to the plugin resolving them."""
     lines = [
@@ -540,7 +378,6 @@ def describe(exe, providers: dict[str, str] | None = None) -> str:
                      f"flags={e.flags:#x} parameters={e.parameter_count}")
     return "\n".join(lines)
 
-
 def _print_selection(text: str, count: int) -> list[int]:
     if text == "all":
         return list(range(count))
@@ -567,8 +404,8 @@ def _dispatch(args, image, export, arrays, note=None):
     """Load ``image`` with the plugins, run the dispatch (and the benchmark
     repetitions); returns (times, where, export label, path), ``times`` the
     seconds of each repetition (an array of float64)."""
-    from .errors import DispatchTimeoutError
-    from .library import Executable
+    from ..errors import DispatchTimeoutError
+    from ..library import Executable
     note = note or (lambda _text: None)
     deadline = time.monotonic() + args.timeout if args.timeout else None
 
@@ -590,7 +427,7 @@ def _dispatch(args, image, export, arrays, note=None):
                     **({} if plugins else emulation_options(args))) as exe:
         label = exe.export(export).label
         note(f"in export {label}")
-        from .interrupt import run_interruptible
+        from ..interrupt import run_interruptible
         stopped: list[bool] = []
 
         def stop():
@@ -637,7 +474,7 @@ def _repeat(exe, export, args, arrays, count: int, seconds: float,
     """
     from array import array
 
-    from .errors import DispatchTimeoutError
+    from ..errors import DispatchTimeoutError
     clock = time.perf_counter
     dispatch, wc, consts = exe.dispatch, args.workgroup_count, args.constant
     workers = args.workers
@@ -686,14 +523,14 @@ def _repeat(exe, export, args, arrays, count: int, seconds: float,
 
 def _diagnose(args, image, export) -> None:
     """Run the dispatch once more, emulated, and print where it faults."""
-    from .library import Executable
+    from ..library import Executable
     print(f"hal-cpu: running the dispatch again emulated ({image.arch.name}) "
           "to find the fault:", file=sys.stderr)
     try:
         arrays = [parse_binding(s) for s in args.binding]
         plugins = None
         if args.executable_plugin:
-            from .plugins import PluginManager
+            from ..plugins import PluginManager
             plugins = PluginManager.from_specs(args.executable_plugin,
                                                arch=image.arch,
                                                backend="emulated",
@@ -716,8 +553,8 @@ def _diagnose(args, image, export) -> None:
 
 
 def cmd_run(args) -> int:
-    from .errors import NativeCrashError
-    from .isolate import run_in_child, shared_array
+    from ..errors import NativeCrashError
+    from ..isolate import run_in_child, shared_array
     arrays = [parse_binding(s) for s in args.binding]
     shown = _print_selection(args.print_bindings, len(arrays))
     for i, path in args.output:
@@ -729,7 +566,7 @@ def cmd_run(args) -> int:
             raise HalCpuError(f"cannot write {path}: {directory} is not a "
                               "writable directory", field="--output", value=path)
     # Read and verified once: the plugins need its architecture first.
-    from . import vmfb
+    from .. import vmfb
     if vmfb.is_module_file(args.file):
         data, label = vmfb.read_executable(args.file, args.executable)
         image = elfloader.read_image(data, arch=args.arch, name=label)
@@ -772,63 +609,5 @@ def cmd_run(args) -> int:
     return 0
 
 
-def cmd_run_module(args) -> int:
-    from .cli_module import cmd_run_module as run
-    return run(args)
-
-
-def cmd_plan(args) -> int:
-    from .cli_module import cmd_plan as plan
-    return plan(args)
-
-
-def cmd_check_module(args) -> int:
-    from .cli_module import cmd_check_module as check
-    return check(args)
-
-
-def cmd_benchmark_module(args) -> int:
-    from .cli_module import cmd_benchmark_module as bench
-    return bench(args)
-
-
-def cmd_demo(args) -> int:
-    from .demo import run_demo
-    return run_demo(args.arch)
-
-
-def cmd_build_plugin(args) -> int:
-    from . import zigbuild
-    labels = zigbuild.build_plugin_file(
-        args.sources, args.output, args.arch, cpu=args.cpu, debug=args.debug,
-        include_dirs=args.include, defines=[f"-D{d}" for d in args.define])
-    kind = "ELF" if args.output.endswith(".so") else "FatELF"
-    print(f"{args.output}: {os.path.getsize(args.output)} bytes, {kind}, "
-          + ", ".join(labels))
-    return 0
-
-
-def main(argv=None) -> int:
-    args = build_parser(_command_of(argv)).parse_args(argv)
-    try:
-        return {"inspect": cmd_inspect, "run": cmd_run, "demo": cmd_demo,
-                "run-module": cmd_run_module, "plan": cmd_plan,
-                "check-module": cmd_check_module,
-                "benchmark-module": cmd_benchmark_module,
-                "profiles": cmd_profiles,
-                "build-plugin": cmd_build_plugin}[args.command](args)
-    except PortableKernelError as exc:
-        print(f"hal-cpu: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("hal-cpu: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        # The reader went away (e.g. `| head`): end quietly.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+#: Subcommand -> (add its parser to the ``hal-cpu`` subparsers, run it).
+COMMANDS = {"inspect": (_inspect_parser, cmd_inspect), "run": (_run_parser, cmd_run)}

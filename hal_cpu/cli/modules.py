@@ -1,0 +1,632 @@
+"""``hal-cpu run-module``, ``hal-cpu check-module`` and ``hal-cpu
+benchmark-module``: call the functions of a compiled IREE module
+(``.vmfb``, run by :mod:`hal_cpu.vm`) or of an MLIR program (compiled with
+:func:`hal_cpu.iree.compile_program`, cached, and interpreted by
+:func:`hal_cpu.iree.run_program`), dispatches and transfers through this
+runtime, natively or emulated; host modules given with ``--module``.
+
+``run-module`` prints the results as ``iree-run-module`` prints them::
+
+    EXEC @matmul
+    result[0]: hal.buffer_view
+    2x2xf32=[1 2][3 4]
+
+``check-module`` runs every public function of a test program (IREE's
+``check.expect_*`` ops) as ``iree-check-module`` does: a line per function,
+exit status 1 when any expectation fails. ``benchmark-module`` times calls
+of a function of a program loaded once, as ``iree-benchmark-module`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from typing import Sequence
+
+import numpy as np
+
+import elfloader
+from fatelf import arches
+
+from ..buffers import format_buffer_view
+from ..vmfb import check_source
+from .options import (
+    KILL_GRACE,
+    Progress,
+    add_cpu_flags,
+    emulation_options,
+    positive,
+    runs_natively,
+    seconds,
+)
+from .options import arch as arch_type
+from .programs import (
+    ModuleError,
+    add_program_flags,
+    by_path,
+    cache_dir_of,
+    compile_for,
+    module_registry,
+    parse_inputs,
+    pick_function,
+    run_function,
+    runner_stack,
+    split_modules,
+    vm_files,
+    vm_inputs,
+    vm_program,
+    watchdog,
+    workers_of,
+)
+
+__all__ = ["COMMANDS", "cmd_benchmark_module", "cmd_check_module", "cmd_run_module",
+           "format_result"]
+
+
+# ---------------------------------------------------------------------------
+# command line
+
+def _run_module_parser(sub) -> None:
+    p = sub.add_parser("run-module", help="run a compiled IREE module (.vmfb) "
+                       "or an MLIR program (compiled first) through this "
+                       "runtime on any architecture and print the results as "
+                       "iree-run-module does")
+    add_program_flags(p, all_arches=False, modules=True)
+    p.add_argument("--backend", choices=elfloader.backend.KINDS, default="auto",
+                   help="native (host architecture only), emulated, or auto "
+                   "(native when --arch is the host's; default)")
+    p.add_argument("--executable_plugin", action="append", default=[],
+                   metavar="SPEC", help="plugin resolving the executables' "
+                   "imports: path.sos, embedded:path, a system library path, "
+                   "with optional ?key=value&... load parameters (repeatable)")
+    p.add_argument("--output", action="append", default=[], type=_output_spec,
+                   metavar="SPEC", help="one per result, as iree-run-module: "
+                   "'' skip, '-' print, @file.npy write, +file.npy append, "
+                   "@file.bin / +file.bin raw bytes (default: print all)")
+    p.add_argument("--output_max_element_count", type=_count, default=1024,
+                   metavar="N", help="print at most N elements of each result "
+                   "(default 1024)")
+    p.add_argument("--compare", action="store_true",
+                   help="also run the program with IREE's own runtime on this "
+                   "machine and print the max abs error of each result")
+    p.add_argument("--workers", type=positive, default=None,
+                   help="host threads running workgroups (default: the CPUs "
+                   "this process may use)")
+    p.add_argument("--timeout", type=seconds, default=None, metavar="S",
+                   help="stop when the dispatches have run S seconds in all")
+    p.add_argument("--no_progress", action="store_true",
+                   help="no progress bar for long runs")
+    _add_memory_limit(p)
+    add_cpu_flags(p)
+
+
+def _check_module_parser(sub) -> None:
+    p = sub.add_parser("check-module", help="run every public function of a "
+                       "test program with IREE's check ops, as iree-check-module "
+                       "does, on any architecture")
+    p.add_argument("program", nargs="?", default=None,
+                   help="test program: a compiled module (.vmfb) or MLIR "
+                   "(functions without arguments calling check.expect_*); "
+                   "may also be given as the last --module")
+    p.add_argument("--function", action="append", default=[],
+                   help="run only this function (repeatable; default: all public ones)")
+    p.add_argument("--cache_dir", metavar="DIR", help="where compiled programs "
+                   "are kept (as run-module)")
+    p.add_argument("--compile_flag", action="append", default=[], metavar="FLAG",
+                   help="an extra iree-compile flag (repeatable)")
+    p.add_argument("--module", action="append", default=[], metavar="FILE",
+                   help="a module (.vmfb or MLIR; the last one is tested) or a "
+                   "Python host module (.py), as run-module (repeatable)")
+    p.add_argument("--host_module", action="append", default=[], metavar="SPEC",
+                   help="a Python host module the program imports (as run-module)")
+    p.add_argument("--device", default=None, metavar="URI",
+                   help="local-task or local-sync, as IREE's tools")
+    p.add_argument("--arch", type=arch_type, metavar="ARCH",
+                   help="architecture to compile for and run (default: this machine's)")
+    p.add_argument("--backend", choices=elfloader.backend.KINDS, default="auto",
+                   help="native, emulated, or auto (default)")
+    p.add_argument("--executable_plugin", action="append", default=[], metavar="SPEC",
+                   help="plugin resolving the executables' imports (repeatable)")
+    p.add_argument("--workers", type=positive, default=None,
+                   help="host threads running workgroups")
+    p.add_argument("--timeout", type=seconds, default=None, metavar="S",
+                   help="each function may run S seconds (host code and "
+                   "dispatches); the command ends past the limit")
+    _add_memory_limit(p)
+    add_cpu_flags(p)
+
+
+def _benchmark_module_parser(sub) -> None:
+    p = sub.add_parser("benchmark-module", help="time calls of a function of "
+                       "a compiled module (.vmfb) or MLIR program loaded once, "
+                       "as iree-benchmark-module does, on any architecture")
+    add_program_flags(p, all_arches=False, modules=True)
+    p.add_argument("--backend", choices=elfloader.backend.KINDS, default="auto",
+                   help="native, emulated, or auto (default)")
+    p.add_argument("--executable_plugin", action="append", default=[],
+                   metavar="SPEC", help="plugin resolving the executables' "
+                   "imports (repeatable)")
+    p.add_argument("--workers", type=positive, default=None,
+                   help="host threads running workgroups")
+    p.add_argument("--benchmark_repetitions", type=positive, default=None,
+                   metavar="N", help="time N calls (default: as many as "
+                   "--benchmark_min_time allows)")
+    _add_memory_limit(p)
+    p.add_argument("--benchmark_min_time", type=_min_time, default=None,
+                   metavar="T", help="call for at least T seconds (0.5, 0.5s) "
+                   "or exactly N times (100x); default 0.5s")
+    p.add_argument("--timeout", type=seconds, default=None, metavar="S",
+                   help="stop after S seconds in all")
+    add_cpu_flags(p)
+
+
+def _output_spec(text: str) -> str:
+    if text in ("", "-") or (text[:1] in "@+" and len(text) > 1):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"expected '' (skip), '-' (print), @file.npy / +file.npy (write / "
+        f"append), or @file.bin / +file.bin (raw bytes); got {text!r}")
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count")
+    return int(text)
+
+
+def _byte_count(text: str) -> int:
+    """``--memory_limit``: bytes, with an optional K, M, G or T suffix
+    (powers of 1024)."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = 1
+    if t[-1:] in ("K", "M", "G", "T"):
+        scale = 1 << (10 * ("KMGT".index(t[-1]) + 1))
+        t = t[:-1]
+    try:
+        value = int(float(t) * scale)
+    except (ValueError, OverflowError):
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number of bytes (4096, 512M, "
+                                         f"2G); got {text!r}")
+    return value
+
+
+def _add_memory_limit(p) -> None:
+    p.add_argument("--memory_limit", type=_byte_count, default=None,
+                   metavar="BYTES", help="bytes of buffers a compiled module "
+                   "(.vmfb) may hold at once (512M, 2G; default: half the "
+                   "physical memory)")
+
+
+def _min_time(text: str):
+    """``--benchmark_min_time``: seconds (``0.5``, ``0.5s``) -> float, or an
+    iteration count (``100x``) -> int."""
+    t = text.strip()
+    try:
+        if t.endswith("x"):
+            n = int(t[:-1])
+            if n > 0:
+                return n
+        else:
+            v = float(t[:-1] if t.endswith("s") else t)
+            if v > 0 and v == v and v != float("inf"):
+                return v
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected seconds (0.5, 0.5s) or a count "
+                                     f"(100x); got {text!r}")
+
+
+# ---------------------------------------------------------------------------
+# run-module
+
+def _check_outputs(specs: Sequence[str], program: str) -> None:
+    for spec in specs:
+        if spec[:1] in "@+":
+            path = spec[1:]
+            directory = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+                raise ModuleError(f"cannot write {path}: {directory} is not a "
+                                  "writable directory", name=program,
+                                  field="--output", value=spec)
+
+
+def _results_text(args, function: str, results, types, announced: bool) -> str:
+    """What ``run-module`` prints of a call's results (``EXEC @f`` unless
+    ``announced``, then each result, or the ``--output`` specs' ``-``
+    ones), writing the ``--output`` files on the way. Called in the process
+    that holds the results (a child for a native run), so large results
+    never travel between processes; only the printed text does."""
+    limit = args.output_max_element_count
+    text = [] if announced else [f"EXEC @{function}"]
+    if args.output:
+        for spec, array in zip(args.output, results):
+            if spec == "-":
+                text += ["hal.buffer_view", format_buffer_view(array, limit)]
+            elif spec:
+                path, mode = spec[1:], ("wb" if spec[0] == "@" else "ab")
+                with open(path, mode) as f:
+                    if path.endswith(".npy"):
+                        np.save(f, array)
+                    else:
+                        f.write(np.ascontiguousarray(array).tobytes())
+    else:
+        for i, (value, ty) in enumerate(zip(results, types)):
+            text.append(f"result[{i}]: {format_result(value, ty, limit)}")
+    return "\n".join(text)
+
+
+def _max_abs_error(got: np.ndarray, want: np.ndarray) -> str:
+    if got.shape != want.shape:
+        return f"shape {'x'.join(map(str, want.shape))} != ours"
+    if got.size == 0:
+        return "0"
+    if got.dtype.kind in "iub" and want.dtype.kind in "iub":
+        return str(int(np.max(np.abs(got.astype(object) - want.astype(object)))))
+    diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    return "%G" % float(np.max(diff))
+
+
+def format_result(value, ty: str, max_elements: int = 1024) -> str:
+    """A result as ``iree-run-module`` prints it after ``result[i]: ``:
+    ``hal.buffer_view`` and the buffer view on the next line for a tensor,
+    ``i32=6`` / ``f32=1.5`` for a scalar (``i1`` as ``i32``), the type name
+    for a host module's object."""
+    if isinstance(value, np.ndarray):
+        return "hal.buffer_view\n" + format_buffer_view(value, max_elements)
+    if isinstance(value, np.generic):
+        return format_buffer_view(np.asarray(value), max_elements)
+    return ty.lstrip("!")
+
+
+def _sendable(run, announced: bool):
+    """``(run, announced)`` with the results a child process may not be able
+    to send back (interpreter objects such as a returned ``!hal.buffer``)
+    replaced by None; :func:`format_result` prints those by their type
+    alone."""
+    run.results = [v if isinstance(v, (np.ndarray, np.generic)) else None
+                   for v in run.results]
+    run.constants = {}      # only plans print them; a module's may be large
+    return run, announced
+
+
+def _check_failures(run, program: str) -> None:
+    if run.check_failures:
+        for text in run.check_failures:
+            print(f"check failed: {text}", file=sys.stderr)
+        raise ModuleError(f"{len(run.check_failures)} check expectation(s) failed in "
+                          f"@{run.function}", name=program, field="check",
+                          value=len(run.check_failures))
+
+
+def cmd_run_module(args) -> int:
+    """``hal-cpu run-module``: see the module docstring."""
+    return by_path(args, _vm_run_module, _mlir_run_module)
+
+
+def _mlir_run_module(args, program: str, hosts: list[str]) -> int:
+    args.program = program
+    args.module = hosts
+    check_source(program)
+    arch = args.arch or arches.host_arch()
+    compiled = compile_for(program, arch, cache_dir_of(args), args.compile_flag,
+                           getattr(args, "cpu", None), getattr(args, "timeout", None))
+    function = pick_function(compiled, args.function, program)
+    inputs = parse_inputs(compiled, function, args.input, program)
+    modules = module_registry(args.module)
+    from ..iree import load_program
+    n_results = len(load_program(compiled.hal_mlir).functions[function].result_types)
+    if args.output and len(args.output) != n_results:
+        raise ModuleError(f"{len(args.output)} --output given; @{function} has "
+                          f"{n_results} results", name=program,
+                          field="--output", value=len(args.output))
+    _check_outputs(args.output, program)
+
+    def run(note, backend=args.backend):
+        progress = Progress(not args.no_progress)
+        announced = []
+
+        def announce():
+            # the header goes ahead of what host modules print
+            progress.close()
+            print(f"EXEC @{function}", flush=True)
+            announced.append(True)
+        modules.before_first_call = announce
+        try:
+            with contextlib.ExitStack() as stack:
+                dispatch = runner_stack(stack, args, arch, note, backend, progress)
+                done = run_function(compiled, inputs, function, program, dispatch,
+                                    modules, getattr(args, "memory_limit", None),
+                                    getattr(args, "timeout", None))
+        finally:
+            progress.close()
+        return done, bool(announced)
+
+    def finish(done, announced):
+        text = _results_text(args, function, done.results, done.result_types,
+                             announced)
+        if not args.compare:        # (only --compare needs them afterwards)
+            done.results = [None] * len(done.results)
+        return done, text
+
+    if (runs_natively(args.backend, elfloader.arch.by_name(arch),
+                       emulation_options(args))
+            and hasattr(os, "fork") and not args.module):
+        # As hal-cpu run: native kernels run in a child process, so a crash
+        # is reported (then located by an emulated run) instead of ending
+        # hal-cpu; --timeout bounds the child. A program with --module runs
+        # in process, without that isolation: a host module is arbitrary
+        # Python (its threads do not survive fork(), what it prints goes to
+        # this process's sys.stdout, its objects among the results need not
+        # pickle).
+        from ..errors import NativeCrashError
+        from ..isolate import run_in_child
+        try:
+            done, text = run_in_child(
+                lambda note: _sendable(*finish(*run(note))), name=program,
+                timeout=args.timeout and args.timeout + KILL_GRACE)
+        except NativeCrashError as exc:
+            print(f"hal-cpu: error: {exc}", file=sys.stderr)
+            _diagnose_plan(run, arch, program)
+            return 1
+    else:
+        done, text = finish(*run(lambda _text: None))
+    if text:
+        print(text)
+    _check_failures(done, program)
+    if args.compare:
+        _compare(args, program, function, inputs, done.results)
+    return 0
+
+
+def _diagnose_plan(run, arch: str, program: str) -> None:
+    """Run the program again emulated and print where it faults."""
+    from fatelf.errors import PortableKernelError
+    print(f"hal-cpu: running the program again emulated ({arch}) to find "
+          "the fault:", file=sys.stderr)
+    try:
+        run(lambda _text: None, "emulated")
+    except elfloader.EmulationError as exc:
+        print(exc if exc.name else exc.with_name(program), file=sys.stderr)
+    except PortableKernelError as exc:
+        print(f"hal-cpu: the emulated run stopped without a CPU fault: {exc}",
+              file=sys.stderr)
+    else:
+        print("hal-cpu: the emulated run finished without a fault",
+              file=sys.stderr)
+
+
+def _compare(args, program: str, function: str, inputs: list,
+             results: list) -> None:
+    """``--compare``: run the program with IREE's own runtime on this
+    machine and print the max abs error of each result it returns; when
+    IREE cannot run the program (a host module it has no native
+    counterpart of, a plugin it cannot load, no host build...), one line
+    says so and why. Never fails the command: our run already succeeded."""
+    from fatelf.errors import PortableKernelError
+
+    from ..iree import reference_run
+    host = arches.host_arch()
+
+    def cannot(why: str) -> None:
+        print(f"compare: IREE's runtime cannot run @{function} here: {why}; "
+              "nothing compared")
+
+    try:
+        host_compiled = compile_for(program, host, cache_dir_of(args),
+                                    args.compile_flag)
+        want = reference_run(host_compiled.vmfb, function, inputs,
+                             executable_plugins=args.executable_plugin)
+    except PortableKernelError as exc:
+        cannot(_first_line(exc.message if hasattr(exc, "message") else str(exc)))
+        return
+    except Exception as exc:  # noqa: BLE001 - IREE's runtime raises anything
+        # IREE's status text: "where: CODE; what" -> what
+        why = _first_line(str(exc)).rpartition("; ")[2] or type(exc).__name__
+        if args.module:
+            why += " (host modules given with --module run in hal-cpu only)"
+        cannot(why)
+        return
+    if not results:
+        print(f"compare: @{function} returns nothing to compare (IREE runtime, {host})")
+        return
+    for i, g in enumerate(results):
+        w = want[i] if i < len(want) else None
+        if w is None:
+            print(f"compare: result[{i}]: not compared (IREE's runtime "
+                  f"returned {len(want)} results)")
+        elif not isinstance(g, (np.ndarray, np.generic)):
+            print(f"compare: result[{i}]: not compared (a host module's "
+                  "object, not data)")
+        else:
+            print(f"compare: result[{i}]: max abs error "
+                  f"{_max_abs_error(np.asarray(g), np.asarray(w))} (IREE runtime, {host})")
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
+    return lines[0] if lines else ""
+
+
+def _vm_result_type(value) -> str:
+    return "hal.buffer_view" if isinstance(value, np.ndarray) else type(value).__name__
+
+
+def _vm_run_module(args, files, hosts, arch) -> int:
+    label = files[-1]
+    _check_outputs(args.output, label)
+
+    def run(_note):
+        with vm_program(args, files, hosts, arch) as program:
+            fn = program.function(args.function)
+            inputs = vm_inputs(fn, args.input, label)
+            if args.output and len(args.output) != len(fn.result_types):
+                raise ModuleError(f"{len(args.output)} --output given; @{fn.name} "
+                                  f"has {len(fn.result_types)} results", name=label,
+                                  field="--output", value=len(args.output))
+            if hosts:
+                # (ahead of what host modules print)
+                print(f"EXEC @{fn.name}", flush=True)
+            results = fn(*inputs)
+            failures = program.take_failures()
+            text = _results_text(args, fn.name, results,
+                                 [_vm_result_type(v) for v in results], bool(hosts))
+            return fn.name, failures, text
+
+    native = arch is not None and runs_natively(
+        args.backend, elfloader.arch.by_name(arch), emulation_options(args))
+    if native and not hosts and hasattr(os, "fork"):
+        from ..isolate import run_in_child
+        name, failures, text = run_in_child(
+            run, name=label, timeout=args.timeout and args.timeout + KILL_GRACE)
+    else:
+        name, failures, text = run(None)
+    if text:
+        print(text)
+    if failures:
+        for text in failures:
+            print(f"check failed: {text}", file=sys.stderr)
+        raise ModuleError(f"{len(failures)} check expectation(s) failed in "
+                          f"@{name}", name=label, field="check", value=len(failures))
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# check-module
+
+def cmd_check_module(args) -> int:
+    """``hal-cpu check-module``: every public function (or those named), one
+    line each: ``PASS @f`` or ``FAIL @f`` followed by IREE's messages for the
+    failed expectations, indented; exit status 1 when any function fails."""
+    return by_path(args, _vm_check_module, _mlir_check_module)
+
+
+def _verdict(function: str, messages: Sequence[str]) -> bool:
+    """Print ``PASS @function``, or ``FAIL @function`` followed by
+    ``messages`` (IREE's for the failed expectations, or the error that
+    ended the call), indented; whether it failed."""
+    if messages:
+        print(f"FAIL @{function}")
+        for text in messages:
+            print("    " + text.replace("\n", "\n    "))
+        return True
+    print(f"PASS @{function}")
+    return False
+
+
+def _passed(count: int, failed: int, arch: str) -> int:
+    """Print how many of ``count`` functions passed on ``arch``; the exit
+    status (1 when any failed)."""
+    print(f"{count - failed} of {count} functions passed ({arch})")
+    return 1 if failed else 0
+
+
+def _mlir_check_module(args, program: str, hosts: list[str]) -> int:
+    from ..iree import EvaluationError, load_program
+    args.program = program
+    args.module = hosts
+    check_source(program)
+    arch = args.arch or arches.host_arch()
+    compiled = compile_for(program, arch, cache_dir_of(args), args.compile_flag,
+                           getattr(args, "cpu", None), getattr(args, "timeout", None))
+    functions = [f.lstrip("@") for f in args.function] or list(compiled.functions)
+    for f in functions:
+        pick_function(compiled, f, program)
+    ir = load_program(compiled.hal_mlir)
+    failed = 0
+    with contextlib.ExitStack() as stack:
+        dispatch = runner_stack(stack, args, arch)
+        for f in functions:
+            if ir.functions[f].arg_types:
+                print(f"SKIP @{f} (takes arguments)")
+                continue
+            modules = module_registry(args.module)
+            try:
+                run = run_function(compiled, [], f, program, dispatch, modules,
+                                   getattr(args, "memory_limit", None),
+                                   getattr(args, "timeout", None))
+                messages = run.check_failures
+            except EvaluationError as exc:
+                messages = [f"error: {exc}"]
+            failed += _verdict(f, messages)
+    return _passed(len(functions), failed, arch)
+
+
+def _vm_check_module(args, files, hosts, arch) -> int:
+    from ..iree import EvaluationError
+    from ..vm.refs import VmError
+    failed = 0
+    with vm_program(args, files, hosts, arch) as program:
+        names = [f.lstrip("@") for f in args.function] or list(program.functions)
+        fns = [program.function(f) for f in names]
+        for fn in fns:
+            if fn.arg_types:
+                print(f"SKIP @{fn.name} (takes arguments)")
+                continue
+            try:
+                fn()
+                messages = program.take_failures()
+            except (VmError, EvaluationError) as exc:
+                program.take_failures()
+                messages = [f"error: {exc}"]
+            failed += _verdict(fn.name, messages)
+        return _passed(len(fns), failed, program.arch)
+
+
+# ---------------------------------------------------------------------------
+# benchmark-module
+
+def cmd_benchmark_module(args) -> int:
+    """``hal-cpu benchmark-module``: load the program once, call the function
+    repeatedly and print min / median / mean per call, as
+    ``iree-benchmark-module`` measures (the first call is a warm-up and not
+    counted)."""
+    import time
+    programs, hosts = split_modules(args)
+    files, arch = vm_files(args, programs)
+    label = files[-1]
+    min_time = args.benchmark_min_time
+    reps = args.benchmark_repetitions
+    if isinstance(min_time, int):
+        reps, min_time = min_time, None
+    if reps is None and min_time is None:
+        min_time = 0.5
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    with watchdog(args, label), vm_program(args, files, hosts, arch) as program:
+        fn = program.function(args.function)
+        inputs = vm_inputs(fn, args.input, label)
+        fn(*inputs)
+        times: list[float] = []
+        perf = time.perf_counter
+        start = perf()
+        while True:
+            t0 = perf()
+            fn(*inputs)
+            t1 = perf()
+            times.append(t1 - t0)
+            if reps is not None and len(times) >= reps:
+                break
+            if min_time is not None and t1 - start >= min_time and reps is None:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                break
+        native = runs_natively(args.backend, elfloader.arch.by_name(program.arch),
+                                emulation_options(args))
+        where = (f"{program.arch}, {'native' if native else 'emulated'}, "
+                 f"workers={workers_of(args) or 'auto'}")
+    times.sort()
+    n = len(times)
+    mean = sum(times) / n
+    print(f"BM_{fn.name} ({where}): {n} calls")
+    print(f"  per call: min {times[0] * 1e6:.2f} us, median "
+          f"{times[n // 2] * 1e6:.2f} us, mean {mean * 1e6:.2f} us")
+    return 0
+
+
+#: Subcommand -> (add its parser to the ``hal-cpu`` subparsers, run it).
+COMMANDS = {"run-module": (_run_module_parser, cmd_run_module),
+            "check-module": (_check_module_parser, cmd_check_module),
+            "benchmark-module": (_benchmark_module_parser, cmd_benchmark_module)}

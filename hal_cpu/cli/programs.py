@@ -1,0 +1,437 @@
+"""What the program commands (``run-module``, ``check-module``,
+``benchmark-module``, ``plan``) share: their flags, compiling MLIR
+(:func:`compile_for`), inputs (:func:`parse_inputs`, :func:`vm_inputs`),
+host modules, the MLIR interpreter's runner (:func:`runner_stack`), linking
+compiled modules (:func:`vm_program`), the ``--timeout`` watchdog and the
+choice between the VM and the MLIR path (:func:`by_path`).
+
+Inputs are spelled as IREE's ``--input``: ``2x3xf32=1,2,3,4,5,6``,
+``4xi32=7`` (splat), ``@file.npy``, ``4xf32=@raw.bin``; a scalar argument
+takes a plain number (``1.5``) or ``TYPE=value``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from fatelf import arches
+
+from ..buffers import parse_binding
+from ..errors import HalCpuError
+from ..interrupt import run_interruptible
+from ..vmfb import check_source
+from .options import KILL_GRACE, emulation_options, load_limit
+from .options import arch as arch_type
+
+__all__ = ["ModuleError", "add_program_flags", "by_path", "cache_dir_of",
+           "compile_for", "module_registry", "parse_inputs", "pick_function",
+           "run_function", "runner_stack", "split_modules", "vm_files",
+           "vm_inputs", "vm_program", "watchdog", "workers_of"]
+
+
+class ModuleError(HalCpuError):
+    """A ``run-module`` or ``plan`` command line the program cannot take:
+    unknown function, wrong number or shape of inputs, a bad ``--output``
+    spec, a program file that cannot be read or compiled. ``name`` is the
+    program file, ``field`` the flag, ``value`` the offending value."""
+
+
+# ---------------------------------------------------------------------------
+# command line
+
+def _arch_or_all(text: str) -> str:
+    return "all" if text.strip().lower() == "all" else arch_type(text)
+
+
+def add_program_flags(p: argparse.ArgumentParser, all_arches: bool,
+                      modules: bool = False) -> None:
+    if modules:
+        p.add_argument("program", nargs="?", default=None,
+                       help="the program: a compiled IREE module (.vmfb) or "
+                       "MLIR (any input iree-compile accepts); may also be "
+                       "given as the last --module")
+    else:
+        p.add_argument("program", help="MLIR program (any input iree-compile accepts)")
+    p.add_argument("--function", help="public function to call (may be omitted "
+                   "when the program has one)")
+    p.add_argument("--input", action="append", default=[], metavar="SPEC",
+                   help="one per function argument, in order: 2x3xf32=1,2,3,4,5,6 "
+                   "| 4xi32=7 (splat) | 2x8xi32 (zeros) | @file.npy | "
+                   "4xf32=@raw.bin | a scalar: 1.5 or f32=1.5")
+    p.add_argument("--cache_dir", metavar="DIR", help="where compiled programs "
+                   "are kept (default: $PKR_COMPILE_CACHE, else the user cache "
+                   "directory); a program is compiled once per architecture")
+    p.add_argument("--compile_flag", action="append", default=[], metavar="FLAG",
+                   help="an extra iree-compile flag, e.g. "
+                   "--compile_flag=--iree-execution-model=host-only (repeatable)")
+    if modules:
+        p.add_argument("--module", action="append", default=[], metavar="FILE",
+                       help="a module, as iree-run-module takes it: a compiled "
+                       "module (.vmfb) or MLIR; modules link in order and the "
+                       "last one's function runs; a Python host module "
+                       "(.py) is also accepted here (repeatable)")
+        p.add_argument("--host_module", action="append", default=[],
+                       metavar="SPEC",
+                       help="a Python host module the program imports: "
+                       "path.py[@create_fn][?key=value&...] (create_fn("
+                       "max_version, params), default create_module) or an "
+                       "installed entry point of group hal_cpu.host_modules; "
+                       "later ones win (repeatable)")
+        p.add_argument("--device", default=None, metavar="URI",
+                       help="local-task (default: several host threads per "
+                       "dispatch) or local-sync (one), as IREE's tools")
+    else:
+        p.add_argument("--module", action="append", default=[], metavar="SPEC",
+                       help="a host module the program imports: path.py[@create_fn]"
+                       "[?key=value&...] (create_fn(max_version, params), default "
+                       "create_module) or an installed entry point of group "
+                       "hal_cpu.host_modules; later ones win (repeatable)")
+    if all_arches:
+        p.add_argument("--arch", type=_arch_or_all, metavar="ARCH",
+                       help="architecture to compile for: "
+                       + ", ".join(arches.RUNTIME_ARCHES) + ", an alias, or all "
+                       "(plan for each; --save_dir writes FatELF bundles); "
+                       "default: this machine's")
+    else:
+        p.add_argument("--arch", type=arch_type, metavar="ARCH",
+                       help="architecture to compile for and run: "
+                       + ", ".join(arches.RUNTIME_ARCHES) + " or an alias "
+                       "(amd64, arm64, rv32...); default: this machine's")
+
+
+# ---------------------------------------------------------------------------
+# compiling, inputs, running
+
+def cache_dir_of(args) -> str | None:
+    """Where compiled programs are kept: ``--cache_dir``, else
+    ``$PKR_COMPILE_CACHE``, else None (the user cache directory)."""
+    return args.cache_dir or os.environ.get("PKR_COMPILE_CACHE") or None
+
+
+def compile_for(program: str, arch: str, cache_dir: str | None = None,
+                extra_flags: Sequence[str] = (), cpu: str | None = None,
+                timeout: float | None = None):
+    """:func:`hal_cpu.iree.compile_program` for the command line.
+
+    Raises:
+        ModuleError: the program file is missing or unreadable.
+        hal_cpu.iree.IreeToolError: ``iree-compile`` missing or another
+            version (one line).
+        hal_cpu.iree.CompileError: the compiler's first error line (the
+            full diagnostics are on the exception's ``diagnostics``).
+    """
+    from ..iree import CompileError, compile_program
+    path = Path(program)
+    if not path.is_file():
+        raise ModuleError("no such file", name=program, field="program", value=program)
+    try:
+        return compile_program(path, arch, cache_dir, extra_flags=list(extra_flags),
+                               cpu=cpu, timeout=timeout)
+    except CompileError as exc:
+        if exc.message.startswith("iree-compile did not finish"):
+            raise CompileError(f"{exc.message} compiling for {arch}", name=program,
+                               field="iree-compile", value=exc.value) from None
+        text = str(exc)
+        lines = [ln.strip() for ln in text.splitlines()]
+        first = next((ln for ln in lines if "error:" in ln), lines[-1] if lines else text)
+        err = CompileError(f"iree-compile failed for {arch}: {first}", name=program,
+                           field="iree-compile", value=exc.value)
+        err.diagnostics = text
+        raise err from None
+    except OSError as exc:
+        raise ModuleError(f"cannot read or compile it: {exc.strerror or exc}",
+                          name=program, field="program", value=program) from None
+
+
+def pick_function(compiled, name: str | None, program: str) -> str:
+    """The public function ``--function`` names (with or without ``@``), or
+    the program's only one when it names none."""
+    if name is None:
+        if len(compiled.functions) != 1:
+            raise ModuleError(f"has public functions {', '.join(compiled.functions) or 'none'}; "
+                              "name one with --function", name=program,
+                              field="--function", value=None)
+        return compiled.functions[0]
+    name = name.lstrip("@")
+    if name not in compiled.functions:
+        raise ModuleError(f"no public function @{name}; have "
+                          f"{', '.join('@' + f for f in compiled.functions) or 'none'}",
+                          name=program, field="--function", value=name)
+    return name
+
+
+def _scalar(spec: str, ty: str, index: int, program: str):
+    from ..iree.scalars import float_dtype, int_width
+    text = spec
+    head, sep, body = spec.partition("=")
+    if sep:
+        if head.strip() != ty:
+            raise ModuleError(f"argument {index} is a {ty} scalar; {spec!r} names "
+                              f"{head.strip()!r}", name=program, field="--input", value=spec)
+        text = body
+    try:
+        if int_width(ty) is not None:
+            return int(text.strip(), 0)
+        if float_dtype(ty) is not None:
+            return float(text)
+    except ValueError:
+        pass
+    raise ModuleError(f"argument {index} is a {ty} scalar; {spec!r} is not one",
+                      name=program, field="--input", value=spec)
+
+
+def parse_inputs(compiled, function: str, specs: Sequence[str],
+                 program: str | None = None) -> list:
+    """The function's arguments from ``--input`` specs: numpy arrays for
+    tensor arguments (:func:`hal_cpu.buffers.parse_binding`), Python ints or
+    floats for scalar ones.
+
+    Raises:
+        ModuleError: wrong number of specs, or a scalar spec that is not a
+            number of the argument's type.
+        BindingSpecError: a tensor spec that cannot be parsed.
+    """
+    from ..iree import load_program
+    program = program or str(compiled.source)
+    arg_types = load_program(compiled.hal_mlir).functions[function].arg_types
+    if len(specs) != len(arg_types):
+        kinds = ", ".join("tensor" if t.startswith("!hal.buffer_view") else t
+                          for t in arg_types)
+        raise ModuleError(f"@{function} takes {len(arg_types)} inputs ({kinds}); "
+                          f"{len(specs)} --input given", name=program,
+                          field="--input", value=len(specs))
+    values = []
+    for i, (ty, spec) in enumerate(zip(arg_types, specs)):
+        if ty.startswith("!hal.buffer_view"):
+            values.append(parse_binding(spec))
+        else:
+            values.append(_scalar(spec, ty.strip(), i, program))
+    return values
+
+
+def module_registry(specs: Sequence[str]):
+    """A :class:`hal_cpu.iree.ModuleRegistry` with the ``--module`` specs
+    loaded in order."""
+    from ..iree import ModuleRegistry, load_module_spec
+    return ModuleRegistry([load_module_spec(s) for s in specs])
+
+
+def run_function(compiled, inputs, function: str, program: str, runner, modules,
+                 memory_limit: int | None = None, timeout: float | None = None):
+    """:func:`hal_cpu.iree.run_program` for the command line: arguments the
+    function cannot take are a :class:`ModuleError` naming ``program``."""
+    from ..iree import EvaluationError, run_program
+    try:
+        return run_program(compiled, inputs, function, runner, modules=modules,
+                           memory_limit=memory_limit, timeout=timeout)
+    except EvaluationError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise ModuleError(str(exc), name=program, field="--input",
+                          value=None) from None
+
+
+def runner_stack(stack, args, arch: str, note=None, backend: str | None = None,
+                 progress=None):
+    """A ``run_dispatch`` callback for :func:`hal_cpu.iree.run_program`: a
+    :class:`hal_cpu.iree.PlanRunner` (and the plugins, or the emulated
+    machine of ``--engine``/``--cpu``/``--vlen``) entered on ``stack``.
+    ``note(text)`` hears where the run is (as :func:`hal_cpu.isolate.run_in_child`
+    takes it); ``backend`` overrides ``--backend``."""
+    from ..iree import PlanRunner
+    note = note or (lambda _text: None)
+    backend = backend or getattr(args, "backend", "auto")
+    plugins = None
+    emulation = emulation_options(args)
+    if args.executable_plugin or emulation:
+        # Executables and plugins share the plugins' machine (and with it the
+        # engine and CPU profile).
+        from ..plugins import PluginManager
+        note("while loading the plugins")
+        plugins = stack.enter_context(PluginManager.from_specs(
+            args.executable_plugin, arch=arch, backend=backend,
+            timeout=load_limit(args), **emulation))
+    runner = stack.enter_context(PlanRunner(
+        backend=backend, arch=arch, plugins=plugins,
+        workers=getattr(args, "workers", None), timeout=getattr(args, "timeout", None),
+        progress=progress))
+
+    def stop():
+        # Ctrl-C stops the emulated CPUs of every executable at once.
+        for exe in list(runner.executables.values()):
+            exe.backend.stop_workers(256)
+
+    def dispatch(step, bindings):
+        note(f"in export {step.export_name}")
+        # The interpreter stays on this thread, where Ctrl-C interrupts it
+        # between ops; a dispatch runs where Ctrl-C can stop its CPUs.
+        run_interruptible(lambda: runner(step, bindings), stop)
+    return dispatch
+
+
+# ---------------------------------------------------------------------------
+# compiled modules (.vmfb): the VM path
+
+def _is_host_spec(spec: str) -> bool:
+    """Whether a ``--module`` value names a Python host module (a ``.py``
+    file, with ``@create_fn`` / ``?params``) or an installed entry point,
+    rather than a program file."""
+    path = spec.partition("?")[0].partition("@")[0]
+    if path.endswith(".py"):
+        return True
+    return not os.path.exists(path) and "/" not in path and "." not in path
+
+
+def split_modules(args) -> tuple[list[str], list[str]]:
+    """``(program files in link order, host module specs)`` from the
+    positional program, ``--module`` and ``--host_module``."""
+    programs: list[str] = []
+    hosts: list[str] = []
+    for spec in getattr(args, "module", []) or []:
+        (hosts if _is_host_spec(spec) else programs).append(spec)
+    hosts += getattr(args, "host_module", []) or []
+    if args.program is not None:
+        programs.append(args.program)
+    if not programs:
+        # a usage error, as argparse reports a missing argument
+        print(f"usage: hal-cpu {args.command} [program] [--module=FILE ...] ...\n"
+              f"hal-cpu {args.command}: error: no program: pass a .vmfb or "
+              "MLIR file, or --module=FILE", file=sys.stderr)
+        raise SystemExit(2)
+    return programs, hosts
+
+
+def by_path(args, vm: Callable[..., int], mlir: Callable[..., int]) -> int:
+    """Run a program command on the path its files take, under
+    :func:`watchdog`: ``vm(args, files, hosts, arch)`` (:func:`vm_files`)
+    when a file is a compiled module (``.vmfb``) or several modules link,
+    else ``mlir(args, program, hosts)`` for the one MLIR program; ``hosts``
+    are the host module specs (:func:`split_modules`)."""
+    from .. import vmfb
+    programs, hosts = split_modules(args)
+    with watchdog(args, programs[-1]):
+        if any(vmfb.is_module_file(p) for p in programs) or len(programs) > 1:
+            files, arch = vm_files(args, programs)
+            return vm(args, files, hosts, arch)
+        return mlir(args, programs[0], hosts)
+
+
+def workers_of(args) -> int | None:
+    """Host threads a compiled module's dispatches run on: ``--workers``,
+    else 1 for ``--device=local-sync``, else None (the CPUs this process may
+    use)."""
+    device = getattr(args, "device", None)
+    if device not in (None, "local-task", "local-sync", "local"):
+        raise ModuleError("this runtime runs on the local CPU: use local-task "
+                          "or local-sync", field="--device", value=device)
+    if getattr(args, "workers", None) is not None:
+        return args.workers
+    return 1 if device == "local-sync" else None
+
+
+def vm_files(args, programs: Sequence[str]) -> tuple[list[str], str | None]:
+    """The ``.vmfb`` files to link (MLIR programs compiled first, for
+    ``--arch`` or this machine) and the architecture asked for."""
+    from .. import vmfb
+    arch = args.arch
+    files = []
+    for p in programs:
+        if vmfb.is_module_file(p):
+            files.append(p)
+            continue
+        check_source(p)
+        compiled = compile_for(p, arch or arches.host_arch(), cache_dir_of(args),
+                               getattr(args, "compile_flag", []),
+                               getattr(args, "cpu", None), getattr(args, "timeout", None))
+        files.append(str(compiled.vmfb))
+        arch = arch or compiled.arch
+    return files, arch
+
+
+@contextlib.contextmanager
+def vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | None,
+               trace: list | None = None):
+    """Load and link the modules; closes them on exit."""
+    from ..vm import load_program
+    from ..vm.module_def import read_module
+    from ..vm.program import module_arch
+    host_modules = []
+    if hosts:
+        from ..iree.host_modules import load_module_spec
+        host_modules = [load_module_spec(s) for s in hosts]
+    modules = [read_module(f, name=f) for f in files]
+    if arch is None:
+        arch = module_arch(modules[-1]) or arches.host_arch()
+    emulation = emulation_options(args)
+    with contextlib.ExitStack() as stack:
+        plugins = None
+        if args.executable_plugin or emulation:
+            from ..plugins import PluginManager
+            plugins = stack.enter_context(PluginManager.from_specs(
+                args.executable_plugin, arch=arch,
+                backend=getattr(args, "backend", "auto"),
+                timeout=load_limit(args), **emulation))
+        program = stack.enter_context(load_program(
+            modules, arch=arch, backend=getattr(args, "backend", "auto"),
+            plugins=plugins, workers=workers_of(args), host_modules=host_modules,
+            timeout=getattr(args, "timeout", None), trace=trace,
+            memory_limit=getattr(args, "memory_limit", None)))
+        yield program
+
+
+def vm_inputs(fn, specs: Sequence[str], label: str) -> list:
+    """A function's arguments from ``--input`` specs, by its calling
+    convention: numpy arrays for refs, ints / floats for scalars."""
+    if len(specs) != len(fn.arg_types):
+        raise ModuleError(f"@{fn.name} takes {len(fn.arg_types)} inputs "
+                          f"({fn.declaration or fn.cconv}); {len(specs)} "
+                          "--input given", name=label, field="--input",
+                          value=len(specs))
+    values = []
+    names = {"i": "i32", "I": "i64", "f": "f32", "F": "f64"}
+    for i, (ty, spec) in enumerate(zip(fn.arg_types, specs)):
+        if ty == "r":
+            values.append(parse_binding(spec))
+        elif ty in names:
+            values.append(_scalar(spec, names[ty], i, label))
+        else:
+            raise ModuleError(f"argument {i} of @{fn.name} has type {ty}, which "
+                              "--input cannot give", name=label, field="--input",
+                              value=spec)
+    return values
+
+
+@contextlib.contextmanager
+def watchdog(args, label: str):
+    """``--timeout`` bounds the whole command: the program's own limits stop
+    host code at a backward branch and dispatches at their limit; past the
+    limit plus a grace period (code that cannot be stopped from inside,
+    such as a Python host module's), one line on stderr and exit status 1."""
+    limit = getattr(args, "timeout", None)
+    if not limit:
+        yield
+        return
+    import threading
+
+    def fire():
+        try:
+            sys.stdout.flush()
+        except Exception:  # noqa: BLE001 - ending anyway
+            pass
+        os.write(2, (f"hal-cpu: error: {label}: timeout: the time limit of "
+                     f"{limit:g} s passed and the running code could not be "
+                     "stopped from inside (a host module's Python code, or a "
+                     "native call); ending the command\n").encode())
+        os._exit(1)
+    timer = threading.Timer(limit + KILL_GRACE + 1.0, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
