@@ -249,6 +249,13 @@ def timed_batch(call, count: int) -> tuple[float, float]:
     return wall / count, cpu / count
 
 
+def check_engine(backend, engine: str | None) -> None:
+    """Refuse to measure an emulated backend running another engine than
+    the one asked for (``EmulatedBackend.engine`` names it)."""
+    if engine is not None and getattr(backend, "engine", engine) != engine:
+        raise RuntimeError(f"asked for the {engine} engine, got {backend.engine}")
+
+
 def open_case(case: dict, group: dict, spec: dict, D):
     """(call, close) for one case: ``call()`` runs one measured call."""
     import numpy as np
@@ -270,6 +277,7 @@ def open_case(case: dict, group: dict, spec: dict, D):
         kernel = manifest["kernels"][case["kernel"]]
         entry = kernel["per_arch"][arch]
         exe = Executable(samples / entry["file"], backend=backend, **options)
+        check_engine(exe.backend, group["engine"])
         # as bench/dispatch.py: the ordinal natively, the name emulated
         export = exe.export(kernel["export"]).ordinal if native else kernel["export"]
         call = D.dispatcher(exe, export, entry["workgroup_count"],
@@ -278,6 +286,7 @@ def open_case(case: dict, group: dict, spec: dict, D):
     if kind == "query":
         entry = manifest["kernels"]["mul_add"]["per_arch"][arch]
         module = elfloader.load(samples / entry["file"], backend=backend, **options)
+        check_engine(module.backend, group["engine"])
         function = module.backend.function(module.lookup(QUERY), 2)
         if not function(6, 0):
             raise RuntimeError(f"{QUERY}(6, NULL) returned NULL")
