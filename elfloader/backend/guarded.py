@@ -191,3 +191,53 @@ class GuardedRange:
         for guard in (self.base, self.body[1]):
             self.backend.protect(guard, page, PROT_READ | PROT_WRITE)
         self.backend.release(self.base)
+
+
+class RangePool:
+    """Released guarded reservations kept for reuse by later ranges of the
+    same reservation size (:func:`layout` with ``pooled``), up to
+    ``limit`` bytes in all. Bookkeeping only: the backend maps, protects
+    and unmaps, holding its own lock around every call.
+
+    Attributes:
+        free: reservation size -> addresses of the kept reservations.
+        kept: bytes kept.
+        limit: most bytes kept.
+    """
+
+    __slots__ = ("free", "kept", "limit")
+
+    def __init__(self, limit: int):
+        self.free: dict[int, list[int]] = {}
+        self.kept = 0
+        self.limit = limit
+
+    def take(self, total: int) -> int | None:
+        """A kept reservation of ``total`` bytes, no longer kept, or None."""
+        free = self.free.get(total)
+        if not free:
+            return None
+        self.kept -= total
+        return free.pop()
+
+    def give(self, base: int, total: int) -> bool:
+        """Keep reservation ``base`` of ``total`` bytes; False (not kept:
+        the caller unmaps it) when that would pass :attr:`limit`."""
+        if self.kept + total > self.limit:
+            return False
+        self.free.setdefault(total, []).append(base)
+        self.kept += total
+        return True
+
+    def discard(self, base: int, total: int) -> None:
+        """Stop keeping reservation ``base`` of ``total`` bytes, if kept
+        (it is being unmapped)."""
+        free = self.free.get(total)
+        if free and base in free:
+            free.remove(base)
+            self.kept -= total
+
+    def clear(self) -> None:
+        """Keep nothing (the backend is closed)."""
+        self.free.clear()
+        self.kept = 0

@@ -41,7 +41,7 @@ import numpy as np
 from ...arch import Arch
 from ...errors import BackendError
 from ..base import PROT_EXEC, PROT_READ, PROT_WRITE, Backend, prot_str
-from ..guarded import CANARY, canary_changed, layout
+from ..guarded import CANARY, RangePool, canary_changed, layout
 from . import engine as engines
 from .guarded import guard_error
 from .pages import PageMap
@@ -134,8 +134,8 @@ class EmulatedBackend(Backend):
         self._heap_free: list[tuple[int, int]] = []   # (address, size)
         self._heap_live: dict[int, int] = {}          # address -> size
         self._heap_chunks: set[int] = set()
-        self._pool: dict[int, list[int]] = {}         # size -> free ranges
-        self._pooled = 0                              # bytes in _pool
+        # released guarded reservations kept for reuse
+        self._pool = RangePool(_POOL_LIMIT)
         # guard page (after or below) -> start of the live guarded range
         self._guards: dict[int, int] = {}
         # guarded reservation -> offset of its range's first mapped page
@@ -399,10 +399,7 @@ class EmulatedBackend(Backend):
             region = self._regions.get(address)
             if region is None or address in self._heap_chunks:
                 return
-            free = self._pool.get(region.size)
-            if free and address in free:     # a binding range kept for reuse
-                free.remove(address)
-                self._pooled -= region.size
+            self._pool.discard(address, region.size)   # (if kept for reuse)
             self._unmap(region)
 
     def _reindex(self) -> None:
@@ -508,15 +505,6 @@ class EmulatedBackend(Backend):
             self._record("protect", address, size, prot)
 
     # --- arrays -----------------------------------------------------------
-    def _pool_give(self, base: int, total: int) -> None:
-        """Keep a guarded reservation for reuse (or unmap it past
-        :data:`_POOL_LIMIT`). Called with the lock held."""
-        if self._pooled + total <= _POOL_LIMIT:
-            self._pool.setdefault(total, []).append(base)
-            self._pooled += total
-        else:
-            self._unmap(self._regions[base])
-
     def _open_guarded(self, size: int):
         """Take a guarded range of ``size`` bytes placed by
         :func:`..guarded.layout` (64-byte aligned, pooled size classes): a
@@ -533,10 +521,8 @@ class EmulatedBackend(Backend):
         start, guard_at, total = layout(size, page, pooled=True)
         first = start - start % page                 # range's first page
         with self._lock:
-            free = self._pool.get(total)
-            if free:
-                base = free.pop()
-                self._pooled -= total
+            base = self._pool.take(total)
+            if base is not None:
                 fresh = False
                 if self._lead.get(base) != first:
                     # Another span of the class: move the lower boundary.
@@ -567,7 +553,8 @@ class EmulatedBackend(Backend):
         self._guards.pop(guard, None)
         self._guards.pop(base + self._lead.get(base, self.page_size)
                          - self.page_size, None)
-        self._pool_give(base, total)
+        if not self._pool.give(base, total):    # (past _POOL_LIMIT)
+            self._unmap(self._regions[base])
 
     def guard_page(self, address: int) -> tuple[int, int] | None:
         """``(guard page, start of the range it guards)`` when ``address``
@@ -721,7 +708,6 @@ class EmulatedBackend(Backend):
             self._heap_free.clear()
             self._heap_chunks.clear()
             self._pool.clear()
-            self._pooled = 0
             self._guards.clear()
             self._lead.clear()
             self._guarded.clear()
@@ -736,4 +722,4 @@ class EmulatedBackend(Backend):
         with self._lock:
             chunks = len(self._heap_chunks) * _HEAP_CHUNK
             return (sum(r.size for r in self._regions.values()) - chunks
-                    - self._pooled + sum(self._heap_live.values()))
+                    - self._pool.kept + sum(self._heap_live.values()))
