@@ -220,7 +220,8 @@ def engine_cpu(backend) -> float:
     (:func:`_timing.pid_cpu`); 0 for the unicorn engine, which runs in the
     calling thread."""
     total = 0.0
-    for cpu in list(getattr(backend, "_cpus", ())):
+    state = getattr(backend, "state", None)     # (emulated backends only)
+    for cpu in list(state.cpus if state is not None else ()):
         agent = getattr(cpu, "_agent", None)
         if agent is not None and not agent.closed:
             try:

@@ -520,8 +520,8 @@ def engine_of(arch: str) -> str | None:
     ``$PKR_ENGINE``, else qemu-user where it can run)."""
     try:
         import elfloader
-        from elfloader.backend.emulated import engine
-        return engine.choose(elfloader.arch.by_name(arch))
+        from elfloader.backend.emulated import choice
+        return choice.choose(elfloader.arch.by_name(arch))
     except Exception as exc:  # noqa: BLE001 - only a label
         return f"? ({type(exc).__name__})"
 

@@ -988,14 +988,14 @@ def run_control(arches=None, out=print) -> dict:
     import resource
 
     import elfloader
-    from elfloader.backend.emulated import engine
+    from elfloader.backend.emulated import choice
 
     canary = Canary()
     results: dict = {}
     try:
         index = 0
         for arch in arches or TABLES:
-            program = engine.qemu_program(elfloader.arch.by_name(arch))
+            program = choice.qemu_program(elfloader.arch.by_name(arch))
             if program is None:
                 out(f"{arch}: no qemu-user, left out")
                 continue

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from elfloader.arch import by_name
-from elfloader.backend.emulated import engine, unicorn_arch
+from elfloader.backend.emulated import choice, unicorn_arch
 from fatelf import arches
 from hal_cpu.runtime import LIBM_ARCHES
 
@@ -29,7 +29,7 @@ def _tables() -> dict[str, object]:
     return {
         "fatelf.arches.DEFAULT_PROFILES": arches.DEFAULT_PROFILES,
         "fatelf.arches.PROFILES": {p.arch: p for p in arches.PROFILES},
-        "elfloader.backend.emulated.engine.QEMU": engine.QEMU,
+        "elfloader.backend.emulated.choice.QEMU": choice.QEMU,
         "elfloader.backend.emulated.unicorn_arch.MODELS": unicorn_arch.MODELS,
         "elfloader/backend/emulated/agent/build.py TARGETS":
             _load("elfloader/backend/emulated/agent/build.py").TARGETS,
@@ -51,12 +51,12 @@ def test_psabi_module_has_disassembly_facts(arch: str) -> None:
     # Either the host's signal context tells a fault's direction (x86) or
     # the facts name the instructions that store.
     assert facts.stores is None or facts.stores
-    assert engine.QEMU[arch].program
+    assert choice.QEMU[arch].program
 
 
 @pytest.mark.parametrize("arch", arches.RUNTIME_ARCHES)
 def test_qemu_vector_lengths_come_from_a_profile(arch: str) -> None:
-    facts = engine.QEMU[arch]
+    facts = choice.QEMU[arch]
     if facts.vector_profile is None:
         assert facts.vlens == ()
     else:

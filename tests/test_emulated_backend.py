@@ -395,7 +395,7 @@ def test_stop_ends_a_call_running_on_another_thread(cpu):
     thread = threading.Thread(target=work)
     thread.start()
     deadline = time.monotonic() + 10
-    while fork._thread is None and time.monotonic() < deadline:
+    while fork.thread is None and time.monotonic() < deadline:
         time.sleep(0.01)
     time.sleep(0.05)
     fork.stop()

@@ -102,9 +102,9 @@ CODE_CASES = 30
 
 def _qemu_ready() -> bool:
     import elfloader
-    from elfloader.backend.emulated import engine, sandbox
+    from elfloader.backend.emulated import choice, sandbox
     return bool(sandbox.status()["seccomp"]) and all(
-        engine.qemu_program(elfloader.arch.by_name(a)) for a in
+        choice.qemu_program(elfloader.arch.by_name(a)) for a in
         ("x86_64", "x86_32", "aarch64", "arm32", "riscv64", "riscv32"))
 
 

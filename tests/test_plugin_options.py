@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from elfloader.backend.emulated import engine as engines
+from elfloader.backend.emulated import choice
 from fatelf import arches
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,8 +165,8 @@ def test_engine(hal_plugin, hal_engine):
 @pytest.mark.parametrize("engine", ["unicorn", "qemu"])
 def test_engine_option_picks_the_engine(tmp_path, engine):
     if engine == "qemu":
-        missing = [engines.QEMU_PROGRAMS[a] for a in ("aarch64", "riscv32")
-                   if engines.qemu_program(a) is None]
+        missing = [choice.QEMU_PROGRAMS[a] for a in ("aarch64", "riscv32")
+                   if choice.qemu_program(a) is None]
         if missing:
             if ON_CI:
                 pytest.fail(f"{', '.join(missing)} missing on CI")

@@ -33,7 +33,7 @@ def be():
 
 
 def agent_pids(backend):
-    return [c._agent.pid for c in backend._cpus if c._agent is not None]
+    return [c._agent.pid for c in backend.state.cpus if c._agent is not None]
 
 
 def test_a_dead_agent_is_a_typed_error_and_the_next_call_restarts_it(be):

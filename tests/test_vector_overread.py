@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from elfloader.backend.emulated import engine as engines
+from elfloader.backend.emulated import choice
 from fatelf import arches
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,8 +78,8 @@ def test_sum_overread_padded(hal_plugin):
 
 
 def _need_qemu() -> None:
-    missing = [engines.QEMU_PROGRAMS[a] for a in {**VECTOR_CPUS, **FMA_CPUS}
-               if engines.qemu_program(a) is None]
+    missing = [choice.QEMU_PROGRAMS[a] for a in {**VECTOR_CPUS, **FMA_CPUS}
+               if choice.qemu_program(a) is None]
     if missing:
         if ON_CI:
             pytest.fail(f"{', '.join(missing)} missing on CI")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import elfloader
-from elfloader.backend.emulated import engine as engines
+from elfloader.backend.emulated import choice
 from fatelf import arches
 from hal_cpu.iree import PlanRunner, plan_program, run_plan
 from hal_cpu.plugins import PluginManager
@@ -22,10 +22,10 @@ ON_CI = os.environ.get("CI", "").lower() == "true"
 
 
 def _need_qemu(arch: str) -> None:
-    if engines.qemu_program(arch) is None:
+    if choice.qemu_program(arch) is None:
         if ON_CI:
-            pytest.fail(f"{engines.QEMU_PROGRAMS[arch]} is missing on CI")
-        pytest.skip(f"{engines.QEMU_PROGRAMS[arch]} is not installed")
+            pytest.fail(f"{choice.QEMU_PROGRAMS[arch]} is missing on CI")
+        pytest.skip(f"{choice.QEMU_PROGRAMS[arch]} is not installed")
 
 
 CASES = [pytest.param(p.arch, p.name, v, id=f"{p.arch}-{p.name}" + (f"-{v}" if v else ""))
@@ -99,20 +99,20 @@ def test_engine_choice(monkeypatch):
     cannot run, without qemu-user, is a typed error that says how to
     install it."""
     x86 = elfloader.arch.by_name("x86_64")
-    monkeypatch.delenv(engines.ENGINE_ENV, raising=False)
-    if engines.qemu_program("x86_64"):
-        assert engines.choose(x86) == "qemu"
-    monkeypatch.setenv(engines.QEMU_DIR_ENV, "/nonexistent")
+    monkeypatch.delenv(choice.ENGINE_ENV, raising=False)
+    if choice.qemu_program("x86_64"):
+        assert choice.choose(x86) == "qemu"
+    monkeypatch.setenv(choice.QEMU_DIR_ENV, "/nonexistent")
     monkeypatch.setenv("PATH", "/nonexistent")
-    assert engines.choose(x86) == "unicorn"
-    assert engines.choose(x86, cpu="x86-64-v2") == "unicorn"
+    assert choice.choose(x86) == "unicorn"
+    assert choice.choose(x86, cpu="x86-64-v2") == "unicorn"
     with pytest.raises(elfloader.EngineError, match="apt-get install qemu-user"):
-        engines.choose(x86, cpu="x86-64-v3")
+        choice.choose(x86, cpu="x86-64-v3")
     with pytest.raises(elfloader.EngineError, match="qemu-x86_64"):
-        engines.choose(x86, engine="qemu")
+        choice.choose(x86, engine="qemu")
     with pytest.raises(elfloader.EngineError, match="unknown CPU profile"):
-        engines.choose(x86, cpu="pentium9")
+        choice.choose(x86, cpu="pentium9")
     with pytest.raises(elfloader.EngineError, match="not one of"):
-        engines.resolve_profile(elfloader.arch.by_name("riscv64"), "rv64gcv", 100)
+        choice.resolve_profile(elfloader.arch.by_name("riscv64"), "rv64gcv", 100)
     with pytest.raises(elfloader.EngineError, match="no scalable vectors"):
-        engines.resolve_profile(x86, "x86-64-v3", 256)
+        choice.resolve_profile(x86, "x86-64-v3", 256)

@@ -19,6 +19,10 @@ class PageMap:
     def __init__(self):
         self.state: tuple[list[int], list[tuple[int, int, int]]] = ([], [])
 
+    def clear(self) -> None:
+        """Unmap every page."""
+        self.state = ([], [])
+
     def set(self, start: int, end: int, prot: int | None) -> None:
         """Give ``[start, end)`` protection ``prot`` (None: unmapped)."""
         out = []

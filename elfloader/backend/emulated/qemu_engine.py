@@ -51,28 +51,16 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, cast
 
 from fatelf import arches
 
 from ...arch import Arch
-from ...errors import BackendError, EmulationError
+from ...errors import BackendError, EmulationError, EngineError
 from ..base import PROT_EXEC, PROT_READ, PROT_WRITE, prot_str
 from . import sandbox, syscalls
-from .engine import (
-    FAULTS,
-    INSTALL_HINT,
-    QEMU,
-    QEMU_PROGRAMS,
-    Cpu,
-    Engine,
-    EngineError,
-    qemu_program,
-)
+from .choice import INSTALL_HINT, QEMU, QEMU_PROGRAMS, qemu_program
+from .engine import FAULTS, Cpu, Engine, Space
 from .pages import lookup
-
-if TYPE_CHECKING:
-    from .space import EmulatedBackend
 
 #: Guest addresses of the arena every agent maps, by pointer size: above
 #: the agent's image (and, for 32-bit guests, above the stack qemu-user
@@ -406,10 +394,9 @@ class QemuCpu(Cpu):
     the same time (each in its own process); one CPU runs one call at a
     time."""
 
-    def __init__(self, space: "EmulatedBackend"):
+    def __init__(self, engine: QemuEngine, space: Space):
         super().__init__(space)
-        # Made by QemuEngine.new_cpu: the space's engine is a QemuEngine.
-        self._engine = cast("QemuEngine", space._engine)
+        self._engine = engine
         self._mask = space.arch.word_mask
         self._agent: _Agent | None = None
         self._pending: BaseException | None = None
@@ -452,8 +439,8 @@ class QemuCpu(Cpu):
         if agent is None or agent.closed:
             self._agent = None
             agent = self._spawn()
-            with self._space._lock:
-                self._map_all()
+            with self._state.lock:
+                self.map_all()
         return agent
 
     # --- memory map ---------------------------------------------------------
@@ -486,32 +473,32 @@ class QemuCpu(Cpu):
         for i in range(0, len(words), step):
             agent.request(_PROTECT, words[i:i + step], count=0)
 
-    def _sync(self) -> None:
-        space = self._space
-        if self._gen == space._gen:
+    def sync(self) -> None:
+        shared = self._state
+        if self.gen == shared.gen:
             return
-        first = space._gen - len(space._log)
-        state = space._pages.state
+        first = shared.gen - len(shared.log)
+        state = shared.pages.state
         words: list[int] = []
         rw = PROT_READ | PROT_WRITE
-        for kind, address, size, _ in space._log[self._gen - first:]:
+        for kind, address, size, _ in shared.log[self.gen - first:]:
             if kind in ("map", "invalidate"):
                 # Writable first: qemu-user drops translations of the page.
                 words += (address, size, rw)
             words += self._current(state, address, address + size)
-        self._gen = space._gen
+        self.gen = shared.gen
         if self._agent is not None and not self._agent.closed and words:
             try:
                 self._protect(self._agent, words)
             except EngineError:
                 self._agent.kill()
 
-    def _map_all(self) -> None:
-        space = self._space
+    def map_all(self) -> None:
+        shared = self._state
         words: list[int] = []
-        for start, end, prot in space._pages.state[1]:
+        for start, end, prot in shared.pages.state[1]:
             words += (start, end - start, prot)
-        self._gen = space._gen
+        self.gen = shared.gen
         if words:
             # Set by _spawn, which this CPU's constructor and _live_agent
             # run first.
@@ -594,13 +581,13 @@ class QemuCpu(Cpu):
         Raises:
             ProtocolError: the slot is not one of the agent's entry points.
         """
-        space = self._space
+        shared = self._state
         slot, args = words[0], words[1:]
         if slot >= len(self._engine.slots or ()):
             raise agent.broken(f"a callback from slot {slot}", slot)
         entry = None
-        if slot < len(space._slots):
-            entry = space._callbacks.get(space._slots[slot])
+        if slot < len(shared.slots):
+            entry = shared.callbacks.get(shared.slots[slot])
         if entry is None:
             agent.send(_RETURN, (0,))
             return
@@ -610,8 +597,8 @@ class QemuCpu(Cpu):
             result = int(function(*[a & mask for a in args[:nargs]]) or 0)
             # Memory the callback mapped, protected or released applies to
             # this CPU before the guest goes on.
-            with space._lock:
-                self._sync()
+            with shared.lock:
+                self.sync()
         except BaseException as exc:
             if self._pending is None:
                 self._pending = exc
@@ -651,8 +638,8 @@ class QemuCpu(Cpu):
                 return None
 
     def stop(self) -> None:
-        with self._space._lock:
-            if self._thread is None or self._closed:
+        with self._state.lock:
+            if self.thread is None or self._closed:
                 return
             self._stop = True
         with self._lock:
@@ -710,7 +697,7 @@ class QemuCpu(Cpu):
                            "(misaligned aligned-vector access, privileged or "
                            "I/O instruction)")
         elif sig == signal.SIGSEGV:
-            prot = lookup(self._space._pages.state, data)
+            prot = lookup(self._state.pages.state, data)
             start, end = self._engine.arena
             if not start <= pc < end and not (prot or 0) & PROT_EXEC:
                 # In the agent's own code, which touches no guest memory:
@@ -752,7 +739,7 @@ class QemuCpu(Cpu):
         return err
 
     # --- lifetime -------------------------------------------------------------
-    def _close_engine(self) -> None:
+    def close_engine(self) -> None:
         self._closed = True
         with self._lock:
             agent, self._agent = self._agent, None
@@ -889,10 +876,10 @@ class QemuEngine(Engine):
         if self.mm is not None and not self.forked:
             self.mm.madvise(mmap.MADV_REMOVE, address - self.arena[0], size)
 
-    def new_cpu(self, space: "EmulatedBackend") -> QemuCpu:
-        return QemuCpu(space)
+    def new_cpu(self, space: Space) -> QemuCpu:
+        return QemuCpu(self, space)
 
-    def setup(self, space: "EmulatedBackend", slots: int) -> list[int]:
+    def setup(self, space: Space, slots: int) -> list[int]:
         # The space's first CPU started an agent, which set the slots.
         assert self.slots is not None
         return list(self.slots[:slots])

@@ -155,7 +155,7 @@ def require() -> None:
         EngineError: no seccomp filter can be made (pyseccomp or
             libseccomp missing, or a kernel without seccomp).
     """
-    from .engine import EngineError
+    from ...errors import EngineError
     lib, problem = _seccomp()
     if lib is None:
         raise EngineError(f"the qemu engine runs guest code only in a "

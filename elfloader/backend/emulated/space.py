@@ -39,14 +39,15 @@ from typing import Callable
 import numpy as np
 
 from ...arch import Arch
-from ...errors import BackendError
+from ...errors import BackendError, EngineError
 from ..base import PROT_EXEC, PROT_READ, PROT_WRITE, Backend, prot_str
 from ..guarded import CANARY, RangePool, canary_changed, layout
+from . import choice
 from . import engine as engines
+from .engine import STACK_SIZE
 from .guarded import guard_error
-from .pages import PageMap
+from .state import SpaceState
 
-STACK_SIZE = 1 << 20
 _HEAP_CHUNK = 1 << 20       # small allocations come from 1 MiB chunks
 _HEAP_LIMIT = 256 << 10     # larger ones get their own mapping
 _HEAP_GRAIN = 64
@@ -81,6 +82,25 @@ def _after_fork() -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
                         after_in_child=_after_fork)
+
+
+def _open_engine(arch: Arch, engine: str, cpu: str | None,
+                 vlen: int | None) -> engines.Engine:
+    """The engine for a new address space; see :func:`.choice.choose`.
+    (Each engine module is imported when it is chosen: only then does
+    unicorn load.)"""
+    profile, vlen = choice.resolve_profile(arch, cpu, vlen)
+    program = choice.qemu_program(arch)
+    if choice.decide(arch, engine, profile, program) == "qemu":
+        from .qemu_engine import QemuEngine
+        return QemuEngine(arch, profile, vlen or (None if profile
+                                                  else choice.default_vlen(arch)),
+                          program)
+    if vlen is not None and profile is None:
+        raise EngineError("unicorn models no scalable vectors: --vlen needs "
+                          "the qemu engine", field="vlen", value=vlen)
+    from .unicorn_engine import UnicornEngine
+    return UnicornEngine(arch, profile, None)
 
 
 class EmulatedBackend(Backend):
@@ -119,14 +139,19 @@ class EmulatedBackend(Backend):
                  cpu: str | None = None, vlen: int | None = None):
         self.arch = arch
         self.timeout_us = int(timeout * 1e6)
-        self._engine = engines.open_engine(arch, engine, cpu, vlen)
+        self._engine = _open_engine(arch, engine, cpu, vlen)
         self.engine = self._engine.name
         self.profile = self._engine.profile
         self.vlen = self._engine.vlen
-        self._lock = threading.RLock()
+        #: What the CPUs share with the space (:class:`~.state.SpaceState`).
+        self.state: SpaceState[engines.Cpu] = SpaceState(self._engine.eager_sync)
+        # The state's lock, page map, reservations and log, under the names
+        # the space's own code uses.
+        self._lock = self.state.lock
+        self._pages = self.state.pages
+        self._regions = self.state.regions
+        self._record = self.state.record
         self._closed = False
-        self._pages = PageMap()
-        self._regions: dict[int, engines.Region] = {}
         # (starts, regions) sorted by address, replaced as a whole on every
         # change: read/write look addresses up without the lock.
         self._index: tuple[list[int], list[engines.Region]] = ([], [])
@@ -142,25 +167,19 @@ class EmulatedBackend(Backend):
         self._lead: dict[int, int] = {}
         # alloc_guarded address -> (reservation, its size, guard page)
         self._guarded: dict[int, tuple[int, int, int]] = {}
-        self._log: list[tuple[str, int, int, object]] = []
-        self._gen = 0            # memory-map changes ever logged
-        self._dead: list[tuple[int, engines.Region]] = []    # (gen, region) to free
-        self._callbacks: dict[int, tuple[Callable, int]] = {}
-        self._slots: list[int] = []      # callback addresses, in order
-        self._cpus: list[engines.Cpu] = []
         try:
             self.cpu = self._engine.new_cpu(self)
         except BaseException:
             self._engine.close()
             raise
-        self._cpus.append(self.cpu)
+        self.state.cpus.append(self.cpu)
         _SPACES.add(self)
         # Guest code assumes at least 4 KiB pages (aarch64 ADRP, for one).
         self.page_size = max(4096, self.cpu.page_size)
         try:
             stack = self._reserve_stack()
-            self._slots = self._engine.setup(self, _CALLBACK_SLOTS)
-            self.cpu._start(stack)
+            self.state.slots = self._engine.setup(self, _CALLBACK_SLOTS)
+            self.cpu.start(stack)
         except BaseException:
             self.close()
             raise
@@ -186,14 +205,14 @@ class EmulatedBackend(Backend):
         self._check_open("fork_cpu", 0)
         cpu = self._engine.new_cpu(self)
         with self._lock:
-            self._cpus.append(cpu)
+            self.state.cpus.append(cpu)
             try:
-                cpu._map_all()
+                cpu.map_all()
                 stack = self._reserve_stack()
-                cpu._start(stack)
+                cpu.start(stack)
             except BaseException:
-                self._cpus.remove(cpu)
-                cpu._close_engine()
+                self.state.cpus.remove(cpu)
+                cpu.close_engine()
                 raise
         return cpu
 
@@ -209,8 +228,8 @@ class EmulatedBackend(Backend):
             self._guards[base] = base + page
         return base + page
 
-    def _release_stack(self, stack: int) -> None:
-        """Free a stack from :meth:`_reserve_stack`."""
+    def release_stack(self, stack: int) -> None:
+        """Free a stack from :meth:`_reserve_stack` (a closed CPU's)."""
         with self._lock:
             self._guards.pop(stack - self.page_size, None)
             self.release(stack - self.page_size)
@@ -220,8 +239,8 @@ class EmulatedBackend(Backend):
         order of :meth:`cpus` (worker 0's first); a guard page lies below
         each (:meth:`guard_page`)."""
         with self._lock:
-            return [(c._stack, STACK_SIZE) for c in self._cpus
-                    if c._stack is not None]
+            return [(c.stack, STACK_SIZE) for c in self.state.cpus
+                    if c.stack is not None]
 
     def cpus(self, n: int) -> list[engines.Cpu]:
         """``n`` CPUs for ``n`` workers: the backend's own first, then
@@ -229,41 +248,9 @@ class EmulatedBackend(Backend):
         so repeated dispatches reuse their translated code."""
         self._check_open("cpus", n)
         with self._lock:
-            while len(self._cpus) < n:
+            while len(self.state.cpus) < n:
                 self.fork_cpu()
-            return self._cpus[:n]
-
-    # --- memory map log -----------------------------------------------------
-    def _record(self, kind: str, address: int, size: int, arg=None) -> None:
-        """Log one change of the memory map and apply it to every CPU that
-        can take it now: those not running, and the one whose callback is
-        running on this thread. Called with the lock held."""
-        self._log.append((kind, address, size, arg))
-        self._gen += 1
-        if self._engine.eager_sync:
-            me = threading.get_ident()
-            for cpu in self._cpus:
-                if cpu._thread is None or cpu._thread == me:
-                    cpu._sync()
-        self._trim()
-
-    def _trim(self) -> None:
-        """Drop log entries every CPU has applied and free host memory no
-        CPU can reach any more. Called with the lock held."""
-        if not self._log and not self._dead:
-            return
-        done = min((c._gen for c in self._cpus), default=self._gen)
-        first = self._gen - len(self._log)
-        if done > first:
-            del self._log[:done - first]
-        if self._dead:
-            keep = []
-            for gen, region in self._dead:
-                if gen <= done:
-                    region.free()
-                else:
-                    keep.append((gen, region))
-            self._dead = keep
+            return self.state.cpus[:n]
 
     # --- memory -----------------------------------------------------------
     def _take(self, size: int, align: int) -> int:
@@ -336,7 +323,7 @@ class EmulatedBackend(Backend):
         self._reindex()
         self._pages.set(addr, addr + size, None)
         if self._engine.defer_free:
-            self._dead.append((self._gen + 1, region))
+            self.state.dead.append((self.state.gen + 1, region))
         else:
             region.free()
         self._record("unmap", addr, size)
@@ -663,18 +650,19 @@ class EmulatedBackend(Backend):
         """Stop the calls running on the first ``workers`` CPUs
         (:meth:`engine.Cpu.stop`)."""
         with self._lock:
-            cpus = self._cpus[:workers]
+            cpus = self.state.cpus[:workers]
         for cpu in cpus:
             cpu.stop()
 
     def callback(self, function: Callable[..., int], nargs: int) -> int:
         self._check_open("callback", 0)
+        callbacks, slots = self.state.callbacks, self.state.slots
         with self._lock:
-            if len(self._callbacks) >= len(self._slots):
+            if len(callbacks) >= len(slots):
                 raise BackendError("too many callbacks", field="callback",
-                                   value=len(self._callbacks))
-            addr = self._slots[len(self._callbacks)]
-            self._callbacks[addr] = (function, nargs)
+                                   value=len(callbacks))
+            addr = slots[len(callbacks)]
+            callbacks[addr] = (function, nargs)
         return addr
 
     # --- lifetime -----------------------------------------------------------
@@ -686,24 +674,25 @@ class EmulatedBackend(Backend):
         with self._lock:
             if self._closed:
                 return
-            running = [c for c in self._cpus if c._thread is not None
-                       and c._thread != threading.get_ident()]
+            state = self.state
+            running = [c for c in state.cpus if c.thread is not None
+                       and c.thread != threading.get_ident()]
             if running:
                 raise BackendError("cannot close the backend while a CPU runs "
                                    "a call", field="close", value=len(running))
-            self._closed = True
-            for cpu in self._cpus:
-                cpu._close_engine()
-            self._cpus.clear()
+            self._closed = state.closed = True
+            for cpu in state.cpus:
+                cpu.close_engine()
+            state.cpus.clear()
             for region in self._regions.values():
                 region.free()
-            for _, region in self._dead:
+            for _, region in state.dead:
                 region.free()
             self._regions.clear()
             self._index = ([], [])
-            self._dead.clear()
-            self._log.clear()
-            self._pages = PageMap()
+            state.dead.clear()
+            state.log.clear()
+            self._pages.clear()
             self._heap_live.clear()
             self._heap_free.clear()
             self._heap_chunks.clear()
@@ -711,7 +700,7 @@ class EmulatedBackend(Backend):
             self._guards.clear()
             self._lead.clear()
             self._guarded.clear()
-            self._callbacks.clear()
+            state.callbacks.clear()
             self._engine.close()
 
     @property

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import ctypes
 import mmap
-from typing import TYPE_CHECKING, cast
 
 from unicorn import (
     UC_HOOK_CODE,
@@ -55,12 +54,10 @@ from fatelf.cstruct import pack_array, unpack_array
 from ...errors import BackendError, EmulationError
 from ..base import PROT_EXEC, PROT_READ, PROT_WRITE, prot_str
 from . import syscalls, unicorn_arch
+from .choice import INSTALL_HINT, qemu_program
 from .engine import FAULTS as _FAULTS
-from .engine import Cpu, Engine
+from .engine import Cpu, Engine, Space
 from .pages import lookup
-
-if TYPE_CHECKING:
-    from .space import EmulatedBackend
 
 _ARENA_START = 0x0001_0000
 _ARENA_END = 0x7FFF_0000
@@ -157,8 +154,9 @@ class UnicornCpu(Cpu):
     fault (see the module docstring); the CPU stays usable.
     """
 
-    def __init__(self, space: "EmulatedBackend"):
+    def __init__(self, engine: UnicornEngine, space: Space):
         super().__init__(space)
+        self._engine = engine
         arch = self.arch
         model = unicorn_arch.model(arch)
         self._regs = regs = unicorn_arch.registers(arch)
@@ -217,11 +215,10 @@ class UnicornCpu(Cpu):
         assert uc is not None
         return uc
 
-    def _start(self, stack: int) -> None:
+    def start(self, stack: int) -> None:
         """Use ``stack`` and hook the trampoline page."""
-        super()._start(stack)
-        # Made by UnicornEngine.new_cpu: the space's engine is one.
-        engine = cast("UnicornEngine", self._space._engine)
+        super().start(stack)
+        engine = self._engine
         self._open_uc().hook_add(UC_HOOK_CODE, self._on_trampoline, begin=engine.tramp,
                          end=engine.tramp + _TRAMPOLINE_SLOT * engine.slots - 1)
 
@@ -363,18 +360,18 @@ class UnicornCpu(Cpu):
             self._tlb_warm = True
 
     # --- memory map -----------------------------------------------------------
-    def _sync(self) -> None:
+    def sync(self) -> None:
         """Apply the backend's memory-map changes this CPU has not seen.
         Called with the backend's lock held, when this CPU is not running
         or from its own callback."""
-        space = self._space
-        if self._gen == space._gen:
+        shared = self._state
+        if self.gen == shared.gen:
             return
         flush = False
         uc = self._open_uc()
-        first = space._gen - len(space._log)
+        first = shared.gen - len(shared.log)
         try:
-            for op in space._log[self._gen - first:]:
+            for op in shared.log[self.gen - first:]:
                 kind, address, size, arg = op
                 if kind == "map":
                     uc.mem_map_ptr(address, size, UC_PROT_READ | UC_PROT_WRITE,
@@ -395,29 +392,29 @@ class UnicornCpu(Cpu):
             raise BackendError(f"cannot apply {kind} of {size:#x} bytes at "
                                f"{address:#x} to a CPU: {exc}", field=kind,
                                value=address) from None
-        self._gen = space._gen
-        self._view = space._pages.state
+        self.gen = shared.gen
+        self._view = shared.pages.state
         if flush:
             self._flush_tlb()
 
-    def _map_all(self) -> None:
+    def map_all(self) -> None:
         """Map the backend's whole address space into this new CPU. Called
         with the backend's lock held."""
-        space = self._space
+        shared = self._state
         uc = self._open_uc()
         try:
-            for region in space._regions.values():
+            for region in shared.regions.values():
                 uc.mem_map_ptr(region.address, region.size,
                                UC_PROT_READ | UC_PROT_WRITE, region.host)
-            for start, end, prot in space._pages.state[1]:
+            for start, end, prot in shared.pages.state[1]:
                 if prot != PROT_READ | PROT_WRITE:
                     uc.mem_protect(start, end - start, _uc_prot(prot))
         except UcError as exc:
             raise BackendError(f"cannot map the address space into a new "
                                f"CPU: {exc}", field="fork_cpu",
                                value=None) from None
-        self._gen = space._gen
-        self._view = space._pages.state
+        self.gen = shared.gen
+        self._view = shared.pages.state
 
     # --- calls ------------------------------------------------------------
     def _reg_read(self, reg: int) -> int:
@@ -468,7 +465,7 @@ class UnicornCpu(Cpu):
         self._enter(address)
         try:
             space = self._space
-            sentinel = cast("UnicornEngine", space._engine).sentinel
+            sentinel = self._engine.sentinel
             self._prepare_call(args, sentinel)
             self._refused = None
             self._pending = None
@@ -531,8 +528,8 @@ class UnicornCpu(Cpu):
         """Ask the call this CPU is running (from another thread) to end as
         soon as possible; it raises :class:`EmulationError` with ``fault``
         ``"stopped"``. Does nothing when the CPU is idle."""
-        with self._space._lock:
-            if self._thread is None or self._closed:
+        with self._state.lock:
+            if self.thread is None or self._closed:
                 return
             self._stop = True
             uclib.uc_emu_stop(self._uch)
@@ -613,8 +610,8 @@ class UnicornCpu(Cpu):
         self._reg_write(regs.pc, ret)
 
     def _on_trampoline(self, uc, address, size, user_data):
-        space = self._space
-        entry = space._callbacks.get(address)
+        shared = self._state
+        entry = shared.callbacks.get(address)
         if entry is None:
             return
         function, nargs = entry
@@ -623,8 +620,8 @@ class UnicornCpu(Cpu):
             result = int(function(*args) or 0)
             # Memory the callback mapped, protected or released applies to
             # this CPU before the guest goes on.
-            with space._lock:
-                self._sync()
+            with shared.lock:
+                self.sync()
         except BaseException as exc:
             if self._pending is None:
                 self._pending = exc
@@ -633,7 +630,7 @@ class UnicornCpu(Cpu):
         self._callback_return(result)
 
     # --- lifetime -----------------------------------------------------------
-    def _close_engine(self) -> None:
+    def close_engine(self) -> None:
         """Free the unicorn engine and its translation buffer now (not when
         the garbage collector finds the engine)."""
         self._closed = True
@@ -651,7 +648,6 @@ def _unsupported(space, pc: int) -> str:
     refused that belongs to an ISA extension it lacks (unicorn may report
     the pc of the instruction or of the one after it), else ``""``."""
     from ...diagnose import disassemble, extension
-    from .engine import INSTALL_HINT, qemu_program
     name = space.arch.name
     thumb = space.arch.disassembly.thumb_modes is not None
     for at in (pc, pc - 4, pc - 2):
@@ -687,10 +683,10 @@ class UnicornEngine(Engine):
     def region(self, address: int, size: int) -> _Region:
         return _Region(address, size)
 
-    def new_cpu(self, space: "EmulatedBackend") -> UnicornCpu:
-        return UnicornCpu(space)
+    def new_cpu(self, space: Space) -> UnicornCpu:
+        return UnicornCpu(self, space)
 
-    def setup(self, space: "EmulatedBackend", slots: int) -> list[int]:
+    def setup(self, space: Space, slots: int) -> list[int]:
         """Place the return sentinel and the callback trampolines (one
         return instruction per slot, hooked by every CPU)."""
         ret = self.arch.return_insn
