@@ -21,6 +21,7 @@ from .. import arch as arch_registry
 from ..arch import Arch
 from ..errors import ArchitectureMismatchError, BackendError
 from .base import PROT_EXEC, PROT_WRITE, Backend, prot_str
+from .guarded import ALIGN
 
 
 def _open_libc() -> ctypes.CDLL:
@@ -132,14 +133,17 @@ class NativeBackend(Backend):
             self._buffers.pop(address, None)
 
     def alloc_guarded(self, size: int):
-        """``size`` zeroed bytes, 64-byte aligned (see
-        :meth:`Backend.alloc_guarded`; no guard here). A page or more is
-        mapped with ``mmap``: pages guest code never touches cost no
-        memory (workgroup-local memory is often declared larger than a
-        kernel uses)."""
+        """``size`` zeroed bytes, aligned as every guarded range
+        (:data:`.guarded.ALIGN`, 64 bytes; see
+        :meth:`Backend.alloc_guarded`). No guard page nor canary here: a
+        fault on a guard page would end this process, which runs the
+        dispatch (see :mod:`.guarded`). A page or more is mapped with
+        ``mmap``: pages guest code never touches cost no memory
+        (workgroup-local memory is often declared larger than a kernel
+        uses)."""
         if size >= self.page_size:
             return self.reserve(size), None
-        return self.alloc(max(size, 1), 64), None
+        return self.alloc(max(size, 1), ALIGN), None
 
     def read(self, address: int, size: int) -> bytes:
         """See :meth:`Backend.read`.
@@ -180,11 +184,13 @@ class NativeBackend(Backend):
                                f"{prot_str(prot)}) failed: {os.strerror(err)}",
                                field="protect", value=prot_str(prot))
 
-    def map_array(self, array: np.ndarray, align: int = 64):
+    def map_array(self, array: np.ndarray, align: int = ALIGN):
         """The array's own memory when it is writable and ``align``-aligned
         (zero copy); otherwise an aligned copy, copied back after the guest
         ran unless the array is read-only (read-only arrays and ``bytes``
         are never written). An empty array gets a private aligned block.
+        ``align`` is the guarded ranges' alignment (:data:`.guarded.ALIGN`);
+        natively a binding has no guard page (see :meth:`alloc_guarded`).
 
         Raises:
             BackendError: the backend is closed; the array is strided."""
