@@ -25,6 +25,7 @@ from .errors import (
     ElfFormatError,
     EmulationError,
     EngineError,
+    Fault,
     GuardError,
     RelocationError,
     SymbolNotFoundError,
@@ -156,4 +157,4 @@ __all__ = ["Arch", "Backend", "ElfImage", "ElfModule", "open_backend", "load",
            "read_image", "as_int32", "ElfError", "ElfFormatError",
            "UnsupportedElfError", "RelocationError", "SymbolNotFoundError",
            "UndefinedSymbolError", "BackendError", "ArchitectureMismatchError",
-           "EmulationError", "EngineError", "GuardError"]
+           "EmulationError", "EngineError", "Fault", "GuardError"]

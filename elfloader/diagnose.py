@@ -36,7 +36,7 @@ from fatelf.cstruct import CStruct
 from . import arch as _arch_registry
 from .arch import Disassembly
 from .elf import SHN_UNDEF, SHT_STRTAB, SHT_SYMTAB, flags_str
-from .errors import FaultReport
+from .errors import EmulationError, FaultReport
 from .image import MAX_TABLE_ENTRIES, ElfImage
 
 STT_NOTYPE, STT_OBJECT, STT_FUNC, STT_SECTION, STT_FILE = 0, 1, 2, 3, 4
@@ -66,7 +66,7 @@ CODE_BYTES = 16
 #: rows.
 NO_LINE_TABLE = "built without -g; build with -g for source lines"
 
-#: Fault kinds (the ``fault`` attribute of an emulation error) for which
+#: Fault kinds (:attr:`elfloader.errors.Fault.kind`) for which
 #: the CPU stopped on an instruction it could not run rather than on a data
 #: access; their reported pc may lie after that instruction.
 INSTRUCTION_FAULTS = frozenset({"invalid_instruction", "exception"})
@@ -757,11 +757,12 @@ def engine_of(backend) -> str | None:
     return backend.describe() if backend.kind == "emulated" else None
 
 
-def data_address(exc) -> int | None:
+def data_address(exc: BaseException) -> int | None:
     """The exact address of the access a backend error refused, else its
-    page, else None."""
-    exact = getattr(exc, "fault_address", None)
-    return exact if exact is not None else getattr(exc, "fault_page", None)
+    page, else None (:attr:`Fault.data_address` of an
+    :class:`EmulationError`'s fault; None for any other error)."""
+    fault = exc.fault if isinstance(exc, EmulationError) else None
+    return fault.data_address if fault is not None else None
 
 
 def fault_report(*, file: str, arch: str, kind: str, pc: int,

@@ -4,15 +4,16 @@ Every error derives from :class:`ElfError` (itself a
 :class:`fatelf.PortableKernelError`, the project's one base class) and
 carries the file name, the field that was checked and the offending value,
 so a message reads like ``kernel.so: e_machine: 0x0028 is not a supported
-architecture``. :class:`FaultReport`, what is known about a fault in guest
-code, is here too: an :class:`EmulationError` carries one (built by
-:mod:`elfloader.diagnose`).
+architecture``. :class:`Fault`, what an emulation engine knows when the
+CPU stops a call, and :class:`FaultReport`, what is known about a fault in
+a loaded module, are here too: an :class:`EmulationError` carries both
+(the report built by :mod:`elfloader.diagnose`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeVar
 
 from fatelf import arches as _arches
 from fatelf.errors import PortableKernelError
@@ -66,46 +67,172 @@ class EngineError(BackendError):
     the engine does not model the CPU profile, the vector length is out of
     range, or the guest agent could not start.
 
-    Attributes:
+    Args:
+        message, name, field, value: as :class:`ElfError`.
         signal: the signal that killed the guest agent, or None.
+
+    Attributes:
+        signal: as given.
     """
 
+    def __init__(self, message: str = "", *, signal: int | None = None,
+                 **kw) -> None:
+        super().__init__(message, **kw)
+        self.signal = signal
+
+
+#: Kinds of :class:`Fault` whose message is a stop line (``call of 0x...
+#: stopped ...``) rather than a fault line.
+_STOPS = frozenset({"timeout", "stopped"})
+#: Kinds whose message is the words alone: the agent's own failure.
+_AGENT = frozenset({"agent_died", "agent_protocol"})
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Why the emulated CPU stopped a call of guest code: the facts an
+    engine knows at the moment it stops, carried by :class:`EmulationError`
+    as its ``fault``.
+
+    Every field but ``kind`` is None when the engine does not know it (or
+    it does not apply to the kind: a time limit has no data address).
+    Addresses are guest addresses (integers below ``2**(8 * word size)``).
+
+    Attributes:
+        kind: what happened, one word: ``read_unmapped``,
+            ``write_unmapped``, ``fetch_unmapped``, ``read_protected``,
+            ``write_protected``, ``fetch_protected``, ``access_unmapped``
+            and ``access_protected`` (a refused access of unknown
+            direction), ``read_unaligned``, ``write_unaligned``,
+            ``invalid_instruction``, ``exception`` (a CPU exception unicorn
+            does not name), ``general_protection`` (x86 #GP, no address),
+            ``arithmetic``, ``bus_error``, ``trap``, ``signal`` (another
+            host signal the qemu engine's agent caught), ``syscall`` (the
+            code made a system call), ``timeout`` (stopped at the call's
+            time limit), ``stopped`` (stopped by request),
+            ``agent_died`` (the qemu engine's guest agent died or could not
+            start), ``agent_protocol`` (its reply broke the wire format),
+            ``overrun`` (canary bytes after a guarded range changed: seen
+            after the call, not when the write happened), ``error`` (any
+            other engine failure).
+        what: the same in words, as the error's message and a fault
+            report say it, with what the engine adds (the page's
+            protection, the access size, the system call's name); None
+            when there are no words for it.
+        access: ``read``, ``write`` or ``fetch`` (an instruction fetch):
+            the direction of the refused access, or None (not an access,
+            or its direction is unknown).
+        pc: the address of the faulting instruction (arm32 Thumb code
+            keeps bit 0 set, as the CPU reported it), or None.
+        address: the exact address of the first byte the refused access
+            touched (the pc for a refused instruction fetch; for
+            ``overrun``, the first changed canary byte), or None.
+        page: the address of the page the refused access touched, or None.
+        protection: that page's protection (``PROT_*`` bits; 0: no
+            access), or None when the page is unmapped or unknown.
+        size: bytes of the refused read or write (its part on the refused
+            page), or None (qemu: a signal does not say).
+        signal: the host signal the qemu engine's guest agent caught
+            (e.g. 11 for ``SIGSEGV``), or None.
+        syscall: for ``syscall``, the number the guest's number register
+            held (None when unknown); else None.
+        syscall_name: for ``syscall``, its name on the guest's
+            architecture, or None.
+    """
+
+    kind: str
+    what: str | None = None
+    access: str | None = None
+    pc: int | None = None
+    address: int | None = None
+    page: int | None = None
+    protection: int | None = None
+    size: int | None = None
     signal: int | None = None
+    syscall: int | None = None
+    syscall_name: str | None = None
+
+    @property
+    def data_address(self) -> int | None:
+        """The exact address of the refused access, else its page, else
+        None: what a fault report describes."""
+        return self.address if self.address is not None else self.page
+
+    def message(self, call: int, detail: str | None = None) -> str:
+        """The message of the error for this fault in a call of guest
+        address ``call``.
+
+        A stop (``timeout``, ``stopped``) reads ``call of 0x1000 stopped at
+        pc=0x1008 after the 2 s time limit``; an agent's failure is
+        ``what`` alone; any other fault reads ``write to unmapped memory
+        at 0x2000, at pc=0x1008 while calling 0x1000`` (the exact address
+        left out when unknown or when it is the pc of a fetch, the pc when
+        unknown), followed by ``: detail`` when ``detail`` is given.
+        """
+        pc = f" at pc={self.pc:#x}" if self.pc is not None else ""
+        if self.kind in _STOPS:
+            return f"call of {call:#x} stopped{pc}{(self.what or '')[7:]}"
+        if self.kind in _AGENT:
+            return self.what or ""
+        at = ("" if self.address is None or self.kind.startswith("fetch")
+              else f" at {self.address:#x},")
+        text = f"{self.what}{at}{pc} while calling {call:#x}"
+        return f"{text}: {detail}" if detail is not None else text
+
+
+#: ``what`` of an ``overrun`` fault.
+OVERRUN = "write outside a guarded range (canary bytes changed)"
+
+_E = TypeVar("_E", bound="EmulationError")
 
 
 class EmulationError(BackendError):
     """The emulated CPU stopped on a fault (invalid memory access, invalid
     instruction, time limit) while running guest code.
 
-    Attributes (set by the emulated backend on CPU faults):
-        fault: the kind, e.g. ``write_unmapped``, ``invalid_instruction``,
-        ``timeout``, ``stopped``, ``agent_died``, ``syscall`` (the code made
-        a system call: ``syscall`` holds its number, ``syscall_name`` its
-        name or None), ``agent_protocol`` (the guest agent's reply broke
-        the wire format); what: the same in words,
-        with the page (or the exact address) when one was refused; pc: the
-        faulting pc; fault_page: the page the refused access touched, or
-        None; fault_address: the exact address of the first byte the
-        refused access touched (the pc for a refused instruction fetch), or
-        None when unknown; access_size: bytes of the refused read or write
-        (its part on the refused page), or None; signal: the host signal
-        the qemu engine's agent caught, or None; report: the
-        :class:`FaultReport` of a fault in a loaded
-        module's initializer or finalizer, or None.
+    Args:
+        message, name, field, value: as :class:`ElfError`.
+        fault: the :class:`Fault`, or None (an error raised for another
+            reason, e.g. by a Python callback).
+        report: the :class:`FaultReport` of the fault, when the error is
+            about a loaded module (an initializer or finalizer, a
+            dispatch, an import called), or None.
+        worker: the worker (CPU) of a dispatch whose call faulted, or None.
+        whole_message: ``message`` is the whole text of the error (a fault
+            report), with no ``name: field:`` before it.
 
-    Each is None on an error that does not set it.
+    Attributes:
+        fault, report, worker: as given.
     """
 
-    fault: str | None = None
-    what: str | None = None
-    pc: int | None = None
-    fault_page: int | None = None
-    fault_address: int | None = None
-    access_size: int | None = None
-    syscall: int | None = None
-    syscall_name: str | None = None
-    signal: int | None = None
-    report: FaultReport | None = None
+    def __init__(self, message: str = "", *, fault: Fault | None = None,
+                 report: FaultReport | None = None, worker: int | None = None,
+                 whole_message: bool = False, **kw) -> None:
+        super().__init__(message, **kw)
+        self.fault = fault
+        self.report = report
+        self.worker = worker
+        if whole_message:
+            self.args = (message,)
+
+    def on_worker(self: _E, worker: int) -> _E:
+        """This error as raised on ``worker`` of a dispatch: a copy of the
+        same type, message and traceback whose ``worker`` is ``worker``
+        (the report reads that worker's workgroup state)."""
+        err = type(self).__new__(type(self), *self.args)
+        err.__dict__.update(self.__dict__, worker=worker)
+        return err.with_traceback(self.__traceback__)
+
+    def __reduce__(self):
+        # Subclasses take keyword-only arguments: rebuild without calling
+        # their constructors.
+        return _rebuilt, (type(self), self.args, self.__dict__)
+
+
+def _rebuilt(cls: type, args: tuple, state: dict) -> BaseException:
+    err = cls.__new__(cls, *args)
+    err.__dict__.update(state)
+    return err
 
 
 class GuardError(EmulationError):
@@ -113,18 +240,26 @@ class GuardError(EmulationError):
     range (an array from the emulated backend's ``map_array``, or memory
     from ``alloc_guarded``) and its guard page: it wrote past the end.
 
-    Attributes:
+    Args:
+        message, name, field, value: as :class:`EmulationError`.
         address: the range's guest address; size: its length in bytes;
         offset: offset from the range's start of the first changed byte
-        (``size`` or more); last_offset: that of the last changed byte.
-        ``fault`` is ``"overrun"``; ``pc`` is None (the write is seen
-        after the call, not when it happens).
+            (``size`` or more); last_offset: that of the last changed byte.
+
+    Attributes:
+        address, size, offset, last_offset: as given.
+        fault: ``kind`` ``"overrun"``, ``access`` ``"write"``, ``address``
+            the first changed byte; the pc is None (the write is seen
+            after the call, not when it happens).
     """
 
-    address: int
-    size: int
-    offset: int
-    last_offset: int
+    def __init__(self, message: str = "", *, address: int, size: int,
+                 offset: int, last_offset: int, **kw) -> None:
+        super().__init__(message, fault=Fault(
+            "overrun", OVERRUN, access="write", address=address + offset),
+            **kw)
+        self.address, self.size = address, size
+        self.offset, self.last_offset = offset, last_offset
 
 
 @dataclass

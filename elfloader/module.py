@@ -34,10 +34,6 @@ from .errors import (
 )
 from .image import ElfImage, InitFunction
 
-#: Attributes of the contract (:class:`fatelf.errors.PortableKernelError`)
-#: that an initializer's fault error sets itself rather than keeping.
-_CONTRACT = ("name", "field", "value", "message")
-
 
 class ElfModule:
     """An ELF shared object loaded into a backend.
@@ -146,11 +142,12 @@ class ElfModule:
         finalizer ``where``: its message is the fault report (the pc's
         symbol and source line in this image, the instruction, the data
         address); ``report`` is the :class:`~elfloader.diagnose.
-        FaultReport`, ``field`` ``where``; the backend's attributes
-        (``fault``, ``pc``, ``fault_address``, ``syscall``...) are kept.
-        ``exc`` itself when it carries no pc."""
-        pc = getattr(exc, "pc", None)
-        if pc is None:
+        FaultReport`, ``field`` ``where``; the backend's ``fault`` (its
+        :class:`~elfloader.errors.Fault`) and ``worker`` are kept. ``exc``
+        itself when its fault has no pc."""
+        fault = exc.fault
+        pc = fault.pc if fault is not None else None
+        if fault is None or pc is None:
             return exc
         # imported on the first fault: disassembly and DWARF are no part of
         # a run that does not fault
@@ -158,7 +155,6 @@ class ElfModule:
             INSTRUCTION_FAULTS,
             Region,
             Symbolizer,
-            data_address,
             engine_of,
             fault_report,
             time_limit_kind,
@@ -166,12 +162,11 @@ class ElfModule:
         be, arch = self.backend, self.arch
         thumb = arch.disassembly.thumb_modes is not None and bool(pc & 1)
         pc = pc & ~1 if thumb else pc
-        fault = getattr(exc, "fault", None)
-        if fault == "timeout":
+        if fault.kind == "timeout":
             what, address = time_limit_kind(be.timeout_us / 1e6), None
         else:
-            what = getattr(exc, "what", None) or exc.message
-            address = data_address(exc)
+            what = fault.what or exc.message
+            address = fault.data_address
         regions = [Region("the stack", start, size, offsets=False)
                    for start, size in be.stacks()[:1]]
         report = fault_report(
@@ -179,15 +174,13 @@ class ElfModule:
             symbolizers=[Symbolizer(self.image, self.base)], read=be.read,
             function=where, function_kind=kind, data_address=address,
             regions=regions, thumb=thumb,
-            instruction_fault=fault in INSTRUCTION_FAULTS, engine=engine_of(be))
-        message = report.format(arch.pointer_size)
-        err = EmulationError(message, name=self.name, field=where, value=pc)
-        err.__dict__.update({k: v for k, v in exc.__dict__.items()
-                             if k not in _CONTRACT})
+            instruction_fault=fault.kind in INSTRUCTION_FAULTS,
+            engine=engine_of(be))
         # The report is the whole message: no "name: field:" before it.
-        Exception.__init__(err, message)
-        err.report = report
-        return err
+        return EmulationError(report.format(arch.pointer_size),
+                              name=self.name, field=where, value=pc,
+                              fault=fault, report=report, worker=exc.worker,
+                              whole_message=True)
 
     def _relocate(self, pieces) -> list[tuple[int, bytes]]:
         """Apply the relocations to ``pieces`` ((image offset, bytearray)

@@ -499,13 +499,13 @@ def describe_error(exc: BaseException) -> dict:
         "traceback": _frames(exc.__traceback__),
     }
     # an emulated CPU's fault: its kind, and the system call it made
-    fault = getattr(exc, "fault", None)
-    if isinstance(fault, str):
-        out["fault"] = fault
-        if fault == "syscall":
-            number = getattr(exc, "syscall", None)
-            out["syscall"] = number if isinstance(number, int) else None
-            out["syscall_name"] = getattr(exc, "syscall_name", None)
+    from elfloader import EmulationError
+    fault = exc.fault if isinstance(exc, EmulationError) else None
+    if fault is not None:
+        out["fault"] = fault.kind
+        if fault.kind == "syscall":
+            out["syscall"] = fault.syscall
+            out["syscall_name"] = fault.syscall_name
     m = _RETURNED.search(out["message"])
     if m and out["field"] == "workgroup_id":
         out["status"] = int(m.group(1))

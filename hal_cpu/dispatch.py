@@ -569,12 +569,13 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
                 size = max(size, min(size * 4, int(CHUNK_SECONDS / per) if per
                                      else size * 4))
         except BaseException as exc:  # noqa: BLE001 - re-raised below
-            emulated = isinstance(exc, elfloader.EmulationError)
-            if emulated:
-                exc.worker = w     # whose workgroup state the report reads
+            if isinstance(exc, elfloader.EmulationError):
+                # whose workgroup state the report reads
+                exc = exc.on_worker(w)
             errors.append(exc)
             layout.raise_stop()
-            if (emulated and getattr(exc, "fault", None) != "stopped"
+            if (isinstance(exc, elfloader.EmulationError)
+                    and (exc.fault is None or exc.fault.kind != "stopped")
                     and workers > 1):
                 # A fault ends the dispatch: the other CPUs need not finish
                 # the workgroups they run.

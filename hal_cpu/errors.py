@@ -4,7 +4,7 @@ itself a :class:`fatelf.PortableKernelError` (the project's one base class:
 
 from __future__ import annotations
 
-from elfloader.errors import EmulationError
+from elfloader.errors import EmulationError, Fault
 from fatelf.errors import PortableKernelError
 
 from . import abi
@@ -117,11 +117,13 @@ class OverrunError(HalCpuError, EmulationError):
     at the instruction); for an import called by the pytest fixtures,
     outside a guest array on either side (:mod:`hal_cpu.guarded`).
 
-    Also an :class:`elfloader.EmulationError`: ``fault`` (``"overrun"``
-    for a canary write, else the kind of the refused access), ``pc`` (None
-    for a canary write), ``fault_address`` (the first byte past the end
-    that was accessed) and, for a guard-page fault, ``report`` (the
-    :class:`elfloader.diagnose.FaultReport`).
+    Also an :class:`elfloader.EmulationError`, taking its keyword
+    arguments: ``fault`` (an :class:`elfloader.Fault`: ``kind``
+    ``"overrun"`` for a canary write, else the kind of the refused access;
+    ``pc`` None for a canary write; ``address`` the first byte outside the
+    memory that was accessed; None when not known), ``report`` (for a
+    guard-page fault, the :class:`elfloader.diagnose.FaultReport`) and
+    ``worker`` (the worker whose CPU faulted, or None when not known).
 
     Attributes:
         export: the export's label (None for an import called directly);
@@ -130,30 +132,30 @@ class OverrunError(HalCpuError, EmulationError):
         start of the memory of the first byte accessed outside it
         (``length`` or more past the end, negative before the start);
         length: the memory's size in bytes; workgroup: ``(x, y, z)`` of the
-        faulting workgroup, or None when not known (canary writes); worker:
-        the worker whose CPU faulted, or None when not known.
+        faulting workgroup, or None when not known (canary writes).
     """
 
-    def __init__(self, message, *, export=None, what=None, offset=None,
-                 length=None, workgroup=None, import_name=None, **kw):
+    def __init__(self, message: str, *, export: str | None = None,
+                 what: str | None = None, offset: int | None = None,
+                 length: int | None = None,
+                 workgroup: tuple[int, int, int] | None = None,
+                 import_name: str | None = None, **kw) -> None:
         super().__init__(message, **kw)
         self.export, self.what = export, what
         self.import_name = import_name
         self.offset, self.length = offset, length
         self.workgroup = workgroup
-        self.worker = None
-        self.fault = self.pc = self.fault_page = None
-        self.fault_address = self.access_size = self.report = None
 
 
 class BindingOverrunError(OverrunError):
     """An emulated dispatch accessed memory past the end of a binding.
 
     Attributes:
-        binding: the binding's index (``field`` is ``bindings[N]``).
+        binding: the binding's index (``field`` is ``bindings[N]``), or
+            None when no binding starts at the overrun range.
     """
 
-    def __init__(self, message, *, binding: int, **kw):
+    def __init__(self, message: str, *, binding: int | None, **kw) -> None:
         super().__init__(message, **kw)
         self.binding = binding
 
@@ -166,7 +168,7 @@ class BindingUnderrunError(OverrunError):
         binding: the array's index (order of placement).
     """
 
-    def __init__(self, message, *, binding: int, **kw):
+    def __init__(self, message: str, *, binding: int, **kw) -> None:
         super().__init__(message, **kw)
         self.binding = binding
 
@@ -175,19 +177,24 @@ class CallTimeoutError(HalCpuError, EmulationError):
     """A guest call ran past its time limit and was stopped (emulated) or
     its child process killed (native).
 
+    Also an :class:`elfloader.EmulationError`, taking its keyword
+    arguments: ``fault`` (an :class:`elfloader.Fault` of kind
+    ``"timeout"``, whose ``pc`` is where the CPU was, or None; by default
+    one that knows nothing more), ``report`` (the
+    :class:`elfloader.diagnose.FaultReport` of where the CPU was
+    (emulated), or None) and ``worker``.
+
     Attributes:
         seconds: the limit; function: the import or export that was
-        called; report: the :class:`elfloader.diagnose.FaultReport` of
-        where the CPU was (emulated), or None; pc: where it was, or None.
+        called.
     """
 
-    def __init__(self, message, *, seconds: float, function: str | None = None,
-                 **kw):
-        super().__init__(message, **kw)
+    def __init__(self, message: str, *, seconds: float,
+                 function: str | None = None, fault: Fault | None = None,
+                 **kw) -> None:
+        super().__init__(message, fault=fault if fault is not None
+                         else Fault("timeout"), **kw)
         self.seconds, self.function = seconds, function
-        self.report = self.pc = None
-        self.fault = "timeout"
-        self.fault_page = self.fault_address = self.access_size = None
 
 
 class LocalMemoryOverrunError(OverrunError):
@@ -198,6 +205,5 @@ class LocalMemoryOverrunError(OverrunError):
         worker: the worker whose local memory it was.
     """
 
-    def __init__(self, message, *, worker: int, **kw):
-        super().__init__(message, **kw)
-        self.worker = worker
+    def __init__(self, message: str, *, worker: int, **kw) -> None:
+        super().__init__(message, worker=worker, **kw)

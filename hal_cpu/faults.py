@@ -25,6 +25,7 @@ CallTimeoutError` whose report shows where the CPU was.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Sequence
 
@@ -33,7 +34,6 @@ from elfloader.diagnose import (
     INSTRUCTION_FAULTS,
     Region,
     Symbolizer,
-    data_address,
     describe_address,
     engine_of,
     fault_report,
@@ -49,35 +49,27 @@ from .errors import (
     LocalMemoryOverrunError,
 )
 
-#: Attributes of the backend's error that the report's error keeps (a
-#: system call's number and name are None for other faults).
-_KEPT = ("fault", "fault_page", "fault_address", "access_size", "syscall",
-         "syscall_name")
-
 
 def timed_out(exc: EmulationError) -> bool:
     """Whether ``exc`` is a call stopped at the backend's time limit
-    (``fault`` ``"timeout"``; the CPU stopped somewhere that is not a
+    (``fault.kind`` ``"timeout"``; the CPU stopped somewhere that is not a
     fault)."""
-    return getattr(exc, "fault", None) == "timeout"
+    return exc.fault is not None and exc.fault.kind == "timeout"
 
 
 def _without_pc(exc: EmulationError, file: str, arch: str,
                 where: str) -> EmulationError:
-    """``exc`` when it carries no pc (stopped by request, an agent that
-    died); a system call whose pc died with the qemu engine's agent (a
-    process creation) gets a one-line report naming the file and the
-    function instead."""
-    if getattr(exc, "fault", None) != "syscall":
+    """``exc`` when its fault has no pc (stopped by request, an agent that
+    died) or it has no fault; a system call whose pc died with the qemu
+    engine's agent (a process creation) gets a one-line report naming the
+    file and the function instead, with the same fault."""
+    fault = exc.fault
+    if fault is None or fault.kind != "syscall":
         return exc
-    message = (f"{file}: {arch}: {where}: {exc.what} (the sandbox ended "
+    message = (f"{file}: {arch}: {where}: {fault.what} (the sandbox ended "
                "the guest agent; its pc is not known)")
-    err = EmulationError(message, name=None, field=None, value=None)
-    err.name, err.field = file, "call"
-    Exception.__init__(err, message)
-    for attr in _KEPT + ("pc", "what"):
-        setattr(err, attr, getattr(exc, attr, None))
-    return err
+    return EmulationError(message, name=file, field="call", fault=fault,
+                          whole_message=True)
 
 
 def _thumb(arch, pc: int) -> bool:
@@ -95,9 +87,8 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
                    lengths: Sequence[int], layout) -> EmulationError:
     """An :class:`EmulationError` whose message is the full fault report of
     ``exc`` raised while dispatching ``export`` of ``exe``; it keeps
-    ``fault``, ``pc``, ``fault_page``, ``fault_address``, ``access_size``,
-    ``syscall``, ``syscall_name`` (a system call's number and name) and
-    ``worker`` and adds ``report``.
+    ``exc``'s ``fault`` (for a time limit, with the pc without arm32's
+    Thumb bit) and ``worker`` and adds ``report``.
 
     The workgroup and local memory are those of the worker that faulted
     (``exc.worker``, default 0). When the data address lies in the guard
@@ -105,12 +96,13 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
     :class:`BindingOverrunError` or :class:`LocalMemoryOverrunError`
     (``field`` ``bindings[N]`` or ``local_memory``, ``value`` the offset
     past the start)."""
-    pc = getattr(exc, "pc", None)
-    if pc is None:
+    fault = exc.fault
+    pc = fault.pc if fault is not None else None
+    if fault is None or pc is None:
         return _without_pc(exc, exe.path, exe.arch.name,
                            f"export {export.label}")
     be = exe.backend
-    worker = getattr(exc, "worker", 0) or 0
+    worker = exc.worker or 0
     if not 0 <= worker < len(layout.workgroup_states):
         worker = 0
     workgroup = None
@@ -135,7 +127,7 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
         if w < layout.workers:
             name = "the stack" if w == worker else f"the stack of worker {w}"
             regions.append(Region(name, start, size))
-    address = data_address(exc)
+    address = fault.data_address
     guarded = None
     if address is not None:
         hit = be.guard_page(address)
@@ -151,7 +143,7 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
     stopped = timed_out(exc)
     seconds = be.timeout_us / 1e6
     kind = (time_limit_kind(seconds) if stopped
-            else getattr(exc, "what", None) or exc.message)
+            else fault.what or exc.message)
     thumb = _thumb(exe.arch, pc)
     pc = pc & ~1 if thumb else pc
     file, function, kind_of, caller = exe.path, export.label, "export", None
@@ -167,39 +159,33 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
         symbolizers=symbolizers, read=be.read, function=function,
         function_kind=kind_of, workgroup=workgroup, data_address=address,
         regions=regions, thumb=thumb, caller=caller,
-        instruction_fault=getattr(exc, "fault", None) in INSTRUCTION_FAULTS,
+        instruction_fault=fault.kind in INSTRUCTION_FAULTS,
         engine=engine_of(be))
+    # The report is the whole message: no "name: field:" before it.
     message = report.format(be.pointer_size)
     if stopped:
-        err = CallTimeoutError(message, seconds=seconds, function=export.label,
-                               name=exe.path, field="timeout", value=seconds)
-        Exception.__init__(err, message)
-        err.pc, err.report, err.worker = pc, report, worker
-        return err
-    if guarded is None:
-        err = EmulationError(message, name=None, field=None, value=pc)
-        err.name, err.field = exe.path, "dispatch"
-    else:
-        facts = dict(name=exe.path, value=address - guarded.start,
-                     export=export.label, what=guarded.name,
-                     offset=address - guarded.start, length=guarded.size,
-                     workgroup=workgroup)
-        if guarded is local:
-            err = LocalMemoryOverrunError(message, field="local_memory",
-                                          worker=worker, **facts)
-        else:
-            index = regions.index(guarded)
-            cls = (BindingUnderrunError if address < guarded.start
-                   else BindingOverrunError)
-            err = cls(message, field=f"bindings[{index}]", binding=index,
-                      **facts)
-        # The report is the whole message: no "name: field:" before it.
-        Exception.__init__(err, message)
-    for attr in _KEPT + ("pc",):
-        setattr(err, attr, getattr(exc, attr, None))
-    err.worker = worker
-    err.report = report
-    return err
+        return CallTimeoutError(
+            message, seconds=seconds, function=export.label, name=exe.path,
+            field="timeout", value=seconds,
+            fault=dataclasses.replace(fault, pc=pc), report=report,
+            worker=worker, whole_message=True)
+    if guarded is None or address is None:
+        return EmulationError(message, name=exe.path, field="dispatch",
+                              value=pc, fault=fault, report=report,
+                              worker=worker, whole_message=True)
+    offset = address - guarded.start
+    facts = dict(name=exe.path, value=offset, export=export.label,
+                 what=guarded.name, offset=offset, length=guarded.size,
+                 workgroup=workgroup, fault=fault, report=report,
+                 whole_message=True)
+    if guarded is local:
+        return LocalMemoryOverrunError(message, field="local_memory",
+                                       worker=worker, **facts)
+    index = regions.index(guarded)
+    cls = (BindingUnderrunError if address < guarded.start
+           else BindingOverrunError)
+    return cls(message, field=f"bindings[{index}]", binding=index,
+               worker=worker, **facts)
 
 
 def binding_overrun(exc: GuardError, exe, export, pointers: Sequence[int],
@@ -213,7 +199,7 @@ def binding_overrun(exc: GuardError, exe, export, pointers: Sequence[int],
     what = (joined_names([f"binding {i}" for i in same]) if same
             else "a binding")
     length = lengths[index] if index is not None else exc.size
-    where = describe_address(exc.fault_address,
+    where = describe_address(exc.address + exc.offset,
                              [Region(what, exc.address, length)])
     changed = (f"byte {exc.offset} changed" if exc.last_offset == exc.offset
                else f"bytes {exc.offset} to {exc.last_offset} changed")
@@ -222,8 +208,7 @@ def binding_overrun(exc: GuardError, exe, export, pointers: Sequence[int],
         f"{changed} (seen after the dispatch)", name=exe.path,
         field=f"bindings[{index}]" if index is not None else "bindings",
         value=exc.offset, binding=index, export=export.label, what=what,
-        offset=exc.offset, length=length)
-    err.fault, err.fault_address = "overrun", exc.fault_address
+        offset=exc.offset, length=length, fault=exc.fault)
     return err
 
 
@@ -262,13 +247,12 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
         :class:`CallTimeoutError` for a call stopped at the backend's time
         limit; else an :class:`EmulationError` with the report as message.
         Each has ``report`` (the :class:`elfloader.diagnose.FaultReport`)
-        and, but for a time limit, ``exc``'s ``fault``, ``fault_page``,
-        ``fault_address``, ``access_size``, ``syscall`` and
-        ``syscall_name``.
-        ``exc`` itself when it carries no pc (e.g. stopped by request).
+        and ``exc``'s ``fault`` with the pc without arm32's Thumb bit.
+        ``exc`` itself when its fault has no pc (e.g. stopped by request).
     """
-    pc = getattr(exc, "pc", None)
-    if pc is None:
+    fault = exc.fault
+    pc = fault.pc if fault is not None else None
+    if fault is None or pc is None:
         file = modules[0].name if modules else "(plugin)"
         return _without_pc(exc, file, backend.arch.name,
                            f"import {import_name}")
@@ -289,33 +273,30 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
     for w, (start, size) in enumerate(backend.stacks()):
         if w == 0:
             regions.append(Region("the stack", start, size, offsets=False))
-    address = None if stopped else data_address(exc)
+    address = None if stopped else fault.data_address
     kind = (time_limit_kind(seconds) if stopped
-            else getattr(exc, "what", None) or exc.message)
+            else fault.what or exc.message)
     report = fault_report(
         file=file, arch=arch.name, kind=kind, pc=pc, symbolizers=symbolizers,
         read=backend.read, function=import_name, function_kind=function_kind,
         data_address=address, regions=regions, thumb=thumb,
-        instruction_fault=getattr(exc, "fault", None) in INSTRUCTION_FAULTS,
+        instruction_fault=fault.kind in INSTRUCTION_FAULTS,
         engine=engine_of(backend))
+    # The report is the whole message: no "name: field:" before it.
     message = report.format(backend.pointer_size)
     near = (arrays.near(address) if address is not None and arrays is not None
             else None)
+    fault = dataclasses.replace(fault, pc=pc)
     if stopped:
-        err = CallTimeoutError(message, seconds=seconds, function=import_name,
-                               name=file, field="timeout", value=seconds)
-    elif near is not None:
-        err = bounds_error(message, near[0], near[1], import_name, file,
-                           names)
-    else:
-        err = EmulationError(message, name=None, field=None, value=pc)
-        err.name, err.field = file, import_name
-    Exception.__init__(err, message)
-    for attr in _KEPT:
-        if not stopped:
-            setattr(err, attr, getattr(exc, attr, None))
-    err.pc, err.report = pc, report
-    return err
+        return CallTimeoutError(message, seconds=seconds,
+                                function=import_name, name=file,
+                                field="timeout", value=seconds, fault=fault,
+                                report=report, whole_message=True)
+    if near is not None:
+        return bounds_error(message, near[0], near[1], import_name, file,
+                            names, fault=fault, report=report)
+    return EmulationError(message, name=file, field=import_name, value=pc,
+                          fault=fault, report=report, whole_message=True)
 
 
 def call_fault(exc: EmulationError, backend, modules, function: str,
@@ -324,10 +305,9 @@ def call_fault(exc: EmulationError, backend, modules, function: str,
     not a dispatch (a plugin's query, load, resolve or unload; an
     executable library's query): its message is the fault report against
     the module in ``modules`` that owns the pc, naming ``function`` as a
-    ``function_kind`` (e.g. ``plugin load``). Keeps ``exc``'s fault
-    attributes (``fault``, ``syscall``, ...) and adds ``report``; ``exc``
-    itself when it carries no pc. Call it before the modules' memory is
-    released."""
+    ``function_kind`` (e.g. ``plugin load``). Keeps ``exc``'s ``fault``
+    and adds ``report``; ``exc`` itself when its fault has no pc. Call it
+    before the modules' memory is released."""
     return import_fault(exc, backend, modules, function, None,
                         function_kind=function_kind)
 
@@ -354,15 +334,19 @@ def field_names(values, kind=None) -> dict:
 
 
 def bounds_error(message: str, array, offset: int, import_name: str,
-                 file: str, names: dict | None = None):
+                 file: str, names: dict | None = None,
+                 **kw) -> BindingOverrunError | BindingUnderrunError:
     """:class:`BindingOverrunError` (``offset`` at or past the array's end)
     or :class:`BindingUnderrunError` (negative ``offset``) for an access of
     import ``import_name`` outside guarded test array ``array``; ``field``
-    is ``arrays[NAME]``, ``value`` the offset."""
+    is ``arrays[NAME]``, ``value`` the offset; ``message`` is the whole
+    message (a report). ``kw``: the :class:`EmulationError` arguments
+    (``fault``, ``report``)."""
     name = (names or {}).get(array, array.name)
     cls = BindingUnderrunError if offset < 0 else BindingOverrunError
     return cls(message, name=file, field=f"arrays[{name}]", value=offset,
                binding=array.index, what=name, offset=offset,
-               length=array.nbytes, import_name=import_name)
+               length=array.nbytes, import_name=import_name,
+               whole_message=True, **kw)
 
 

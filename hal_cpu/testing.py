@@ -327,19 +327,20 @@ class LoadedPlugin:
         how far the access reached: ``overrun:      src (float32[101], 404
         bytes): the access reached element 101, 1 float past the end``
         (with the access size where the engine knows it: unicorn)."""
+        from elfloader import EmulationError
+
         from .guarded import overrun_elements, qemu_overread_of
-        address = getattr(err, "fault_address", None)
-        if address is None:
-            address = getattr(err, "fault_page", None)
+        fault = err.fault if isinstance(err, EmulationError) else None
+        address = fault.data_address if fault is not None else None
         near = self.arrays.near(address) if address is not None else None
         if near is None:
             return err
         array, offset = near
-        size = getattr(err, "access_size", None) or 0
+        size = (fault.size if fault is not None else None) or 0
         # past the end: the last byte the access touched; before the start:
         # the first
         reach = offset + size - 1 if size and offset >= 0 else offset
-        report = getattr(err, "report", None)
+        report = err.report if isinstance(err, EmulationError) else None
         extra = (qemu_overread_of(report.instruction)
                  if report is not None and not size
                  and (report.engine or "").startswith("qemu") else 0)
@@ -370,8 +371,10 @@ class LoadedPlugin:
 
     def _call_in_child(self, name: str, fn: int, params, ctx: int,
                        seconds: float, rerun=None) -> int:
+        from elfloader import EmulationError
         from elfloader.diagnose import Symbolizer
 
+        from .faults import timed_out
         from .isolate import run_in_child
         symbol = next((s.symbolize(fn) for s in
                        (Symbolizer(m.image, m.base) for m in self.modules)
@@ -396,7 +399,7 @@ class LoadedPlugin:
                 exc = with_emulated_run(exc, self.arch, "the call", rerun)
             raise reported(exc) from None
         except PortableKernelError as exc:
-            if (getattr(exc, "fault", None) == "timeout"
+            if (isinstance(exc, EmulationError) and timed_out(exc)
                     and where not in str(exc)):
                 exc.args = (f"{exc.args[0]} {where}",)
             raise reported(exc) from None
@@ -428,6 +431,8 @@ class LoadedPlugin:
 
     def _check_canaries(self, name: str, names: dict) -> None:
         """Raise for a write into the canary bytes around an array."""
+        from elfloader.errors import OVERRUN, Fault
+
         from .faults import bounds_error
         from .guarded import overrun_elements
         changed = self.arrays.changed()
@@ -450,10 +455,10 @@ class LoadedPlugin:
                    f"{array.nbytes} bytes at {array.address:#x}): "
                    f"{span} byte{'s' if span != 1 else ''} changed from "
                    f"offset {first} ({where}); seen after the call")
-        err = bounds_error(message, array, first, name, file, names)
-        Exception.__init__(err, message)
-        err.fault, err.fault_address = "overrun", array.address + first
-        raise reported(err)
+        raise reported(bounds_error(
+            message, array, first, name, file, names,
+            fault=Fault("overrun", OVERRUN, access="write",
+                        address=array.address + first)))
 
     def close(self) -> None:
         """Free every array and unload the plugin (its backend too)."""

@@ -320,7 +320,7 @@ def test_emulated_dispatch_fault_report(arch):
     digits = 8 if arch in ("x86_32", "arm32", "riscv32") else 16
     assert f"pc:           0x{exe.module.lo + exe.module.size - 16:0{digits}x}" in text
     assert "instruction:" in text
-    assert info.value.fault and info.value.pc
+    assert info.value.fault.kind and info.value.fault.pc
 
 
 @pytest.mark.parametrize("backend", ["native", "emulated"])

@@ -97,7 +97,7 @@ def test_output_one_byte_short_hits_the_canary(mul_add, inputs):
     assert isinstance(err, hal_cpu.HalCpuError)
     assert (err.binding, err.offset, err.length) == (2, 20011, 20011)
     assert (err.name, err.field, err.value) == (exe.path, "bindings[2]", 20011)
-    assert err.export == export and err.fault == "overrun" and err.pc is None
+    assert err.export == export and err.fault.kind == "overrun" and err.fault.pc is None
     assert err.workgroup is None and err.worker is None
     text = str(err)
     assert text.startswith(f"{exe.path}: bindings[2]: export {export} wrote "
@@ -128,20 +128,20 @@ def test_output_much_too_small_reaches_the_guard_page(mul_add, inputs, count,
     length = count * FLOAT
     assert (err.binding, err.offset, err.length) == (2, offset, length)
     assert (err.name, err.field, err.value) == (exe.path, "bindings[2]", offset)
-    assert err.fault == "write_unmapped" and err.pc is not None
+    assert err.fault.kind == "write_unmapped" and err.fault.pc is not None
     report = err.report
-    assert report.data_address == err.fault_address
+    assert report.data_address == err.fault.address
     assert report.data_description == (
         f"binding 2 at offset {offset} of {length} bytes ({note})")
     text = str(err)
     first = text.splitlines()[0]
     assert first.startswith(f"{exe.path}: {arch}: export {export}, workgroup (")
     assert "write to unmapped memory" in first
-    addr = f"0x{err.fault_address:0{digits(arch)}x}"
+    addr = f"0x{err.fault.address:0{digits(arch)}x}"
     assert first.endswith(f"at {addr}")
     assert f"  data address: {addr} (binding 2 at offset {offset} of " \
            f"{length} bytes ({note}))" in text
-    assert f"  pc:           0x{err.pc:0{digits(arch)}x} " in text
+    assert f"  pc:           0x{err.fault.pc:0{digits(arch)}x} " in text
     assert f"{export}+0x" in text
     instruction = next(line for line in text.splitlines()
                        if line.startswith("  instruction:"))
@@ -162,7 +162,7 @@ def test_input_much_too_small_reaches_the_guard_page(mul_add, inputs, index):
     err = info.value
     assert (err.binding, err.offset, err.length) == (index, 12032, 12000)
     assert err.field == f"bindings[{index}]"
-    assert err.fault == "read_unmapped"
+    assert err.fault.kind == "read_unmapped"
     assert "read from unmapped memory" in str(err).splitlines()[0]
     assert (f"binding {index} at offset 12032 of 12000 bytes "
             "(33 past the end, guard page)") in str(err)
@@ -183,7 +183,7 @@ def test_matmul_output_short_by_one_row(arch):
             exe.dispatch(export, grid, [lhs, rhs, short], workers=1)
     err = info.value
     assert err.binding == 2 and err.length == 528
-    assert 528 <= err.offset < 576 and err.fault in ("overrun", "write_unmapped")
+    assert 528 <= err.offset < 576 and err.fault.kind in ("overrun", "write_unmapped")
     assert f"binding 2 at offset {err.offset} of 528 bytes" in str(err)
     np.testing.assert_allclose(short, (lhs @ rhs)[:12], rtol=1e-5)
 
@@ -259,15 +259,15 @@ def test_guarded_allocation_canary_and_guard(backend):
     err = info.value
     assert (err.address, err.size, err.offset, err.last_offset) == (
         addr, 100, 100, 103)
-    assert err.fault_address == addr + 100
+    assert err.fault.address == addr + 100
     check()                                   # the canary was written again
     guard = addr + 128                        # 100 bytes + 28 canary bytes
     for function, kind in ((store, "write_unmapped"), (load, "read_unmapped")):
         with pytest.raises(elfloader.EmulationError) as info:
             backend.call(function, guard + 8)
-        assert info.value.fault == kind
-        assert info.value.fault_address == guard + 8
-        assert info.value.fault_page == guard
+        assert info.value.fault.kind == kind
+        assert info.value.fault.address == guard + 8
+        assert info.value.fault.page == guard
     assert backend.guard_page(guard + 8) == (guard, addr)
     assert backend.guard_page(addr) is None
     backend.release(addr)
@@ -301,7 +301,7 @@ def test_local_memory_of_each_worker_is_guarded(backend):
         backend.call(store, local + 4092)
         with pytest.raises(elfloader.EmulationError) as info:
             backend.call(store, local + 4096)
-        assert info.value.fault_address == local + 4096
+        assert info.value.fault.address == local + 4096
         assert backend.guard_page(local + 4096) == (local + 4096, local)
     finally:
         layout.close()
@@ -329,10 +329,10 @@ def test_exact_address_of_a_store_to_read_only_memory(arch):
         with pytest.raises(elfloader.EmulationError) as info:
             be.call(store, page + 0x7C4)
         err = info.value
-        assert err.fault == "write_protected"
-        assert (err.fault_page, err.fault_address) == (page, page + 0x7C4)
+        assert err.fault.kind == "write_protected"
+        assert (err.fault.page, err.fault.address) == (page, page + 0x7C4)
         # unicorn sees the access's size; a signal under qemu-user does not.
-        assert err.access_size == (4 if be.engine == "unicorn" else None)
+        assert err.fault.size == (4 if be.engine == "unicorn" else None)
         assert f"at {page + 0x7C4:#x}," in str(err)
         # The trap entry is gone after the fault: the CPU goes on as usual.
         data = be.reserve(4096)
@@ -380,12 +380,12 @@ def test_local_memory_guard_page_fault_report(arch):
     assert isinstance(err, elfloader.EmulationError)
     assert (err.worker, err.offset, err.length) == (0, 4096, 4096)
     assert (err.name, err.field, err.value) == (exe.path, "local_memory", 4096)
-    assert err.fault == "write_unmapped" and err.pc is not None
+    assert err.fault.kind == "write_unmapped" and err.fault.pc is not None
     text = str(err)
     assert text.splitlines()[0].startswith(
         f"{exe.path}: {arch}: export {export}, workgroup (0, 0, 0): write to "
         "unmapped memory")
-    assert (f"  data address: 0x{err.fault_address:0{digits(arch)}x} (local "
+    assert (f"  data address: 0x{err.fault.address:0{digits(arch)}x} (local "
             "memory at offset 4096 of 4096 bytes (1 past the end, guard page))"
             ) in text
     store = {"x86_64": 4, "x86_32": 7, "aarch64": 4, "arm32": 8,
@@ -422,9 +422,9 @@ def test_stack_overflow_reaches_the_guard_page(arch):
         start, size = be.stacks()[0]
         err = info.value
         assert not isinstance(err, hal_cpu.OverrunError)
-        below = start - err.fault_address
+        below = start - err.fault.address
         assert 0 < below <= be.page_size
-        assert be.guard_page(err.fault_address) == (start - be.page_size, start)
+        assert be.guard_page(err.fault.address) == (start - be.page_size, start)
         assert (f"(the stack at offset {-below} of {size} bytes ({below} before "
                 "the start, guard page))") in str(err)
 
@@ -440,7 +440,7 @@ def test_access_below_a_binding_reaches_a_guard(arch, nbytes):
         below = address - address % be.page_size - 8
         with pytest.raises(elfloader.EmulationError) as info:
             be.call(load, below)
-        assert info.value.fault_address == below
+        assert info.value.fault.address == below
         assert be.guard_page(below) == (below - below % be.page_size + 0, address)
         finish()
         # Released, the guard no longer names the range.

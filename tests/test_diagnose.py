@@ -619,9 +619,9 @@ def test_report_names_the_rvv_instruction_not_the_next(tmp_path):
         # The error names the extension and the engine that runs it.
         assert "RVV (vector extension), which the unicorn engine does not run" in str(exc)
         assert "qemu" in str(exc)
-        assert exc.fault in diagnose.INSTRUCTION_FAULTS
+        assert exc.fault.kind in diagnose.INSTRUCTION_FAULTS
         report = fault_report(
-            file="axpy.so", arch="riscv64", kind=exc.what, pc=exc.pc,
+            file="axpy.so", arch="riscv64", kind=exc.fault.what, pc=exc.fault.pc,
             symbolizers=[Symbolizer(module.image, module.base)], read=be.read,
             instruction_fault=True)
         code = be.read(report.pc, 4)
@@ -630,17 +630,17 @@ def test_report_names_the_rvv_instruction_not_the_next(tmp_path):
         assert report.instruction.startswith("vsetvli ")
         assert re.fullmatch(r"vsetvli \w+, \w+, e32, m\w+, t[au], m[au]",
                             report.instruction), report.instruction
-        assert report.pc < exc.pc and report.symbol.startswith("axpy+0x")
-        assert report.note == (f"the CPU reported pc {exc.pc:#x}, after this "
+        assert report.pc < exc.fault.pc and report.symbol.startswith("axpy+0x")
+        assert report.note == (f"the CPU reported pc {exc.fault.pc:#x}, after this "
                                "instruction it could not run")
         text = report.format(8)
         assert "  note:         the CPU reported pc" in text
         # Without the flag (a data fault) the pc stays as reported.
-        plain = fault_report(file="axpy.so", arch="riscv64", kind=exc.what,
-                             pc=exc.pc, symbolizers=[Symbolizer(module.image,
+        plain = fault_report(file="axpy.so", arch="riscv64", kind=exc.fault.what,
+                             pc=exc.fault.pc, symbolizers=[Symbolizer(module.image,
                                                                 module.base)],
                              read=be.read)
-        assert plain.pc == exc.pc and plain.note is None
+        assert plain.pc == exc.fault.pc and plain.note is None
         if qemu_program("riscv64"):
             # The qemu engine runs it: a += 2 * b.
             q = elfloader.load(tmp_path / "axpy.so", backend="emulated",

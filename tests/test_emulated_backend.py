@@ -137,11 +137,11 @@ def test_fault_is_typed(cpu, kind):
         "fetch_unmapped": (UNMAPPED, [], UNMAPPED, "fetch from unmapped"),
     }[kind]
     err = fault_of(cpu, function, *args)
-    assert err.fault == kind
-    assert err.fault_page == page
+    assert err.fault.kind == kind
+    assert err.fault.page == page
     assert words in str(err)
     if kind.startswith("fetch"):
-        assert err.pc == function
+        assert err.fault.pc == function
     # The backend stays usable after a fault.
     cpu.call(store, data)
     assert cpu.read(data, 4) == u32(data)
@@ -152,22 +152,22 @@ def test_protection_changes_apply_to_pages_already_used(cpu):
     data = cpu.reserve(2 * PAGE)
     cpu.call(store, data)
     cpu.protect(data, PAGE, PROT_READ)
-    assert fault_of(cpu, store, data).fault == "write_protected"
+    assert fault_of(cpu, store, data).fault.kind == "write_protected"
     assert cpu.call(load, data) & 0xFFFFFFFF == data & 0xFFFFFFFF
     cpu.call(store, data + PAGE)            # the other page stays writable
     cpu.protect(data, PAGE, PROT_READ | PROT_WRITE)
     cpu.call(store, data + 4)
     assert cpu.read(data + 4, 4) == u32(data + 4)
     cpu.protect(data, PAGE, PROT_READ | PROT_EXEC)
-    assert fault_of(cpu, store, data).fault == "write_protected"
+    assert fault_of(cpu, store, data).fault.kind == "write_protected"
     cpu.release(data)
-    assert fault_of(cpu, load, data).fault == "read_unmapped"
-    assert fault_of(cpu, store, data + PAGE).fault == "write_unmapped"
+    assert fault_of(cpu, load, data).fault.kind == "read_unmapped"
+    assert fault_of(cpu, store, data + PAGE).fault.kind == "write_unmapped"
 
 
 def test_code_page_is_not_writable_by_guest(cpu):
     store = code(cpu, STORE)
-    assert fault_of(cpu, store, store).fault == "write_protected"
+    assert fault_of(cpu, store, store).fault.kind == "write_protected"
 
 
 def test_writable_executable_refused(cpu):
@@ -298,9 +298,9 @@ def test_forked_cpu_shares_memory_and_protections(cpu):
     cpu.write(after, u32(0x1234))
     assert fork.call(load, after) & 0xFFFFFFFF == 0x1234
     cpu.protect(after, PAGE, PROT_READ)
-    assert fault_of(fork, store, after).fault == "write_protected"
+    assert fault_of(fork, store, after).fault.kind == "write_protected"
     cpu.release(after)
-    assert fault_of(fork, load, after).fault == "read_unmapped"
+    assert fault_of(fork, load, after).fault.kind == "read_unmapped"
     assert cpu.call(load, before) & 0xFFFFFFFF == before & 0xFFFFFFFF
     fork.close()
     fork.close()
@@ -401,7 +401,7 @@ def test_stop_ends_a_call_running_on_another_thread(cpu):
     fork.stop()
     thread.join(10)
     assert not thread.is_alive()
-    assert outcome and outcome[0].fault == "stopped"
+    assert outcome and outcome[0].fault.kind == "stopped"
     cpu.cpu.stop()                  # idle: nothing happens
     store = code(cpu, STORE)        # both CPUs still work
     data = cpu.reserve(PAGE)

@@ -306,8 +306,8 @@ def test_faulting_initializer(built, arch, engine):
     assert "8 bytes past a null pointer" in text, text
     assert f"emulator:     {engine}" in text, text
     assert err.field == "DT_INIT_ARRAY[2]" and err.name == str(path)
-    assert err.fault == "write_unmapped" and err.fault_address == 8
-    assert err.pc is not None and getattr(err, "syscall", None) is None
+    assert err.fault.kind == "write_unmapped" and err.fault.address == 8
+    assert err.fault.pc is not None and err.fault.syscall is None
     report = err.report
     assert report.function == "DT_INIT_ARRAY[2]"
     assert report.function_kind == "initializer"

@@ -44,7 +44,7 @@ def test_a_dead_agent_is_a_typed_error_and_the_next_call_restarts_it(be):
     threading.Timer(0.3, os.kill, (pid, signal.SIGKILL)).start()
     with pytest.raises(elfloader.EmulationError) as info:
         be.call(spin)
-    assert info.value.fault == "agent_died"
+    assert info.value.fault.kind == "agent_died"
     assert "died (killed by signal 9)" in str(info.value)
     assert be.call(add, 40, 2) == 42                    # a new agent
     assert agent_pids(be)[0] != pid
@@ -59,7 +59,7 @@ def test_time_limit_stops_the_call_and_the_engine_goes_on(be):
         be.call(spin)
     assert time.monotonic() - start < 5
     err = info.value
-    assert err.fault == "timeout" and err.pc == spin
+    assert err.fault.kind == "timeout" and err.fault.pc == spin
     assert "after the 0.2 s time limit" in str(err)
     be.timeout_us = 0
     assert be.call(add, 1, 2) == 3
@@ -70,7 +70,7 @@ def test_stop_from_another_thread(be):
     threading.Timer(0.3, be.stop_workers, (1,)).start()
     with pytest.raises(elfloader.EmulationError) as info:
         be.call(spin)
-    assert info.value.fault == "stopped" and info.value.pc == spin
+    assert info.value.fault.kind == "stopped" and info.value.fault.pc == spin
 
 
 def test_callbacks_and_their_errors(be):
@@ -138,7 +138,7 @@ def test_guard_page_fault_is_exact(be):
     assert be.call(load_byte, address + 4095) == 255
     with pytest.raises(elfloader.EmulationError) as info:
         be.call(load_byte, address + 4096)
-    assert info.value.fault_address == address + 4096
+    assert info.value.fault.address == address + 4096
     assert be.guard_page(address + 4096) is not None
     finish()
 
@@ -166,7 +166,7 @@ def test_what_a_real_x86_faults_on_faults(arch):
                           (be.place_code(b"\xe6\x80\xc3"), 0)):                # out 0x80, al
             with pytest.raises(elfloader.EmulationError) as info:
                 be.call(code, arg)
-            assert info.value.fault == "general_protection"
+            assert info.value.fault.kind == "general_protection"
             assert "general protection fault" in str(info.value)
 
 
@@ -215,7 +215,7 @@ def test_an_agent_that_does_not_answer_is_killed_and_replaced(be, monkeypatch):
     threading.Timer(0.1, os.kill, (agent.pid, signal.SIGSTOP)).start()
     with pytest.raises(elfloader.EmulationError) as info:
         be.call(spin)
-    assert info.value.fault == "timeout"
+    assert info.value.fault.kind == "timeout"
     assert agent.closed and agent.proc.returncode == -signal.SIGKILL
     be.timeout_us = 0
     assert be.call(add, 2, 3) == 5

@@ -113,14 +113,14 @@ def test_refused_calls_are_faults_and_the_agent_goes_on(guest, tmp_path):
     guest.backend.write(guest.buf, os.fsencode(path) + b"\0")
     with pytest.raises(elfloader.EmulationError) as info:
         guest.syscall("openat", AT_FDCWD, guest.buf, 0o101, 0o644)
-    assert info.value.fault == "syscall"
-    assert info.value.syscall_name == "openat"
+    assert info.value.fault.kind == "syscall"
+    assert info.value.fault.syscall_name == "openat"
     assert not path.exists()
     # A process, not a thread: qemu-user makes the call with signals
     # blocked, the filter ends the agent; still a system-call fault.
     with pytest.raises(elfloader.EmulationError) as info:
         guest.syscall("clone", 17, 0, 0, 0)          # SIGCHLD: a fork
-    assert info.value.fault == "syscall"
+    assert info.value.fault.kind == "syscall"
     assert guest.syscall("getpid") > 0               # a new agent
 
 
@@ -162,7 +162,7 @@ def test_forged_replies_are_typed_errors(guest, forged):
     start = time.monotonic()
     with pytest.raises(elfloader.EmulationError) as info:
         guest.syscall("write", fd, guest.buf, len(message))
-    assert info.value.fault == "agent_protocol"
+    assert info.value.fault.kind == "agent_protocol"
     assert "wire format" in str(info.value)
     assert time.monotonic() - start < 10
     assert guest.syscall("getpid") > 0               # a new agent
@@ -177,7 +177,7 @@ def test_a_forged_result_is_refused(guest):
     guest.backend.write(guest.buf, done)
     with pytest.raises(elfloader.EmulationError) as info:
         guest.syscall("write", fd, guest.buf, len(done))
-    assert info.value.fault == "agent_protocol"
+    assert info.value.fault.kind == "agent_protocol"
     assert guest.syscall("getpid") > 0
 
 
@@ -188,7 +188,7 @@ def test_guest_that_unmaps_the_agent_is_a_typed_error(guest):
     start = time.monotonic()
     with pytest.raises(elfloader.EmulationError) as info:
         guest.syscall("munmap", code - (64 << 10), 256 << 10)
-    assert info.value.fault in ("agent_died", "agent_protocol")
+    assert info.value.fault.kind in ("agent_died", "agent_protocol")
     assert time.monotonic() - start < 15
     assert guest.syscall("getpid") > 0
 
@@ -202,7 +202,7 @@ def test_the_agents_own_descriptors_are_out_of_reach(guest):
         for call, args in (("dup3", (0, fd, 0)), ("close", (fd,))):
             with pytest.raises(elfloader.EmulationError) as info:
                 guest.syscall(call, *args)
-            assert info.value.syscall_name == call
+            assert info.value.fault.syscall_name == call
     assert guest.syscall("dup3", 0, 50, 0) == 50
     assert guest.syscall("close", 50) == 0
 

@@ -21,7 +21,7 @@ a ``sleep`` process killed (``kill``, ``tgkill``), traced (``ptrace``) or
 read (``process_vm_readv``); host memory used (``mmap`` of 64 GiB, then
 1.5 GiB written); signals ignored before an endless loop
 (``rt_sigaction``). Every case must end in a typed error: an
-:class:`elfloader.EmulationError` with ``fault == "syscall"``, the call's
+:class:`elfloader.EmulationError` with ``fault.kind == "syscall"``, the call's
 number and name, and a report naming the system call, the function that
 made it and the address of the system-call instruction. Afterwards nothing
 on the host has changed and no process is left.
@@ -536,20 +536,22 @@ def check_fault(err: BaseException, case: str, arch: str, elf: bytes) -> None:
     name, number = syscall_of(case, arch)
     names = {name} | OTHER_NAMES.get((case, arch), set())
     assert isinstance(err, elfloader.EmulationError), repr(err)
-    assert getattr(err, "fault", None) == "syscall", \
-        f"fault {getattr(err, 'fault', None)!r}, not 'syscall': {err}"
-    assert getattr(err, "syscall", None) == number, (err.syscall, number, str(err))
-    assert getattr(err, "syscall_name", None) in names, (err.syscall_name, str(err))
-    assert isinstance(err.pc, int)
+    fault = err.fault
+    assert fault is not None and fault.kind == "syscall", \
+        f"fault {fault!r}, not 'syscall': {err}"
+    assert fault.syscall == number, (fault.syscall, number, str(err))
+    assert fault.syscall_name in names, (fault.syscall_name, str(err))
+    assert isinstance(fault.pc, int)
     # (bit 0 of an arm32 pc marks Thumb code)
     check_report(str(err), case, arch, elf,
-                 pc=err.pc & ~1 if arch == "arm32" else err.pc)
+                 pc=fault.pc & ~1 if arch == "arm32" else fault.pc)
 
 
 def _timed_out(err: BaseException) -> bool:
     from hal_cpu.errors import CallTimeoutError, DispatchTimeoutError
     return (isinstance(err, (CallTimeoutError, DispatchTimeoutError))
-            or getattr(err, "fault", None) == "timeout")
+            or (isinstance(err, elfloader.EmulationError)
+                and err.fault is not None and err.fault.kind == "timeout"))
 
 
 #: qemu: the errno the guest may get instead of a fault, per case
@@ -588,7 +590,8 @@ def check_outcome(err: BaseException | None, seconds: float, case: str,
         # filter's trap ends the agent, and the call's number and pc die
         # with it. Still a 'syscall' fault that says what was refused.
         assert isinstance(err, elfloader.EmulationError), f"{where}: {err!r}"
-        assert err.fault == "syscall", f"{where}: {err}"
+        assert err.fault is not None and err.fault.kind == "syscall", \
+            f"{where}: {err}"
         assert "creating a process" in str(err), f"{where}: {err}"
         return
     check_fault(err, case, arch, elf)
@@ -663,7 +666,8 @@ def test_dispatch_is_refused(hostile, host, engine, arch, case):
     try:
         check_outcome(err, seconds, case, arch, engine,
                       hostile.elves[("executable", arch)], "dispatch")
-        if err is not None and getattr(err, "fault", None) == "syscall":
+        if (isinstance(err, elfloader.EmulationError)
+                and err.fault is not None and err.fault.kind == "syscall"):
             assert "export hostile_dispatch" in str(err), str(err)
     finally:
         host.check(f"{case} on {arch}, {engine}")

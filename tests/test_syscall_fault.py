@@ -90,11 +90,11 @@ def _place(backend, case: str) -> tuple[int, int]:
 
 def _check(err: elfloader.EmulationError, case: str, at: int) -> None:
     _, _, _, number, _, _ = CASES[case]
-    assert err.fault == "syscall", str(err)
-    assert err.syscall == number
-    assert err.syscall_name == "socket"
-    assert err.pc == at, (hex(err.pc), hex(at))
-    assert err.what == f"system call socket ({number})"
+    assert err.fault.kind == "syscall", str(err)
+    assert err.fault.syscall == number
+    assert err.fault.syscall_name == "socket"
+    assert err.fault.pc == at, (hex(err.fault.pc), hex(at))
+    assert err.fault.what == f"system call socket ({number})"
     assert "socket" in str(err)
 
 
@@ -114,8 +114,8 @@ def test_system_call_is_a_fault(case, engine):
         if engine == "qemu" and case in QEMU_NOT_SYSCALLS:
             # qemu-user does not enter its system-call path for these: the
             # instruction faults where it stands, and nothing is called.
-            assert info.value.fault == QEMU_NOT_SYSCALLS[case]
-            assert info.value.pc == at
+            assert info.value.fault.kind == QEMU_NOT_SYSCALLS[case]
+            assert info.value.fault.pc == at
             return
         _check(info.value, case, at)
     finally:
@@ -160,7 +160,7 @@ def test_other_exceptions_are_not_system_calls():
             function = backend.place_code(code)
             with pytest.raises(elfloader.EmulationError) as info:
                 backend.call(function)
-            assert info.value.fault == "exception", str(info.value)
+            assert info.value.fault.kind == "exception", str(info.value)
             assert getattr(info.value, "syscall", None) is None
             assert backend.call(backend.place_code(RET42[arch])) == 42
         finally:
@@ -200,9 +200,9 @@ def test_dispatch_report_of_a_system_call(case, engine):
     digits = 8 if arch in ("x86_32", "arm32", "riscv32") else 16
     bare = at & ~1 if thumb else at
     assert f"pc:           0x{bare:0{digits}x}" in text
-    assert err.fault == "syscall"
-    assert err.syscall == number and err.syscall_name == "socket"
-    assert err.pc == at
+    assert err.fault.kind == "syscall"
+    assert err.fault.syscall == number and err.fault.syscall_name == "socket"
+    assert err.fault.pc == at
 
 
 @pytest.mark.parametrize("case", ["aarch64-svc", "arm32-thumb-svc",
@@ -221,6 +221,6 @@ def test_import_report_of_a_system_call(case, engine):
         backend.close()
     assert f"import plugin_import: system call socket ({number})" in text
     assert f"instruction:  {insn}" in text, text
-    assert err.fault == "syscall"
-    assert err.syscall == number and err.syscall_name == "socket"
-    assert err.pc == (at & ~1 if thumb else at)   # without the Thumb bit
+    assert err.fault.kind == "syscall"
+    assert err.fault.syscall == number and err.fault.syscall_name == "socket"
+    assert err.fault.pc == (at & ~1 if thumb else at)   # without the Thumb bit

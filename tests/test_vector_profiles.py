@@ -90,7 +90,7 @@ def test_vector_code_faults_on_a_profile_without_it(compiled, arch, cpu):
         with PlanRunner(backend="emulated", arch=arch, plugins=machine) as runner:
             with pytest.raises(elfloader.EmulationError) as info:
                 run_plan(plan, inputs, runner)
-    assert info.value.fault == "invalid_instruction", str(info.value)
+    assert info.value.fault.kind == "invalid_instruction", str(info.value)
     assert "invalid instruction" in str(info.value)
 
 

@@ -231,7 +231,7 @@ class Backend(abc.ABC):
     def stop_workers(self, workers: int) -> None:
         """Ask calls running on the first ``workers`` callables of
         :meth:`worker_functions` to end as soon as possible (they raise
-        :class:`~elfloader.EmulationError` with ``fault`` ``"stopped"``).
+        :class:`~elfloader.EmulationError` with ``fault.kind`` ``"stopped"``).
         Natively a call cannot be stopped: this does nothing."""
 
     @abc.abstractmethod

@@ -46,8 +46,8 @@ __all__ = ["FAULTS", "STACK_SIZE", "Cpu", "Engine", "Region", "Space",
 #: Bytes of each CPU's stack (a guard page lies below it).
 STACK_SIZE = 1 << 20
 
-#: Faults by (access, mapped): the ``fault`` attribute of the
-#: :class:`EmulationError` and the start of its message.
+#: Faults by (access, mapped): the ``kind`` and ``what`` of the
+#: :class:`~elfloader.errors.Fault` an :class:`EmulationError` carries.
 FAULTS = {
     ("read", False): ("read_unmapped", "read from unmapped memory"),
     ("write", False): ("write_unmapped", "write to unmapped memory"),
@@ -136,7 +136,7 @@ class Cpu:
 
     def stop(self) -> None:
         """Ask the running call (on another thread) to end as soon as
-        possible; it raises :class:`EmulationError` with ``fault``
+        possible; it raises :class:`EmulationError` with ``fault.kind``
         ``"stopped"``. Does nothing when the CPU is idle."""
         raise NotImplementedError
 

@@ -22,12 +22,8 @@ def guard_error(host: int, address: int, size: int, tail: int,
     got = _string_at(host + size, tail)
     first = next(i for i in range(tail) if got[i] != CANARY[i])
     last = max(i for i in range(tail) if got[i] != CANARY[i])
-    err = GuardError(f"guest code wrote past the end of the {size}-byte "
-                     f"{what} at {address:#x}: byte {size + first} changed "
-                     f"({first + 1} past the end)", field=what,
-                     value=address)
-    err.address, err.size = address, size
-    err.offset, err.last_offset = size + first, size + last
-    err.fault, err.fault_page, err.pc = "overrun", None, None
-    err.fault_address, err.access_size = address + size + first, None
-    return err
+    return GuardError(f"guest code wrote past the end of the {size}-byte "
+                      f"{what} at {address:#x}: byte {size + first} changed "
+                      f"({first + 1} past the end)", field=what,
+                      value=address, address=address, size=size,
+                      offset=size + first, last_offset=size + last)

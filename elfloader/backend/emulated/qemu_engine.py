@@ -28,7 +28,7 @@ agent is untrusted input, since guest code shares the agent's process and
 may write to its pipes or over its code: a reply must have a known kind
 and that kind's length, a reply during a call must carry that call's
 sequence number, nothing may arrive unasked, and a reply that breaks
-these rules is an :class:`EmulationError` (``fault``
+these rules is an :class:`EmulationError` (``fault.kind``
 ``"agent_protocol"``) and ends the agent.
 
 qemu-user does not see writes the host makes to a page whose code it has
@@ -55,7 +55,7 @@ import weakref
 from fatelf import arches
 
 from ...arch import Arch
-from ...errors import BackendError, EmulationError, EngineError
+from ...errors import BackendError, EmulationError, EngineError, Fault
 from ..base import PROT_EXEC, PROT_READ, PROT_WRITE, prot_str
 from . import sandbox, syscalls
 from .choice import INSTALL_HINT, QEMU, QEMU_PROGRAMS, qemu_program
@@ -341,8 +341,9 @@ class _Agent:
                           f"({self.engine.program} -cpu "
                           f"{self.engine.cpu_option}) died ({how})"
                           + (f": {said}" if said else ""), field="agent",
-                          value=self.pid)
-        err.signal = -status if status is not None and status < 0 else None
+                          value=self.pid,
+                          signal=-status if status is not None and status < 0
+                          else None)
         return err
 
     def signal(self, sig: int) -> None:
@@ -650,31 +651,26 @@ class QemuCpu(Cpu):
     def _error(self, fault: str, what: str, address: int,
                pc: int | None) -> EmulationError:
         # "call of X stopped at pc=P after the ..." as on unicorn.
-        at = f" at pc={pc:#x}" if pc is not None else ""
-        err = EmulationError(f"call of {address:#x} stopped{at}{what[7:]}",
-                             field="call", value=address)
-        err.fault, err.what, err.pc = fault, what, pc
-        err.fault_page = err.fault_address = err.access_size = None
-        return err
+        record = Fault(fault, what, pc=pc)
+        return EmulationError(record.message(address), field="call",
+                              value=address, fault=record)
 
     def _died(self, exc: EngineError, address: int) -> EmulationError:
         """The error for a call whose agent died, could not start or broke
-        the wire format (``fault`` ``"agent_protocol"``). An agent ended by
+        the wire format (``fault.kind`` ``"agent_protocol"``). An agent ended by
         ``SIGSYS`` met the filter while qemu-user had signals blocked, as
         it has while it creates a process for the guest: a ``syscall``
         fault whose number is not known."""
-        if getattr(exc, "signal", None) == _SIGSYS:
+        if exc.signal == _SIGSYS:
             return syscalls.fault(
                 self.arch, None, None, address,
                 attempt="creating a process (fork, vfork or clone without "
                 "CLONE_THREAD)", detail="the sandbox refused it and ended "
                 "the guest agent; " + syscalls.BARE_METAL)
-        err = EmulationError(exc.message, field="call", value=address)
-        err.fault = ("agent_protocol" if isinstance(exc, ProtocolError)
-                     else "agent_died")
-        err.what, err.pc = exc.message, None
-        err.fault_page = err.fault_address = err.access_size = None
-        return err
+        record = Fault("agent_protocol" if isinstance(exc, ProtocolError)
+                       else "agent_died", exc.message)
+        return EmulationError(record.message(address), field="call",
+                              value=address, fault=record)
 
     def _fault(self, words, address: int) -> EmulationError:
         """The error for a call that stopped with a fault signal."""
@@ -689,7 +685,7 @@ class QemuCpu(Cpu):
         kind = (sp_bits >> 62) & 3
         page_size = self._space.page_size
         page = data - data % page_size
-        exact = None
+        exact = access = prot = None
         if sig == signal.SIGSEGV and code & 0xFFFFFFFF == _SI_KERNEL:
             # x86 #GP: no address (an aligned SSE/AVX access that is not
             # aligned, a privileged or I/O instruction, a bad segment).
@@ -727,16 +723,13 @@ class QemuCpu(Cpu):
             fault, what = _SIGNALS.get(sig, ("signal", f"signal {sig}"))
             if sig == signal.SIGBUS:
                 exact = data
-        at = ("" if exact is None or fault.startswith("fetch")
-              else f" at {exact:#x},")
-        err = EmulationError(f"{what}{at} at pc={pc:#x} while calling "
-                             f"{address:#x}", field="call", value=address)
-        err.fault, err.what, err.pc = fault, what, pc
-        err.fault_address = exact
-        err.fault_page = page if exact is not None else None
-        err.access_size = None      # a signal does not say
-        err.signal = sig
-        return err
+        # (no access size: a signal does not say)
+        record = Fault(fault, what, access=access if access != "access"
+                       else None, pc=pc, address=exact,
+                       page=page if exact is not None else None,
+                       protection=prot, signal=sig)
+        return EmulationError(record.message(address), field="call",
+                              value=address, fault=record)
 
     # --- lifetime -------------------------------------------------------------
     def close_engine(self) -> None:

@@ -9,7 +9,7 @@ it cannot be installed later):
 * a **system-call filter** (seccomp, built with libseccomp through
   ``pyseccomp``) whose default action is a trap: qemu-user hands the guest
   a ``SIGSYS``, the agent reports it, and the call ends with an
-  :class:`~elfloader.errors.EmulationError` whose ``fault`` is
+  :class:`~elfloader.errors.EmulationError` whose ``fault.kind`` is
   ``"syscall"``. Allowed are only the calls qemu-user and the agent make
   (:data:`ALLOWED`), some with their arguments checked: ``openat`` only
   without write, create, truncate or append flags; ``clone`` only for a

@@ -3,7 +3,7 @@
 A kernel or plugin runs bare metal: it has no operating system to call.
 An instruction that enters the kernel (``svc``, ``ecall``, ``syscall``,
 ``int 0x80``, ``sysenter``) therefore ends the call with an
-:class:`~elfloader.errors.EmulationError` whose ``fault`` is
+:class:`~elfloader.errors.EmulationError` whose ``fault.kind`` is
 ``"syscall"``, the same way a bad memory access does. The unicorn engine
 stops at the instruction itself; the qemu engine's system-call filter
 refuses the call and the guest agent reports it (see
@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 
 from ...arch import Arch
-from ...errors import EmulationError
+from ...errors import EmulationError, Fault
 
 
 @functools.lru_cache(maxsize=None)
@@ -81,13 +81,13 @@ def fault(arch: Arch, number: int | None, pc: int | None, address: int,
           called: str | None = None, attempt: str | None = None,
           detail: str = BARE_METAL) -> EmulationError:
     """The error for a system call made by the instruction at ``pc``
-    during a call of ``address``: ``fault`` ``"syscall"``, ``syscall``
-    the number (as the guest's register held it; None when unknown),
-    ``syscall_name`` its name on ``arch`` (``called``, else looked up; or
-    None), ``pc`` the instruction's address (None when unknown), ``what``
-    the report's kind (``system call openat (56)``; with no number and no
-    name, ``system call`` and ``attempt``, what the guest was doing).
-    ``detail`` ends the message."""
+    during a call of ``address``. Its :class:`~elfloader.errors.Fault`:
+    ``kind`` ``"syscall"``, ``syscall`` the number (as the guest's register
+    held it; None when unknown), ``syscall_name`` its name on ``arch``
+    (``called``, else looked up; or None), ``pc`` the instruction's address
+    (None when unknown), ``what`` the report's kind (``system call openat
+    (56)``; with no number and no name, ``system call`` and ``attempt``,
+    what the guest was doing). ``detail`` ends the message."""
     if number is not None:
         number &= arch.word_mask
         called = called or name(arch.syscalls.table, number)
@@ -97,13 +97,9 @@ def fault(arch: Arch, number: int | None, pc: int | None, address: int,
         what = f"system call {called} ({number})"
     else:
         what = f"system call {number} (no such call on {arch.name})"
-    at = f" at pc={pc:#x}" if pc is not None else ""
-    err = EmulationError(f"{what}{at} while calling {address:#x}: {detail}",
-                         field="call", value=address)
-    err.fault, err.what, err.pc = "syscall", what, pc
-    err.syscall, err.syscall_name = number, called
-    err.fault_page = err.fault_address = err.access_size = None
-    return err
+    record = Fault("syscall", what, pc=pc, syscall=number, syscall_name=called)
+    return EmulationError(record.message(address, detail), field="call",
+                          value=address, fault=record)
 
 
 __all__ = ["name", "number", "host_table", "start_of", "fault", "BARE_METAL"]

@@ -24,7 +24,7 @@ of each architecture (``syscall``, ``int 0x80``, ``sysenter``, ``svc``,
 ``ecall``) is caught by an interrupt or instruction hook, which costs
 nothing per instruction (:class:`.unicorn_arch.UcSyscalls`); the call
 stops there and raises :class:`~elfloader.errors.EmulationError` with
-``fault`` ``"syscall"`` at the instruction's own address. Without the
+``fault.kind`` ``"syscall"`` at the instruction's own address. Without the
 hooks unicorn would skip an x86 ``syscall`` as if it did nothing and
 report ``svc`` and ``ecall`` as an unhandled CPU exception after them.
 
@@ -51,7 +51,7 @@ from unicorn.unicorn_py3.unicorn import HOOK_TLB_FILL_CFUNC, uc_hook_h, uclib
 
 from fatelf.cstruct import pack_array, unpack_array
 
-from ...errors import BackendError, EmulationError
+from ...errors import BackendError, EmulationError, Fault
 from ..base import PROT_EXEC, PROT_READ, PROT_WRITE, prot_str
 from . import syscalls, unicorn_arch
 from .choice import INSTALL_HINT, qemu_program
@@ -499,11 +499,9 @@ class UnicornCpu(Cpu):
                 if err is not None:
                     raise err
             if self._stop:
-                err = EmulationError(f"call of {address:#x} stopped by request",
-                                     field="call", value=address)
-                err.fault, err.fault_page, err.pc = "stopped", None, None
-                err.fault_address = err.access_size = None
-                raise err
+                record = Fault("stopped", "stopped by request")
+                raise EmulationError(record.message(address), field="call",
+                                     value=address, fault=record)
             if status != UCC.UC_ERR_OK:
                 raise self._fault(UcError(status), address)
             if self._pending is not None:
@@ -513,20 +511,17 @@ class UnicornCpu(Cpu):
             if pc != sentinel:
                 what = (f"stopped after the {timeout / 1e6:g} s time limit"
                         if timeout else "stopped")
-                err = EmulationError(f"call of {address:#x} stopped at "
-                                     f"pc={pc:#x}" + what[7:], field="call",
-                                     value=address)
-                err.fault = "timeout" if timeout else "stopped"
-                err.what, err.pc = what, pc
-                err.fault_page = err.fault_address = err.access_size = None
-                raise err
+                record = Fault("timeout" if timeout else "stopped", what,
+                               pc=pc)
+                raise EmulationError(record.message(address), field="call",
+                                     value=address, fault=record)
             return self._reg_read(self._regs.result)
         finally:
             self._leave()
 
     def stop(self) -> None:
         """Ask the call this CPU is running (from another thread) to end as
-        soon as possible; it raises :class:`EmulationError` with ``fault``
+        soon as possible; it raises :class:`EmulationError` with ``fault.kind``
         ``"stopped"``. Does nothing when the CPU is idle."""
         with self._state.lock:
             if self.thread is None or self._closed:
@@ -548,7 +543,7 @@ class UnicornCpu(Cpu):
         pc = self._reg_read(self._regs.pc)
         refused, self._refused = self._refused, None
         hit, self._hit = self._hit, None
-        page = exact = size = None
+        page = exact = size = access = prot = None
         if (hit is not None and hit[0] < len(self._traps)
                 and exc.errno in _MEMORY_ERRORS):
             index, offset, size, access, pc = hit
@@ -571,17 +566,10 @@ class UnicornCpu(Cpu):
             what = _UC_ERRORS.get(exc.errno, str(exc))
             if exc.errno in (UCC.UC_ERR_INSN_INVALID, UCC.UC_ERR_EXCEPTION):
                 what += _unsupported(self._space, pc)
-        at = ("" if exact is None or fault.startswith("fetch")
-              else f" at {exact:#x},")
-        err = EmulationError(f"{what}{at} at pc={pc:#x} while calling "
-                             f"{address:#x}", field="call", value=address)
-        err.fault = fault
-        err.fault_page = page
-        err.fault_address = exact
-        err.access_size = size
-        err.pc = pc
-        err.what = what
-        return err
+        record = Fault(fault, what, access=access, pc=pc, address=exact,
+                       page=page, protection=prot, size=size)
+        return EmulationError(record.message(address), field="call",
+                              value=address, fault=record)
 
     # --- callbacks ----------------------------------------------------------
     def _callback_args(self, count: int) -> list[int]:
