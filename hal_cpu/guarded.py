@@ -246,11 +246,12 @@ class GuardedArrays:
         memory: the guest memory (its backend reserves and protects).
         padded: default placement of new arrays: False (default) flush
             against the guard page after them, True 64-byte aligned with
-            up to 63 bytes of canary after them (see the module docstring).
+            up to 63 bytes of canary after them (see the module docstring);
+            None: as ``strict`` says, else False.
         strict: the older spelling: ``strict=False`` is ``padded=True``.
     """
 
-    def __init__(self, memory: GuestMemory, padded: bool = False, *,
+    def __init__(self, memory: GuestMemory, padded: bool | None = False, *,
                  strict: bool | None = None):
         self.memory = memory
         self.backend = memory.backend

@@ -41,10 +41,11 @@ def reported(exc: BaseException) -> BaseException:
     spelled = hal_spelling(text)
     if spelled != text:
         exc.args = (spelled,)
-        if isinstance(getattr(exc, "message", None), str):
+        if isinstance(exc, PortableKernelError) and isinstance(exc.message, str):
             exc.message = hal_spelling(exc.message)
     try:
-        exc.hal_report = True
+        # (any exception: the hook reads the mark with getattr)
+        setattr(exc, "hal_report", True)
     except AttributeError:
         pass
     return exc
