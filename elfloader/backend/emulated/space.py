@@ -131,6 +131,9 @@ class EmulatedBackend(Backend):
             the engine's most capable model).
         timeout_us: the call limit in microseconds (0: none), read at the
             start of every call on every CPU.
+        state: what the CPUs share with the space: page map, reservations,
+            memory-map log, callbacks, CPUs, lock
+            (:class:`~.state.SpaceState`).
     """
 
     kind = "emulated"
@@ -143,7 +146,6 @@ class EmulatedBackend(Backend):
         self.engine = self._engine.name
         self.profile = self._engine.profile
         self.vlen = self._engine.vlen
-        #: What the CPUs share with the space (:class:`~.state.SpaceState`).
         self.state: SpaceState[engines.Cpu] = SpaceState(self._engine.eager_sync)
         # The state's lock, page map, reservations and log, under the names
         # the space's own code uses.
