@@ -293,13 +293,16 @@ def _sendable(run, announced: bool):
     return run, announced
 
 
-def _check_failures(run, program: str) -> None:
-    if run.check_failures:
-        for text in run.check_failures:
+def _check_failures(failures: Sequence[str], function: str, program: str) -> None:
+    """``run-module``'s end when a call of ``function`` failed ``check``
+    expectations (on either path): each on a line of stderr, then a
+    :class:`ModuleError` counting them."""
+    if failures:
+        for text in failures:
             print(f"check failed: {text}", file=sys.stderr)
-        raise ModuleError(f"{len(run.check_failures)} check expectation(s) failed in "
-                          f"@{run.function}", name=program, field="check",
-                          value=len(run.check_failures))
+        raise ModuleError(f"{len(failures)} check expectation(s) failed in "
+                          f"@{function}", name=program, field="check",
+                          value=len(failures))
 
 
 def cmd_run_module(args) -> int:
@@ -376,7 +379,7 @@ def _mlir_run_module(args, program: str, hosts: list[str]) -> int:
         done, text = finish(*run(lambda _text: None))
     if text:
         print(text)
-    _check_failures(done, program)
+    _check_failures(done.check_failures, done.function, program)
     if args.compare:
         _compare(args, program, function, inputs, done.results)
     return 0
@@ -486,11 +489,7 @@ def _vm_run_module(args, files, hosts, arch) -> int:
         name, failures, text = run(None)
     if text:
         print(text)
-    if failures:
-        for text in failures:
-            print(f"check failed: {text}", file=sys.stderr)
-        raise ModuleError(f"{len(failures)} check expectation(s) failed in "
-                          f"@{name}", name=label, field="check", value=len(failures))
+    _check_failures(failures, name, label)
     return 0
 
 
