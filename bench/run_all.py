@@ -3,8 +3,10 @@ another, and print their tables.
 
 Usage: python bench/run_all.py [--full] [--only NAME ...] [--list]
 
-Scripts are the ``bench/*.py`` files other than this one and the helpers
-(names starting with ``_``), in name order. Each gets its short-run
+Scripts are the ``bench/*.py`` files other than this one, the helpers
+(names starting with ``_``) and ``before_after.py`` (it compares two
+revisions of the code rather than measuring against a peer, and is run on
+its own), in name order. Each gets its short-run
 option, found in its ``--help``: ``--quick`` when it has one, otherwise
 ``--seconds 0.2`` when it has that, otherwise no arguments. ``--full``
 passes no options (each script's full defaults). Scripts run one at a time
@@ -25,7 +27,8 @@ HERE = Path(__file__).resolve().parent
 
 def scripts() -> list[Path]:
     return sorted(p for p in HERE.glob("*.py")
-                  if not p.name.startswith("_") and p.name != Path(__file__).name)
+                  if not p.name.startswith("_")
+                  and p.name not in (Path(__file__).name, "before_after.py"))
 
 
 def short_options(script: Path) -> list[str]:
