@@ -31,7 +31,7 @@ import struct
 import threading
 import time
 import weakref
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import elfloader
 from elfloader import Backend, as_int32
@@ -190,7 +190,7 @@ class DispatchLayout:
         self._ptrs_at = ptrs_at
         #: what the last write_again wrote the dispatch state and constants
         #: for (None: write() wrote them since)
-        self.written = None
+        self.written: Any = None
         per = _up(wg.size, 64) + _up(rng.size, 64)
         total = head + per * workers + 64
         self.block = backend.alloc(total, 64)
@@ -238,12 +238,12 @@ class DispatchLayout:
         # Natively the head is packed straight into the block; elsewhere
         # into a buffer then written.
         self._view = backend.view(b, head)
-        self._target = (self._view if self._view is not None
-                        else bytearray(self._head.size))
+        self._target: Any = (self._view if self._view is not None
+                             else bytearray(self._head.size))
         #: the workgroup loop as one no-argument callable per worker, bound
         #: to the export, environment and first CPU in ``bound`` (see
         #: :meth:`calls`)
-        self.loops: list[Callable[[], int]] | None = None
+        self.loops: list[Callable[[], int]] = []
         self.bound: tuple[int, int, int] | None = None
         self._bound_calls: dict[tuple[int, int, int], list] = {}
         #: the first of the backend's CPUs this layout's workers run on
@@ -261,8 +261,9 @@ class DispatchLayout:
             loops = self._bound_calls.get(key)
             if loops is None:
                 loop = loop_function(self.backend)
-                args = [(function, environment, self.state, wg, rng)
-                        for wg, rng in zip(self.workgroup_states, self.ranges)]
+                args: list[tuple[int, ...]] = [
+                    (function, environment, self.state, wg, rng)
+                    for wg, rng in zip(self.workgroup_states, self.ranges)]
                 if first_cpu == 0:
                     loops = self.backend.bound_calls(loop, args)
                 else:
@@ -307,7 +308,7 @@ class DispatchLayout:
             self.backend.write(self.stop, self._zero)
             self._stopped = False
 
-    def write_again(self, owner, pointers: Sequence[int],
+    def write_again(self, owner: Any, pointers: Sequence[int],
                     lengths: Sequence[int]) -> None:
         """:meth:`write` for one worker of a dispatch described by
         ``owner`` (its ``wsize``, ``wc``, ``consts`` and ``total``, worker
@@ -318,7 +319,8 @@ class DispatchLayout:
         the block are ``owner``'s already."""
         if self.written is owner and not self._stopped:
             self._check_open()
-            self._tail.pack_into(self._view, self._ptrs_at, *pointers,
+            self._tail.pack_into(self._view,  # type: ignore[arg-type]
+                                 self._ptrs_at, *pointers,
                                  *lengths, 0, owner.total, _NO_INDEX,
                                  self.stop, 0, 0)
             return
@@ -382,7 +384,7 @@ class DispatchLayout:
                     length=exc.size) from None
 
     def close(self) -> None:
-        self.loops, self.bound, self._bound_calls = None, None, {}
+        self.loops, self.bound, self._bound_calls = [], None, {}
         if self._view is not None:
             self._target = None
             self._view.release()
@@ -596,7 +598,8 @@ def run_grid(backend: Backend, layout: DispatchLayout, fn: int, environment: int
                     errors.append(exc)
                     layout.raise_stop()
     if failures:
-        _raise_failure(*min(failures), grid, label, path)
+        index, status = min(failures)
+        _raise_failure(index, status, grid, label, path)
     if errors:
         raise errors[0]
     if layout.local_checks:
@@ -616,6 +619,7 @@ def check_return(layout: DispatchLayout, ret: int, total: int, grid,
     if ret != runtime.LOOP_OK:
         failed = _failed_workgroup(layout, 0, ret, (0, total), grid, path,
                                    stoppable=False)
+        assert failed is not None      # (not stoppable: a failure or a raise)
         _raise_failure(*failed, grid, label, path)
 
 
