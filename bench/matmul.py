@@ -63,7 +63,7 @@ from dispatch import (
 
 import fatelf.arches as A
 from hal_cpu import Executable, iree
-from hal_cpu.library import host_workers
+from hal_cpu.dispatch_policy import host_workers
 
 HERE = Path(__file__).resolve().parent
 PROGRAM = HERE / "programs" / "matmul512.mlir"

@@ -487,7 +487,8 @@ class PluginManager:
         loading (initializers, query, load) is limited to ``timeout``
         seconds on an emulated backend (default
         :data:`hal_cpu.library.LOAD_TIMEOUT`; 0: none)."""
-        from .library import LOAD_TIMEOUT, check_timeout
+        from .dispatch_policy import check_timeout
+        from .library import LOAD_TIMEOUT
         timeout = check_timeout(LOAD_TIMEOUT if timeout is None else timeout,
                                 "timeout", None, PluginError)
         parsed = [PluginSpec(s) for s in specs]

@@ -68,7 +68,7 @@ from ..dispatch import (
     check_return,
     cpu_leases,
 )
-from ..library import host_workers
+from ..dispatch_policy import check_timeout, host_workers
 from .refs import VmBuffer, VmStatusError
 
 _memmove = ctypes.memmove
@@ -823,7 +823,6 @@ class HalModule:
 
     @timeout.setter
     def timeout(self, value: float | None) -> None:
-        from ..library import check_timeout
         check_timeout(value, "timeout", None)
         self._timeout = value or None
         self._slow = bool(value) or self._many_workers or self._closed
