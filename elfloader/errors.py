@@ -290,6 +290,10 @@ class FaultReport:
             an import a dispatch called; or None.
         source_note: why there is no ``source`` (e.g.
             :data:`NO_LINE_TABLE`), shown in the ``source`` row; or None.
+        overrun: how far the access reached past the memory the data
+            address lies by, in that memory's terms (the pytest fixtures:
+            elements of a test array), shown after the data address; or
+            None.
     """
 
     file: str
@@ -309,6 +313,7 @@ class FaultReport:
     caller: str | None = None
     engine: str | None = None
     source_note: str | None = None
+    overrun: str | None = None
 
     def summary(self, word_size: int) -> str:
         """The report's first line (see :meth:`format`).
@@ -332,7 +337,8 @@ class FaultReport:
     def format(self, word_size: int) -> str:
         """The report as text: a one-line summary, then the ``pc`` (with its
         symbol), ``instruction``, ``data address`` (with its description;
-        left out when there is none) and ``source`` lines.
+        left out when there is none), ``overrun`` (when set) and ``source``
+        lines.
 
         Args:
             word_size: the guest's pointer size in bytes, 4 or 8; addresses
@@ -358,6 +364,8 @@ class FaultReport:
         if self.data_address is not None:
             desc = self.data_description
             row("data address", fmt(self.data_address) + (f" ({desc})" if desc else ""))
+        if self.overrun:
+            row("overrun", self.overrun)
         row("source", self.source or "(no line information"
             + (f": {self.source_note}" if self.source_note else "") + ")")
         if self.engine:

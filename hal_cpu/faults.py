@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Sequence
+from typing import Callable, Sequence
 
-from elfloader import EmulationError, GuardError
+from elfloader import EmulationError, Fault, GuardError
 from elfloader.diagnose import (
     INSTRUCTION_FAULTS,
     Region,
@@ -40,6 +40,7 @@ from elfloader.diagnose import (
     joined_names,
     time_limit_kind,
 )
+from elfloader.errors import FaultReport
 
 from . import abi
 from .errors import (
@@ -229,7 +230,9 @@ def _import_called(exe, symbolizer: Symbolizer, pc: int) -> str:
 def import_fault(exc: EmulationError, backend, modules, import_name: str,
                  arrays, names: dict | None = None,
                  seconds: float | None = None,
-                 function_kind: str = "import") -> EmulationError:
+                 function_kind: str = "import",
+                 overrun: Callable[[Fault, FaultReport], str | None]
+                 | None = None) -> EmulationError:
     """The error for ``exc``, raised by a direct call of import
     ``import_name`` (as the pytest fixtures make): its message is the fault
     report against the module that owns the pc (``modules``: the loaded
@@ -238,7 +241,8 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
     GuardedArrays`; ``names`` maps an array to the name to use;
     ``seconds`` is the call's time limit, default the backend's;
     ``arrays`` None: the call takes none; ``function_kind``: what the
-    report calls ``import_name``).
+    report calls ``import_name``; ``overrun(fault, report)``: the
+    report's ``overrun`` row for a fault with a data address, or None).
 
     Returns:
         :class:`BindingOverrunError` / :class:`BindingUnderrunError` when
@@ -282,6 +286,8 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
         data_address=address, regions=regions, thumb=thumb,
         instruction_fault=fault.kind in INSTRUCTION_FAULTS,
         engine=engine_of(backend))
+    if overrun is not None and address is not None:
+        report.overrun = overrun(fault, report)
     # The report is the whole message: no "name: field:" before it.
     message = report.format(backend.pointer_size)
     near = (arrays.near(address) if address is not None and arrays is not None

@@ -315,60 +315,50 @@ class LoadedPlugin:
                 return run_interruptible(
                     fn, lambda: self.backend.stop_workers(1))
         except EmulationError as exc:
-            err = import_fault(exc, self.backend, self.modules,
-                               import_name or what, self.arrays, names,
-                               seconds)
-            raise reported(self._with_elements(err, names)) from None
+            raise reported(import_fault(
+                exc, self.backend, self.modules, import_name or what,
+                self.arrays, names, seconds,
+                overrun=lambda fault, report: self._overrun(fault, report,
+                                                           names))) from None
         except PortableKernelError as exc:
             raise reported(exc) from None
 
-    def _with_elements(self, err, names: dict | None):
-        """``err`` (a fault report) with a line after its data address
-        saying, in elements of the test array the address lies outside of,
-        how far the access reached: ``overrun:      src (float32[101], 404
-        bytes): the access reached element 101, 1 float past the end``
-        (with the access size where the engine knows it: unicorn)."""
-        from elfloader import EmulationError
-
+    def _overrun(self, fault, report, names: dict | None) -> str | None:
+        """The report's ``overrun`` row for ``fault`` (report ``report``):
+        in elements of the test array its data address lies outside of,
+        how far the access reached, e.g. ``src (float32[101], 404 bytes):
+        the access reached element 101, 1 float past the end`` (with the
+        access size where the engine knows it: unicorn); None when the
+        address lies by no array or the access stayed inside it."""
         from .guarded import overrun_elements, qemu_overread_of
-        fault = err.fault if isinstance(err, EmulationError) else None
-        address = fault.data_address if fault is not None else None
+        address = fault.data_address
         near = self.arrays.near(address) if address is not None else None
         if near is None:
-            return err
+            return None
         array, offset = near
-        size = (fault.size if fault is not None else None) or 0
+        size = fault.size or 0
         # past the end: the last byte the access touched; before the start:
         # the first
         reach = offset + size - 1 if size and offset >= 0 else offset
-        report = err.report if isinstance(err, EmulationError) else None
         extra = (qemu_overread_of(report.instruction)
-                 if report is not None and not size
-                 and (report.engine or "").startswith("qemu") else 0)
+                 if not size and (report.engine or "").startswith("qemu")
+                 else 0)
         if extra and offset >= array.nbytes:
             # qemu-user loaded ``extra`` bytes past the operand: the operand
             # itself reached at least this far
             reach = offset - extra
         if 0 <= reach < array.nbytes:
-            return err
+            return None
         element = reach // max(1, array.dtype.itemsize)
         access = f"the {size}-byte access" if size else "the access"
         label = (names or {}).get(array, array.name)
-        line = (f"  overrun:      {label} ({array.dtype}{list(array.shape)}, "
+        text = (f"{label} ({array.dtype}{list(array.shape)}, "
                 f"{array.nbytes} bytes): {access} reached element {element}, "
                 f"{overrun_elements(array, reach, reach)}")
         if extra and offset >= array.nbytes:
-            line += (f" (its operand: qemu-user loads {extra} bytes past it, "
+            text += (f" (its operand: qemu-user loads {extra} bytes past it, "
                      "up to the data address)")
-        lines = str(err).split("\n")
-        at = next((i + 1 for i, text in enumerate(lines)
-                   if text.startswith("  data address:")), len(lines))
-        lines.insert(at, line)
-        message = "\n".join(lines)
-        Exception.__init__(err, message)
-        if isinstance(getattr(err, "message", None), str):
-            err.message = message
-        return err
+        return text
 
     def _call_in_child(self, name: str, fn: int, params, ctx: int,
                        seconds: float, rerun=None) -> int:
