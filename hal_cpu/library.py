@@ -8,6 +8,12 @@ function pointers with their attrs, names and tags) and the executable
 constant count. :class:`Executable` loads it with :mod:`elfloader` and runs
 each workgroup of a 3-D grid with the environment, dispatch state and
 workgroup state laid out for the image's pointer width.
+
+A dispatch is made of parts in modules of their own: the checks of its
+arguments, its worker count, the repeat fast path and time-limited runs
+(:mod:`hal_cpu.dispatch_policy`, the base class of :class:`Executable`),
+the mapping of its bindings (:mod:`hal_cpu.bindings`), and the layouts and
+workgroup loop (:mod:`hal_cpu.dispatch`).
 """
 
 from __future__ import annotations
