@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 from urllib.parse import parse_qsl
 
 import elfloader
@@ -226,7 +226,7 @@ class NativeAbiPlugin(Plugin):
     def __init__(self, manager: "PluginManager", query: int, label: str,
                  params: Sequence[tuple[str, str]], view: GuestView):
         self.manager, self.label, self.params = manager, label, list(params)
-        self.self_ptr = None
+        self.self_ptr: int | None = None
         result = self._call(query, "query", abi.PLUGIN_VERSION, 0)
         if result == 0:
             raise PluginError(f"{abi.PLUGIN_QUERY} returned NULL for version "
@@ -268,8 +268,9 @@ class NativeAbiPlugin(Plugin):
             if module is None:
                 raise
             from .faults import call_fault
-            others = [p.module for p in self.manager.plugins
-                      if getattr(p, "module", None) is not None]
+            others = [m for m in (getattr(p, "module", None)
+                                  for p in self.manager.plugins)
+                      if m is not None]
             raise call_fault(exc, self.manager.backend, [module] + others,
                              f"{abi.PLUGIN_QUERY if what == 'query' else what}"
                              f" of plugin {self.label}",
@@ -311,8 +312,9 @@ class NativeAbiPlugin(Plugin):
             out_fn_ptrs=batch.fns_addr, out_fn_contexts=batch.ctx_addr))
         out = be.alloc_bytes(bytes(4))
         try:
-            status = self._call(self._resolve, "resolve", self.self_ptr,
-                                params, out)
+            # (loaded: the plugin's self pointer is set)
+            status = self._call(self._resolve, "resolve",
+                                cast(int, self.self_ptr), params, out)
             resolution = unpack_array("u32", 4, be.read(out, 4))[0]
         finally:
             be.release(params)
@@ -402,7 +404,9 @@ class SystemPlugin(NativeAbiPlugin):
                               value=abi.PLUGIN_QUERY) from None
         # A system library lives anywhere in the process; no range to check.
         view = GuestView(manager.backend, None, os.fspath(path), PluginError)
-        super().__init__(manager, query, os.fspath(path), params, view)
+        # (the exported query's address: not NULL)
+        super().__init__(manager, cast(int, query), os.fspath(path), params,
+                         view)
 
 
 class PythonPlugin(Plugin):
@@ -421,7 +425,7 @@ class PythonPlugin(Plugin):
                  context: int = 0):
         self.name, self.description = name, "Python callables"
         self.version = abi.PLUGIN_VERSION
-        self.params = []
+        self.params: list[tuple[str, str]] = []
         be = manager.backend
         self.context = context
         self.pointers = {}
@@ -661,6 +665,7 @@ def describe_system_library(path) -> str:
                     if isinstance(machine, int) else None)
             tags: dict[str, list] = {}
             exports: list[tuple[str, str]] = []
+            segment: Any        # (a DynamicSegment where it is PT_DYNAMIC)
             for segment in elf.iter_segments():
                 if segment["p_type"] != "PT_DYNAMIC":
                     continue
@@ -740,8 +745,9 @@ def sandbox_for(paths: Sequence) -> Callable[[int], None]:
     # The libraries' directories, and Python's and this runtime's modules
     # (imported on first use).
     dirs = {os.path.dirname(os.path.realpath(os.fspath(p))) for p in paths}
-    dirs |= {os.path.dirname(os.path.dirname(os.path.realpath(m.__file__)))
-             for m in (elfloader, fatelf, sys.modules[__package__])}
+    for m in (elfloader, fatelf, sys.modules[__package__]):
+        dirs.add(os.path.dirname(os.path.dirname(os.path.realpath(
+            cast(str, m.__file__)))))
     dirs |= {os.path.dirname(os.path.realpath(os.__file__))}
     read = tuple(sorted(dirs))
 
