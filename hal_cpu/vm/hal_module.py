@@ -50,7 +50,7 @@ import fnmatch
 import threading
 import weakref
 from time import perf_counter as _perf_counter
-from typing import Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -64,6 +64,7 @@ from ..dispatch import (
     CHUNK_SECONDS,
     FIRST_CHUNK,
     SHARE_SECONDS,
+    CpuLeases,
     DispatchLayout,
     check_return,
     cpu_leases,
@@ -406,6 +407,7 @@ def _resolve(table: _Table | None, ref) -> tuple[Buffer, int, int]:
     slot, buf, off, length = ref
     if buf is not None:
         return buf, off, length
+    assert table is not None        # (a reference to a slot of the table)
     buf, base, _ = table.entries[slot]
     if length == WHOLE:
         length = table.lens[slot] - off
@@ -539,17 +541,18 @@ class Executable:
                      for r in refs)
         fixed = tuple(r[1] for r in refs)
         acquire, release = lock.acquire, lock.release
-        leases = cpu_leases(backend)
+        leases = cast(CpuLeases, cpu_leases(backend))     # (emulated)
         env, address = lib.environment, export.address
         me = self
         # guest ranges: [(guest address, host address, check or None)], made
         # at the first run; pace: seconds per workgroup of the last run
-        state = {"ranges": None, "pace": None}
+        state: dict[str, Any] = {"ranges": None, "pace": None}
         limit = (SHARE_SECONDS if module.workers is None and host_workers() > 1
                  else CHUNK_SECONDS)
 
         def ranges():
-            made = []
+            # (guest address, host address or None until known, check)
+            made: list[tuple[int, int | None, Callable[[], None] | None]] = []
             try:
                 for length in lengths:
                     guest, check = backend.alloc_guarded(length)
@@ -658,7 +661,7 @@ class Executable:
             for ref in refs:
                 buf, off, n = _resolve(table, ref)
                 views.append(buf.array[off:off + n])
-            kwargs = {}
+            kwargs: dict[str, Any] = {}
             if module.workers is not None:
                 kwargs["workers"] = module.workers
             if module._timeout:
@@ -685,7 +688,7 @@ class Executable:
         if all(r[1] is None for r in refs):
             spec = tuple((r[0], r[2]) for r in refs)
 
-            def run(table: _Table | None) -> None:
+            def run_from_table(table: _Table) -> None:
                 # (the common case: every binding from the table)
                 if module._slow or not acquire(False):
                     return slow(table)
@@ -699,7 +702,7 @@ class Executable:
                     check_return(layout, ret, total, grid, label, path)
                 if layout.local_checks:
                     layout.check_local(label, path)
-            return run
+            return run_from_table
         if all(r[1] is not None for r in refs):
             fixed = [r[1].address + r[2] for r in refs]
 
@@ -795,7 +798,7 @@ class HalModule:
         self._inputs: dict[tuple, tuple] = {}
         self._outputs: dict[tuple, tuple] = {}
         self._slab_lock = threading.Lock()
-        self._slab = None
+        self._slab: Any = None        # (an array once the first is made)
         self._slab_address = 0
         self._slab_used = SLAB_BYTES
         if memory_limit is None:
@@ -1363,8 +1366,9 @@ class HalModule:
                           f"given executable format '{format_str}' (this "
                           f"device loads {self.format})")
         from ..library import Executable as Library
-        kwargs = {k: v for k, v in (("engine", self.engine), ("cpu", self.cpu))
-                  if v is not None}
+        kwargs: dict[str, Any] = {k: v for k, v in (("engine", self.engine),
+                                                    ("cpu", self.cpu))
+                                  if v is not None}
         library = Library(data.bytes(), backend=self.backend, arch=self.arch.name,
                           plugins=self.plugins, **kwargs)
         try:
@@ -1702,7 +1706,8 @@ class HalModule:
             raise _bad_ref(device, Device, what)
         if type(cb) is not CommandBuffer:
             raise _bad_ref(cb, CommandBuffer, what)
-        lens, addrs = [], []
+        lens: list[int] = []
+        addrs: list[int] = []
         add_len, add_address = lens.append, addrs.append
         for buf, off, n in table:
             if type(buf) is Buffer:
