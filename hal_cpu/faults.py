@@ -252,8 +252,12 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
         limit; else an :class:`EmulationError` with the report as message.
         Each has ``report`` (the :class:`elfloader.diagnose.FaultReport`)
         and ``exc``'s ``fault`` with the pc without arm32's Thumb bit.
-        ``exc`` itself when its fault has no pc (e.g. stopped by request).
+        ``exc`` itself when it has a report already (a plugin function's
+        fault reported by :func:`call_fault`, e.g. while the fixtures load
+        the plugin) or its fault has no pc (e.g. stopped by request).
     """
+    if exc.report is not None:
+        return exc
     fault = exc.fault
     pc = fault.pc if fault is not None else None
     if fault is None or pc is None:
