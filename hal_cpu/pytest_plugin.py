@@ -203,14 +203,14 @@ def _check_engine(engine: str, targets: list[Target]) -> None:
     if engine == "auto" and not any(t.cpu for t in targets):
         return
     import elfloader
-    from elfloader.backend.emulated import engine as engines
+    from elfloader.backend.emulated import choice
     seen = set()
     for t in targets:
         if (t.arch, t.cpu) in seen:
             continue
         seen.add((t.arch, t.cpu))
         try:
-            engines.choose(elfloader.arch.by_name(t.arch), engine, t.cpu)
+            choice.choose(elfloader.arch.by_name(t.arch), engine, t.cpu)
         except PortableKernelError as exc:
             what = f"--hal-engine={engine}" + (f" --hal-cpu={t.cpu}" if t.cpu
                                                 else f" ({t.arch})")

@@ -314,12 +314,12 @@ def _check_cpu(args, arch: str) -> None:
     vector length the profile takes), before anything compiles.
 
     Raises:
-        elfloader.EngineError: as :func:`elfloader.backend.emulated.engine.resolve_profile`.
+        elfloader.EngineError: as :func:`elfloader.backend.emulated.choice.resolve_profile`.
     """
     if args.cpu is None and args.vlen is None:
         return
     import elfloader
-    from elfloader.backend.emulated.engine import resolve_profile
+    from elfloader.backend.emulated.choice import resolve_profile
     resolve_profile(elfloader.arch.by_name(arch), args.cpu, args.vlen)
 
 

@@ -77,12 +77,12 @@ def cmd_build_plugin(args) -> int:
 
 
 def cmd_profiles(args) -> int:
-    from elfloader.backend.emulated import engine as engines
+    from elfloader.backend.emulated.choice import qemu_program
     names = args.arch or list(arches.RUNTIME_ARCHES)
     print(f"{'arch':<8} {'profile':<24} {'engines':<14} {'vector lengths':<26} "
           "ISA")
     for name in names:
-        have_qemu = engines.qemu_program(name) is not None
+        have_qemu = qemu_program(name) is not None
         for p in arches.profiles(name):
             runs = ["qemu" + ("" if have_qemu else " (not installed)")]
             if p.unicorn:

@@ -34,14 +34,9 @@ from fatelf import arches
 
 from ...arch import Arch
 from ...errors import BackendError
-
-# The engine choice and qemu-user's program, under the names callers
-# outside this package (hal_cpu's CLI and pytest plugin) import from here.
-from .choice import choose, qemu_program, resolve_profile
 from .state import Region, SpaceState
 
-__all__ = ["FAULTS", "STACK_SIZE", "Cpu", "Engine", "Region", "Space",
-           "choose", "qemu_program", "resolve_profile"]
+__all__ = ["FAULTS", "STACK_SIZE", "Cpu", "Engine", "Region", "Space"]
 
 #: Bytes of each CPU's stack (a guard page lies below it).
 STACK_SIZE = 1 << 20
