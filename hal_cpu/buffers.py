@@ -81,7 +81,7 @@ for _m in ("__iter__", "__len__", "__repr__", "__eq__", "__ne__",
 del _m
 
 
-DTYPES = {
+_NUMPY_DTYPES: dict[str, type] = {
     "i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32,
     "i64": np.int64, "si8": np.int8, "si16": np.int16, "si32": np.int32,
     "si64": np.int64, "ui8": np.uint8, "ui16": np.uint16, "ui32": np.uint32,
@@ -104,7 +104,7 @@ ML_DTYPE_NAMES = frozenset(name for name, _ in _ML_DTYPES)
 
 
 def _load_ml_dtypes() -> dict:
-    out = {}
+    out: dict[str, type] = {}
     try:
         import ml_dtypes
     except ImportError:
@@ -123,7 +123,7 @@ def _add_ml_names() -> dict:
     return more
 
 
-DTYPES = LazyTable(DTYPES, ML_DTYPE_NAMES, _add_ml_names)
+DTYPES = LazyTable(_NUMPY_DTYPES, ML_DTYPE_NAMES, _add_ml_names)
 _NAMES = {np.dtype(v): k for k, v in reversed(list(dict.items(DTYPES)))}
 _SHAPE = re.compile(r"^((?:\d+x)*)([a-zA-Z]+\d+[A-Za-z0-9]*)$")
 #: Largest binding a spec may create, in bytes.
@@ -204,7 +204,7 @@ def _parse_binding(spec: str) -> np.ndarray:
                 raise fail(f"{path} has {size} bytes, {need} needed")
             out = np.empty(dims, dtype)
             try:
-                got = f.readinto(memoryview(out.reshape(-1)).cast("B")) if need else 0
+                got = f.readinto(out.reshape(-1).data.cast("B")) if need else 0
             except OSError as exc:
                 raise fail(f"cannot read {path}: {exc.strerror or exc}") from None
             if got != need:
@@ -275,10 +275,10 @@ def _load_npy(path: str, fail) -> np.ndarray:
 
 def _parse_value(token: str, dtype: np.dtype):
     if dtype.kind == "b":
-        value = token.lower()
-        if value not in ("0", "1", "true", "false"):
+        word = token.lower()
+        if word not in ("0", "1", "true", "false"):
             raise ValueError(f"{token!r} is not an i1 value (0, 1, true, false)")
-        return value in ("1", "true")
+        return word in ("1", "true")
     if dtype.kind in "iu":
         value = int(token, 0)
         info = np.iinfo(dtype)

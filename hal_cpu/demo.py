@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -28,7 +29,7 @@ SAMPLES = Path(__file__).resolve().parent / "samples"
 #: reference key in the manifest -> numpy function of the inputs (float32
 #: arrays in ``input_index`` order; the result is float32). ``build_samples.py``
 #: checks the samples against these same functions.
-REFERENCES = {
+REFERENCES: dict[str, Callable[..., np.ndarray]] = {
     "mul_add": lambda a, b: a * b + a,
     "matmul": lambda a, b: a @ b,
     "sum_last": lambda x: x.sum(axis=-1, dtype=np.float32),

@@ -221,7 +221,7 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
             f"{what} did not return within the time limit of {timeout:g} s "
             "(the child process running it natively was killed)"
             + (f" {notes[-1]}" if notes else ""), name=name, field="timeout",
-            value=timeout, seconds=timeout)
+            value=timeout, seconds=timeout or 0.0)
     notes = [m for k, m in messages if k == "note"]
     stage = notes[-1] if notes else ""
     for kind, value in messages:

@@ -186,7 +186,7 @@ class GuestView(GuestMemory):
         """``count`` scalars of C type ``ctype`` (``ptr``, ``u32``...)."""
         return self.scalars(ctype, address, count, what)
 
-    def string(self, address: int, what: str, optional: bool = True,
+    def string(self, address: int, what: str = "string", optional: bool = True,
                limit: int = 4096) -> str | None:
         """As :meth:`GuestMemory.string`, stopping at the image's end and
         at its first page that is not readable."""

@@ -426,9 +426,9 @@ def _build_record(rel, arch: str, index: int, profile: str | None, *, cwd,
                               extra_objects=[str(work_dir / "hal_cpu_profile.o")]
                               if profile else ())
     if index:
-        data = bytearray(data)
-        data[EI_ABIVERSION] = index
-        data = bytes(data)
+        patched = bytearray(data)
+        patched[EI_ABIVERSION] = index
+        data = bytes(patched)
     return data
 
 
@@ -460,16 +460,15 @@ def profile_lists(cpu: str | Mapping[str, str | Sequence[str]] | None,
     out: dict[str, list[str | None]] = {n: [] for n in names}
     if cpu is None:
         return {n: [None] for n in names}
+    pairs: list[tuple[str | None, str, bool]] = []
     if isinstance(cpu, Mapping):
-        pairs = []
-        for arch, value in cpu.items():
+        for key, value in cpu.items():
             for profile in ([value] if isinstance(value, str) else list(value)):
-                pairs.append((arch, profile, False))
+                pairs.append((key, profile, False))
     else:
-        pairs = []
         for item in (i.strip() for i in str(cpu).split(",") if i.strip()):
-            arch, sep, profile = item.rpartition(":")
-            pairs.append((arch if sep else None, profile, True))
+            named, sep, profile = item.rpartition(":")
+            pairs.append((named if sep else None, profile, True))
     for arch, profile, strict in pairs:
         profile = profile.strip()
         if arch is None:
@@ -632,6 +631,7 @@ def check_self_contained(data: bytes, arch: str | ArchInfo, *,
     from elftools.elf.dynamic import DynamicSection
     from elftools.elf.elffile import ELFFile
     from elftools.elf.relocation import RelocationSection
+    from elftools.elf.sections import SymbolTableSection
 
     info = arch_info(arch)
     elf = ELFFile(io.BytesIO(data))
@@ -650,8 +650,9 @@ def check_self_contained(data: bytes, arch: str | ArchInfo, *,
         if isinstance(section, DynamicSection):
             for tag in section.iter_tags():
                 if tag.entry.d_tag == "DT_NEEDED":
-                    problems.append(f"DT_NEEDED {tag.needed}")
-        if section.name == ".dynsym":
+                    # (pyelftools sets ``needed`` on DT_NEEDED tags only)
+                    problems.append(f"DT_NEEDED {tag.needed}")  # type: ignore[attr-defined]
+        if section.name == ".dynsym" and isinstance(section, SymbolTableSection):
             for sym in section.iter_symbols():
                 if not sym.name:
                     continue

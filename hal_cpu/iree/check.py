@@ -120,7 +120,8 @@ class CheckModule(HostModule):
     def expect_almost_eq(self, lhs, rhs, atol: float = 1e-4, rtol: float = 0.0) -> None:
         types_eq = _type_name(lhs) == _type_name(rhs)
         shape_eq = _shape(lhs) == _shape(rhs)
-        close, where = True, None
+        close = True
+        where: tuple[int, float, float] | None = None
         if types_eq and shape_eq:
             if isinstance(lhs, RawTensor) or lhs.dtype.kind != "f" and \
                     _type_name(lhs) not in ("bf16",) and not _type_name(lhs).startswith("f8"):
@@ -142,7 +143,7 @@ class CheckModule(HostModule):
             msg += " Element types do not match."
         if not shape_eq:
             msg += " Shapes do not match."
-        if not close:
+        if where is not None:
             i, x, y = where
             msg += (f" Contents does not match to tolerance parameters atol={_g(atol)}, "
                     f"rtol={_g(rtol)}. The first failure occurs at index {i} as the lhs "

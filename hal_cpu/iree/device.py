@@ -299,6 +299,7 @@ class Device:
                 if b.storage.kind != "input":
                     b.storage.written = True
             return
+        assert self.run_dispatch is not None, "a device that executes runs dispatches"
         self.run_dispatch(step, [self.view(b, off, n, "binding") for b, off, n in bindings])
 
     def fill(self, buf: Buffer, offset: int, length: int, pattern: bytes) -> None:

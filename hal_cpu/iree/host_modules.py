@@ -121,6 +121,9 @@ def load_module_spec(spec: str, max_version: int = HOST_MODULE_ABI_VERSION):
                                   value=path_text)
         mod_name = f"_hal_cpu_host_module_{abs(hash(str(path.resolve())))}"
         loader_spec = importlib.util.spec_from_file_location(mod_name, path)
+        if loader_spec is None or loader_spec.loader is None:
+            raise HostModuleError("Python cannot import this file", name=spec,
+                                  field="--module", value=path_text)
         pymod = importlib.util.module_from_spec(loader_spec)
         try:
             loader_spec.loader.exec_module(pymod)

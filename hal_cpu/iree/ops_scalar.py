@@ -123,19 +123,23 @@ def _binary(op):
     ty = op.result_types[0]
     w = int_width(ty)
     if w is not None:
-        f = _INT_BINARY.get(op.name)
-        if f is None:
-            return None
-
-        def run(m, r):
-            r[out] = wrap(f(r[a], r[b], w), w)
-        return run
+        return _int_binary(op.name, a, b, out, w)
     f = _FLOAT_BINARY.get(op.name)
     if f is None or float_dtype(ty) is None:
         return None
 
     def run(m, r):
         r[out] = round_float(f(r[a], r[b]), ty)
+    return run
+
+
+def _int_binary(name, a, b, out, w):
+    f = _INT_BINARY.get(name)
+    if f is None:
+        return None
+
+    def run(m, r):
+        r[out] = wrap(f(r[a], r[b], w), w)
     return run
 
 
@@ -174,6 +178,7 @@ def _constant(op):
     (out,) = op.results
     ty = op.result_types[0]
     w = int_width(ty)
+    value: int | float
     if w is not None and isinstance(attr, (ir.IntegerAttr, ir.BoolAttr)):
         value = wrap(int(attr.value), w)
     elif float_dtype(ty) is not None and isinstance(attr, ir.FloatAttr):

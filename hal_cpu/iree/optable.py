@@ -21,7 +21,7 @@ from .ops_util import UTIL_OPS
 
 __all__ = ["OPS"]
 
-OPS = {}
+OPS: dict = {}
 for _table in (SCALAR_OPS, CONTROL_OPS, UTIL_OPS, HAL_OPS):
     _twice = OPS.keys() & _table.keys()
     if _twice:

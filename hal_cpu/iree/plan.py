@@ -98,8 +98,9 @@ def plan_program(compiled: Union[Compiled, str, os.PathLike], inputs: Sequence[A
         b = v.buffer
         results.append(ResultRef(BindingRef(b.storage.kind, b.storage.ref, b.offset, b.length),
                                  v.shape, dt))
-    used = {r.ref for s in device.trace for r in step_refs(s) if r.kind == "constant"}
-    used |= {r.storage.ref for r in results if r.storage.kind == "constant"}
+    # (a constant's ref is its name)
+    used = {str(r.ref) for s in device.trace for r in step_refs(s) if r.kind == "constant"}
+    used |= {str(r.storage.ref) for r in results if r.storage.kind == "constant"}
     constants = {name: device.constants[name].array for name in used}
     return ProgramPlan(function, list(device.trace), dict(device.allocations), results,
                        constants)

@@ -97,7 +97,7 @@ def input_values(program: Program, function: str, inputs: Sequence[Any]) -> list
     fn = program.functions[function]
     if len(inputs) != len(fn.arg_types):
         raise ValueError(f"@{function} takes {len(fn.arg_types)} arguments, got {len(inputs)}")
-    values = []
+    values: list = []
     for i, (ty, v) in enumerate(zip(fn.arg_types, inputs)):
         if ty == "!hal.buffer_view":
             if not hasattr(v, "shape"):
@@ -140,8 +140,8 @@ def _host_result(m: Machine, value, ty: str):
         buf = value.buffer
         if buf.storage.kind == "buffer" and count * dt.itemsize > (1 << 20):
             # a large allocation of this run is handed over, not copied
-            data = m.device.view(buf, 0, buf.length, "a result")
-            return np.frombuffer(data, dt, count).reshape(value.shape)
+            view = m.device.view(buf, 0, buf.length, "a result")
+            return np.frombuffer(view, dt, count).reshape(value.shape)
         data = m.device.read(buf, 0, buf.length, "a result")
         return np.frombuffer(data, dt, count).reshape(value.shape).copy()
     w = int_width(ty)

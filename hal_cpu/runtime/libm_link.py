@@ -176,7 +176,7 @@ def redirect_empty_functions(data: bytes, name: str, provided: set[str],
         if (i and s["info"] & 0xF == STT_FUNC and s["info"] >> 4 == STB_LOCAL
                 and i not in targets):
             fname = obj.string(s["name"])
-            if fname in (redirects or {}):
+            if redirects and fname in redirects:
                 targets[i] = (fname, redirects[fname])
     if not targets:
         return data, []

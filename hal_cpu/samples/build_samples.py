@@ -74,6 +74,7 @@ import numpy as np
 from fatelf import arches
 from hal_cpu.demo import REFERENCES
 from hal_cpu.iree import (
+    Compiled,
     IreeToolError,
     compile_program,
     iree_compile_version,
@@ -190,7 +191,7 @@ def main(argv=None) -> int:
     build = args.build_dir
     jobs = [(HERE / info["source"], arch) for info in KERNELS.values() for arch in targets]
     failures: dict[tuple[str, str], str] = {}
-    compiled: dict[tuple[str, str], object] = {}
+    compiled: dict[tuple[str, str], Compiled] = {}
 
     from concurrent.futures import ThreadPoolExecutor
 
@@ -219,7 +220,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for kernel, info in KERNELS.items():
         src = HERE / info["source"]
-        entry = {"source": info["source"], "description": info["description"],
+        entry: dict = {"source": info["source"], "description": info["description"],
                  "reference": info["reference"], "export": None, "bindings": None,
                  "per_arch": {}}
         for arch in targets:
