@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-#: Alignment of every binding a kernel sees, in bytes.
-BINDING_ALIGNMENT = 64
+from elfloader.backend.guarded import ALIGN
+
+#: Alignment of every binding a kernel sees, in bytes: the backends' guarded
+#: range alignment (IREE's buffer alignment).
+BINDING_ALIGNMENT = ALIGN
 #: A binding larger than this (bytes) that a dispatch must copy because it
 #: is misaligned raises :class:`AlignmentCopyWarning` (once per export).
 COPY_WARN_BYTES = 1 << 20
