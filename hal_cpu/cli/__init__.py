@@ -16,6 +16,7 @@ the subcommand being run is imported, and only its parser built.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from typing import Any, Callable
@@ -45,6 +46,10 @@ def option_key(option: str) -> str:
     return option.replace("_", "-")
 
 
+def _long_options(action: argparse.Action) -> list[str]:
+    return [s for s in action.option_strings if s.startswith("--")]
+
+
 class _Recording:
     """An argument group of an :class:`ArgumentParser` that notes the long
     options added to it in the parser's :attr:`ArgumentParser.long_options`."""
@@ -55,7 +60,7 @@ class _Recording:
 
     def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
         action = self.group.add_argument(*args, **kwargs)
-        self.long_options += [s for s in action.option_strings if s.startswith("--")]
+        self.long_options += _long_options(action)
         return action
 
     def __getattr__(self, name: str) -> Any:
@@ -76,7 +81,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
         action = super().add_argument(*args, **kwargs)
-        self.long_options += [s for s in action.option_strings if s.startswith("--")]
+        self.long_options += _long_options(action)
         return action
 
     def add_argument_group(self, *args: Any, **kwargs: Any) -> Any:
@@ -143,15 +148,7 @@ class _VersionAction(argparse.Action):
 def _command(name: str) -> tuple[Callable[[Any], None], Callable[[Any], int]]:
     """(add its parser to the subparsers, run it) of subcommand ``name``,
     from the module that defines it, imported now."""
-    where = COMMANDS[name]
-    if where == "executables":
-        from . import executables as module
-    elif where == "modules":
-        from . import modules as module  # type: ignore[no-redef]
-    elif where == "plan":
-        from . import plan as module  # type: ignore[no-redef]
-    else:
-        from . import tools as module  # type: ignore[no-redef]
+    module = importlib.import_module(f".{COMMANDS[name]}", __name__)
     return module.COMMANDS[name]
 
 
