@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 
@@ -50,11 +51,14 @@ def test_limit_is_restored_when_the_block_raises(be):
     assert be.timeout_us == 0
 
 
-def test_blocks_on_threads_share_the_shortest(be):
+@contextlib.contextmanager
+def block_on_another_thread(be, seconds: float):
+    """A ``time_limit(seconds)`` block held open by another thread for the
+    duration of the ``with``."""
     entered, leave = threading.Event(), threading.Event()
 
     def other():
-        with be.time_limit(0.25):
+        with be.time_limit(seconds):
             entered.set()
             leave.wait(10)
 
@@ -62,12 +66,17 @@ def test_blocks_on_threads_share_the_shortest(be):
     t.start()
     assert entered.wait(10)
     try:
-        with be.time_limit(1):
-            assert be.timeout_us == 250_000
-        assert be.timeout_us == 250_000
+        yield
     finally:
         leave.set()
         t.join()
+
+
+def test_blocks_on_threads_share_the_shortest(be):
+    with block_on_another_thread(be, 0.25):
+        with be.time_limit(1):
+            assert be.timeout_us == 250_000
+        assert be.timeout_us == 250_000
     assert be.timeout_us == 0
 
 
@@ -75,17 +84,7 @@ def test_blocks_on_threads_share_the_shortest(be):
 def test_a_forked_child_can_set_a_limit(be):
     """In a child forked while another thread's block is open, a block
     works (the lock is new) and the open one still counts."""
-    entered, leave = threading.Event(), threading.Event()
-
-    def other():
-        with be.time_limit(0.25):
-            entered.set()
-            leave.wait(10)
-
-    t = threading.Thread(target=other)
-    t.start()
-    assert entered.wait(10)
-    try:
+    with block_on_another_thread(be, 0.25):
         pid = os.fork()
         if pid == 0:
             try:
@@ -96,6 +95,3 @@ def test_a_forked_child_can_set_a_limit(be):
                 os._exit(2)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
-    finally:
-        leave.set()
-        t.join()
