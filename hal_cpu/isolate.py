@@ -7,6 +7,20 @@ and calls a function there. The child reports through a pipe: progress
 notes (what it is doing, so a crash can be placed) and finally the
 function's result or the exception it raised, both pickled. Large results
 belong in :func:`shared_array` memory, which both processes see.
+
+**What runs where, and with which rights.** Native code run in process (or
+in a child without ``sandbox``) runs with the caller's rights: a kernel or
+plugin can do everything the calling user can (read and write their files,
+open sockets, start programs), and only a crash is contained by the child.
+``run_in_child(fn, sandbox=True)`` confines the child first
+(:func:`confinement`: a system-call filter, ``PR_SET_NO_NEW_PRIVS``,
+Landlock, a network namespace of its own, limits): it keeps memory,
+threads, the clock, reading this runtime's and Python's files and the paths
+it is given, and printing to stdout and stderr; it cannot create or write a
+file, open a socket, start a process or program, nor signal another
+process. A confined child is not trusted: what it sends back is plain data
+(str, numbers, bytes, tuples, lists, dicts; numpy arrays through
+:func:`shared_array` memory made before the fork).
 """
 
 from __future__ import annotations
@@ -29,6 +43,9 @@ from fatelf.errors import PortableKernelError
 from .errors import CallTimeoutError, HalCpuError, NativeCrashError
 
 _HEADER = struct.Struct("<Q")
+
+#: Characters of an error message a confined child may send.
+MESSAGE_LIMIT = 4096
 
 
 def shared_array(array: np.ndarray) -> np.ndarray:
@@ -59,11 +76,25 @@ class _PlainUnpickler(pickle.Unpickler):
 UNTRUSTED_LIMIT = 16 << 20
 
 
+def _plain_value(value):
+    """``value`` if it is a plain scalar, else its ``repr`` (bounded)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value[:MESSAGE_LIMIT] if isinstance(value, str) else value
+    return repr(value)[:MESSAGE_LIMIT]
+
+
+def _plain_error(exc: BaseException) -> tuple:
+    """An exception as plain data: ``(message, name, field, value)``."""
+    if isinstance(exc, PortableKernelError):
+        return (str(exc.message)[:MESSAGE_LIMIT], _plain_value(exc.name),
+                _plain_value(exc.field), _plain_value(exc.value))
+    return (f"{type(exc).__name__}: {exc}"[:MESSAGE_LIMIT], None, None,
+            type(exc).__name__)
+
+
 def _send(fd: int, message, plain: bool = False) -> None:
     if plain and message[0] == "raise":
-        exc = message[1]
-        message = ("raise", exc.message if isinstance(exc, PortableKernelError)
-                   else f"{type(exc).__name__}: {exc}")
+        message = ("raise", _plain_error(message[1]))
     try:
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         pickle.loads(data)
@@ -86,6 +117,8 @@ def _child(fd: int, fn: Callable, confine: Callable | None = None) -> int:
     plain = confine is not None
     try:
         if confine is not None:
+            # (a confined child's notes cross as plain data; nothing is
+            # reported before the confinement holds)
             confine(fd)
         result = fn(lambda note: _send(fd, ("note", note), plain))
         _send(fd, ("result", result), plain)
@@ -135,10 +168,96 @@ def _read_messages(fd: int, deadline: float | None = None,
                 message = None
             if (isinstance(message, tuple) and len(message) == 2
                     and message[0] in ("note", "result", "raise")
-                    and (message[0] == "result" or isinstance(message[1], str))):
+                    and (message[0] == "result"
+                         or isinstance(message[1], str)
+                         or (message[0] == "raise" and _is_plain_error(
+                             message[1])))):
                 messages.append(message)
         pos += n
     return messages, late
+
+
+def _is_plain_error(value) -> bool:
+    """Whether ``value`` has the shape :func:`_plain_error` gives."""
+    return (isinstance(value, tuple) and len(value) == 4
+            and isinstance(value[0], str)
+            and all(v is None or isinstance(v, str) for v in value[1:3])
+            and (value[3] is None
+                 or isinstance(value[3], (bool, int, float, str))))
+
+
+def _flush_c_streams() -> None:
+    """Flush the C library's stdio buffers (what native code printed with
+    ``printf``), which ``os._exit`` would drop."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).fflush(None)
+    except Exception:  # noqa: BLE001 - nothing more to do on the way out
+        pass
+
+
+def python_paths() -> tuple[str, ...]:
+    """The directories a child running this runtime reads code from:
+    Python's standard library and installed packages, and the packages
+    ``fatelf``, ``elfloader`` and ``hal_cpu`` (what :func:`confinement`
+    lets a confined child read)."""
+    import sysconfig
+
+    import elfloader
+    import fatelf
+    paths = {os.path.dirname(os.path.realpath(m.__file__ or ""))
+             for m in (fatelf, elfloader, sys.modules[__package__])}
+    paths.add(os.path.dirname(os.path.dirname(os.path.realpath(
+        np.__file__ or ""))))
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path and os.path.isdir(path):
+            paths.add(os.path.realpath(path))
+    return tuple(sorted(p for p in paths if p))
+
+
+def confinement(read=(), stdio: bool = True,
+                prepare: Callable[[], object] | None = None
+                ) -> Callable[[int], None]:
+    """A ``confine`` for :func:`run_in_child` that confines the child before
+    it runs native code (:func:`elfloader.backend.emulated.sandbox.confine_native`):
+    no file created or written, no socket, no process or program started,
+    no signal out, no ``ptrace``; it may read what :func:`python_paths`
+    lists, the platform's libraries and ``read`` (paths of files or
+    directories: the program, plugins and data the child opens), allocate,
+    read the clock, run threads and, with ``stdio``, print to stdout and
+    stderr (else they are ``/dev/null``). What the child needs of this
+    runtime (the native backend, the workgroup loop, Ctrl-C handling) is
+    imported here, before the fork. ``prepare()``, when given, is called in
+    the child just before it is confined (e.g. to load a host module the
+    user trusts with their rights).
+
+    Raises:
+        HalCpuError: this machine cannot confine a child (no seccomp
+            filter: pyseccomp or libseccomp missing); ``field`` is
+            ``sandbox`` (``--run_native`` / ``sandbox=False`` run native
+            code unconfined).
+    """
+    from elfloader.backend import native  # noqa: F401
+    from elfloader.backend.emulated import sandbox
+
+    from . import interrupt, library  # noqa: F401 - the child's code
+    problem = sandbox.status()["problem"]
+    if problem:
+        raise HalCpuError(f"cannot confine native code here: {problem}; "
+                          "--run_native (sandbox=False) runs it unconfined",
+                          field="sandbox", value="seccomp")
+    paths = set(python_paths())
+    for path in read:
+        if path is not None:
+            paths.add(os.path.realpath(os.fspath(path)))
+    allowed = tuple(sorted(paths))
+
+    def confine(fd: int) -> None:
+        if prepare is not None:
+            prepare()
+        sandbox.confine_native(keep=(fd,), read=allowed, stdio=stdio)
+    return confine
 
 
 def signal_name(number: int) -> str:
@@ -152,8 +271,14 @@ def signal_name(number: int) -> str:
 def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
                  name: str | None = None, what: str = "the kernel",
                  timeout: float | None = None,
-                 confine: Callable[[int], None] | None = None):
+                 confine: Callable[[int], None] | None = None,
+                 sandbox: bool = False, read=()):
     """Call ``fn(note)`` in a forked child and return its result.
+
+    Without ``sandbox`` (or ``confine``) the child has the caller's rights:
+    native code ``fn`` runs can do anything the caller can; only its crash
+    is contained. With ``sandbox=True`` it is confined first
+    (:func:`confinement`) and treated as untrusted.
 
     ``fn`` may call ``note(text)`` to say what it is about to do (e.g.
     ``in export X``); the last note names the place in the message of a
@@ -172,7 +297,13 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
             plain data only (str, numbers, tuples, lists, dicts: nothing is
             looked up or run when they are read), an error it raised (or
             that ``confine`` raised) arrives as :class:`HalCpuError` with
-            its message, and at most :data:`UNTRUSTED_LIMIT` bytes are read.
+            its message, ``name``, ``field`` and ``value`` (plain ones),
+            and at most :data:`UNTRUSTED_LIMIT` bytes are read.
+        sandbox: confine the child with :func:`confinement` (stdout and
+            stderr connected), reading also ``read``; the child is then
+            not trusted, as with ``confine``. The confinement is made once
+            per child: run many calls in one child to pay it once.
+        read: paths (files or directories) a ``sandbox`` child may read.
 
     Returns:
         what ``fn`` returned.
@@ -183,9 +314,13 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
         Exception: whatever ``fn`` raised (its :class:`HalCpuError` and
             other project errors arrive with their type, message and fields).
         CallTimeoutError: ``timeout`` passed; the child was killed.
+        HalCpuError: ``sandbox`` on a machine that cannot confine a child
+            (``field`` ``sandbox``).
         KeyboardInterrupt: the child or the parent was interrupted (the
             child is killed and reaped).
     """
+    if sandbox and confine is None:
+        confine = confinement(read)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     read_fd, write_fd = os.pipe()
@@ -199,6 +334,7 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
             try:
                 sys.stdout.flush()
                 sys.stderr.flush()
+                _flush_c_streams()
             finally:
                 os._exit(status)
     os.close(write_fd)
@@ -230,6 +366,10 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
         if kind == "raise":
             if isinstance(value, str):
                 raise HalCpuError(value, name=name)
+            if isinstance(value, tuple):
+                message, who, field, what = value
+                raise HalCpuError(message, name=who or name, field=field,
+                                  value=what)
             raise value
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 130:
         raise KeyboardInterrupt

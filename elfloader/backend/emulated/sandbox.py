@@ -32,9 +32,11 @@ it cannot be installed later):
   inside a new user namespace): no interface but a down loopback.
 * an empty environment, ``/`` as working directory, no core files, files
   it writes (its stderr) bounded to :data:`STDERR_LIMIT` bytes, and, once
-  started, its address space bounded to what it mapped to start plus
-  :data:`MEMORY_LIMIT` bytes (``RLIMIT_AS``), so a guest cannot exhaust
-  host memory.
+  started, its address space and its private writable memory each
+  bounded to what it had to start plus :data:`MEMORY_LIMIT` bytes
+  (``RLIMIT_AS``, ``RLIMIT_DATA``: the second holds on 32-bit guests,
+  whose whole address space qemu-user reserves up front; see
+  :func:`bound_memory`), so a guest cannot exhaust host memory.
 
 :func:`status` says which layers this machine has; without seccomp the
 qemu engine refuses to start.
@@ -54,7 +56,8 @@ from typing import Any
 #: guest memory): guest code may not close them or ``dup`` over them, so
 #: the agent's watchdog always sees its host go.
 PROTECTED_FDS = 1000
-#: Bytes a guest agent may add to its address space after it started.
+#: Bytes a guest agent may add to its address space, and to its private
+#: writable memory, after it started (32- and 64-bit guests alike).
 MEMORY_LIMIT = 1 << 30
 #: Bytes an agent may write to a file (its stderr, which the host reads).
 STDERR_LIMIT = 1 << 20
@@ -309,18 +312,37 @@ def _confine_and_exec(argv: list[str], fds: dict[int, int]) -> None:
     raise OSError(ctypes.get_errno(), f"execve {program}")
 
 
+#: Bytes a confined native child may add to a regular file it was given
+#: as its stdout or stderr (``RLIMIT_FSIZE`` past the larger one's size).
+OUTPUT_LIMIT = 1 << 30
+
+
 def confine_native(keep: tuple[int, ...] = (),
-                   read: tuple[str, ...] = ()) -> None:
+                   read: tuple[str, ...] = (), stdio: bool = False) -> None:
     """Confine this process, a forked child about to run native code that
-    is not trusted (a system library's constructors and functions), for
-    the rest of its life, as a guest agent is: the same system-call filter
-    without ``execve``, whose refused calls fail with ``EPERM`` rather than
-    trap; ``PR_SET_NO_NEW_PRIVS``; Landlock (reading and executing only
-    what an agent may read and the paths ``read``; no TCP, no signals out);
-    a network namespace of its own where one can be made; no core files;
-    no file may grow (``RLIMIT_FSIZE`` 0). Descriptors 0-2 become
-    ``/dev/null`` and every other descriptor but those in ``keep`` is
-    closed, so the code cannot write to files this process had open.
+    is not trusted (a kernel, a plugin, a system library's constructors and
+    functions), for the rest of its life, as a guest agent is: the same
+    system-call filter without ``execve``, whose refused calls fail with
+    ``EPERM`` rather than trap (no file made, changed, renamed or removed,
+    no file opened for writing, no socket, no process or program started,
+    no signal to another process, no ``ptrace``); threads (``clone`` with
+    ``CLONE_THREAD``), memory, the clock, reading and writing the
+    descriptors it keeps stay allowed; ``PR_SET_NO_NEW_PRIVS``; Landlock
+    (reading and executing only what an agent may read and the paths
+    ``read``; no TCP, no signals out); a network namespace of its own where
+    one can be made; no core files.
+
+    Args:
+        keep: descriptors above 2 that stay open (e.g. the pipe to the
+            parent); every other one is closed, so the code cannot write to
+            files this process had open.
+        read: files and directories it may read (and execute) besides the
+            platform's libraries.
+        stdio: False: descriptors 0-2 become ``/dev/null`` and no file may
+            grow (``RLIMIT_FSIZE`` 0). True: stdin becomes ``/dev/null``,
+            stdout and stderr stay connected (a plugin may print, as IREE's
+            system-plugin sample does), and a regular file among them may
+            grow by at most :data:`OUTPUT_LIMIT` bytes.
 
     Raises:
         EngineError: no system-call filter can be made on this machine.
@@ -328,7 +350,7 @@ def confine_native(keep: tuple[int, ...] = (),
     """
     require()
     null = os.open("/dev/null", os.O_RDWR)
-    for number in (0, 1, 2):
+    for number in ((0,) if stdio else (0, 1, 2)):
         if null != number:
             os.dup2(null, number)
     if null > 2:
@@ -340,13 +362,23 @@ def confine_native(keep: tuple[int, ...] = (),
                 os.close(fd)
             except OSError:
                 pass
+    grow = 0
+    if stdio:
+        grow = OUTPUT_LIMIT
+        for fd in (1, 2):
+            try:
+                grow = max(grow, os.fstat(fd).st_size + OUTPUT_LIMIT)
+            except OSError:
+                pass
     # Built before Landlock, which leaves the Python library unreadable.
     sc, _ = _seccomp()
     assert sc is not None   # require() above
     seccomp_filter = _filter(os.getpid(), None, sc.ERRNO(_EPERM))
     _new_network()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if hard == resource.RLIM_INFINITY or hard > grow:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (grow, grow))
     if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
     _landlock(None, tuple(read))
@@ -371,22 +403,40 @@ def spawn(argv: list[str], fds: dict[int, int], stderr) -> subprocess.Popen:
 
 
 def bound_memory(pid: int, limit: int = MEMORY_LIMIT) -> None:
-    """Bound agent ``pid``'s address space to its present size plus
-    ``limit`` bytes (``RLIMIT_AS``). Does nothing if the process is gone."""
+    """Bound agent ``pid``'s memory: its address space to its present size
+    plus ``limit`` bytes (``RLIMIT_AS``) and its private writable memory
+    (the kernel's ``data_vm``, ``VmData`` in ``/proc/<pid>/status``) to its
+    present size plus ``limit`` bytes (``RLIMIT_DATA``, which the kernel
+    applies to every private writable ``mmap``, ``mprotect`` and ``brk``
+    since Linux 4.7).
+
+    The second bound is the one that holds on 32-bit guests: qemu-user
+    reserves a 32-bit guest's whole 4 GiB address space (``PROT_NONE``)
+    when it starts, so a guest's ``mmap`` reuses that reservation and
+    never grows the address space, while the pages it makes writable
+    count in ``data_vm``. Guest memory shared with the host (the
+    ``memfd``) counts in neither. A guest past the bound gets ``ENOMEM``
+    from ``mmap``; qemu-user past it aborts and the call fails with the
+    agent's death. Does nothing if the process is gone.
+    """
     try:
+        sizes: dict[bytes, int] = {}
         with open(f"/proc/{pid}/status", "rb") as f:
             for line in f:
-                if line.startswith(b"VmSize:"):
-                    size = int(line.split()[1]) * 1024
-                    break
-            else:
-                return
-        resource.prlimit(pid, resource.RLIMIT_AS, (size + limit, size + limit))
+                key = line.split(b":", 1)[0]
+                if key in (b"VmSize", b"VmData"):
+                    sizes[key] = int(line.split()[1]) * 1024
+        if len(sizes) != 2:
+            return
+        bound = sizes[b"VmData"] + limit
+        resource.prlimit(pid, resource.RLIMIT_DATA, (bound, bound))
+        bound = sizes[b"VmSize"] + limit
+        resource.prlimit(pid, resource.RLIMIT_AS, (bound, bound))
     except (OSError, ValueError):
         pass
 
 
-__all__ = ["ALLOWED", "MEMORY_LIMIT", "STDERR_LIMIT", "PROTECTED_FDS",
+__all__ = ["ALLOWED", "MEMORY_LIMIT", "OUTPUT_LIMIT", "STDERR_LIMIT", "PROTECTED_FDS",
            "status", "require", "agent_fds", "spawn", "confine_native",
            "bound_memory",
            "landlock_abi"]
