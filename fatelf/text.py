@@ -99,3 +99,31 @@ def printable_lines(text: str | bytes | None, label: str,
     if len(lines) > max_lines:
         shown.append(f"{label}... ({len(lines) - max_lines} more lines)")
     return "\n".join(shown)
+
+
+def for_terminal(text: str, prog: str | None = None) -> str:
+    """A message of the tool itself (possibly several lines: a fault
+    report) made safe to print, as the last line of defence of a command
+    line's top-level printer: every control character but newline and tab
+    (C0, DEL, C1), every line or paragraph separator and every lone
+    surrogate is escaped as :func:`printable` does; text already escaped
+    is left as it is. With ``prog`` (e.g. ``"hal-cpu"``), a line after the
+    first that starts with ``prog:`` is indented with ``"| "``, so that no
+    line but the first reads as the tool's own."""
+    out = []
+    for ch in str(text):
+        if ch in "\n\t" or ch == "\\":
+            out.append(ch)
+        elif 0xDC80 <= ord(ch) <= 0xDCFF:
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
+        elif _unsafe(ch):
+            out.append(_escape(ch))
+        else:
+            out.append(ch)
+    shown = "".join(out)
+    if prog is None or "\n" not in shown:
+        return shown
+    first, *rest = shown.split("\n")
+    mark = prog + ":"
+    return "\n".join([first] + ["| " + line if line.lstrip().startswith(mark)
+                                else line for line in rest])

@@ -22,6 +22,7 @@ import sys
 from typing import Any, Callable
 
 from fatelf.errors import PortableKernelError
+from fatelf.text import for_terminal
 
 __all__ = ["COMMANDS", "ArgumentParser", "build_parser", "main", "option_key"]
 
@@ -185,12 +186,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def error_line(exc) -> str:
+    """``hal-cpu: error: <exc>`` as printed on stderr: control characters
+    (but newline and tab) escaped, and no line after the first reading as
+    one of the tool's own (:func:`fatelf.text.for_terminal`), whatever
+    text of a program or guest the message quotes."""
+    return for_terminal(f"hal-cpu: error: {exc}", "hal-cpu")
+
+
 def main(argv=None) -> int:
     args = build_parser(_command_of(argv)).parse_args(argv)
     try:
         return _command(args.command)[1](args)
     except PortableKernelError as exc:
-        print(f"hal-cpu: error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("hal-cpu: interrupted", file=sys.stderr)
