@@ -12,9 +12,18 @@ kernel the array's own memory.
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import threading
+import weakref
+from typing import Callable
+
 import numpy as np
 
-from elfloader.backend.guarded import ALIGN
+from elfloader.backend.guarded import ALIGN, CANARY_PREFIX, RangePool, layout
+
+_PAGE = mmap.PAGESIZE
+_memmove = ctypes.memmove
 
 #: Alignment of every binding a kernel sees, in bytes: the backends' guarded
 #: range alignment (IREE's buffer alignment).
@@ -106,6 +115,86 @@ def asarray(data, dtype=None) -> np.ndarray:
 def is_aligned(array: np.ndarray) -> bool:
     """Whether ``array``'s data starts on a 64-byte boundary."""
     return array.__array_interface__["data"][0] % BINDING_ALIGNMENT == 0
+
+
+class _Reservation:
+    """The owner of one guarded reservation: the arrays over its range
+    keep it alive (as their ``base``); when it goes, the reservation
+    returns to the pool."""
+
+    __slots__ = ("__array_interface__", "__weakref__")
+
+
+#: Bytes of released guarded reservations kept for reuse (per process).
+GUARDED_POOL_BYTES = 64 << 20
+_guard_lock = threading.Lock()
+_guard_pool = RangePool(GUARDED_POOL_BYTES)
+#: weak reference to a live reservation's owner -> (base, total, on_free)
+_guard_live: dict = {}
+
+
+def _guard_give_back(ref) -> None:
+    base, total, on_free = _guard_live.pop(ref)
+    with _guard_lock:
+        kept = _guard_pool.give(base, total)
+    if not kept:
+        from elfloader.backend.native import unmap
+        unmap(base, total)
+    if on_free is not None:
+        on_free()
+
+
+def guarded_bytes(size: int, on_free: Callable[[], None] | None = None
+                  ) -> np.ndarray:
+    """``size`` uninitialized bytes of host memory (a writable uint8
+    array) that a native kernel may bind in place and cannot read or
+    write far past: 64-byte aligned (:data:`BINDING_ALIGNMENT`), placed
+    as every binding (:func:`elfloader.backend.guarded.layout`: fewer
+    than 64 bytes of canary, then an inaccessible guard page; a guard
+    page also lies below the first page), so that a kernel running off
+    the end of the buffer faults (SIGSEGV) instead of reading or writing
+    other memory of the process.
+
+    Reservations are pooled by size class (:class:`RangePool`, up to
+    :data:`GUARDED_POOL_BYTES` kept): a new one costs an ``mmap`` and two
+    ``mprotect`` calls, a reused one none.
+
+    Args:
+        size: bytes (0 or more).
+        on_free: called once when the memory is given back (the last
+            array over it is gone), e.g. to uncount it from a budget.
+
+    Returns:
+        A uint8 ``numpy.ndarray`` of ``size`` elements; every view of it
+        keeps the reservation alive.
+
+    Raises:
+        elfloader.BackendError: the host has no memory for it (``mmap``
+            failed).
+    """
+    page = _PAGE
+    start, guard, total = layout(size, page, BINDING_ALIGNMENT, 0, True)
+    with _guard_lock:
+        base = _guard_pool.take(total)
+    if base is None:
+        from elfloader.backend.native import map_guarded
+        base = map_guarded(total, (0, guard))
+    address = base + start
+    tail = guard - start - size
+    if tail:
+        _memmove(address + size, CANARY_PREFIX[tail], tail)
+    owner = _Reservation()
+    owner.__array_interface__ = {"shape": (size,), "typestr": "|u1",
+                                 "data": (address, False), "version": 3}
+    _guard_live[weakref.ref(owner, _guard_give_back)] = (base, total, on_free)
+    return np.asarray(owner)
+
+
+def guarded_pages(size: int) -> int:
+    """Bytes of memory (between its guard pages) a :func:`guarded_bytes`
+    array of ``size`` bytes takes: what a memory budget counts for it."""
+    start, guard, total = layout(size, _PAGE, BINDING_ALIGNMENT, 0, True)
+    return guard - _PAGE
 
 
 def default_memory_limit() -> int:

@@ -53,6 +53,39 @@ _addressof = ctypes.addressof
 _WORD = ctypes.c_uint64 if ctypes.sizeof(ctypes.c_void_p) == 8 else ctypes.c_uint32
 
 
+def map_guarded(total: int, guards: tuple[int, ...]) -> int:
+    """Map ``total`` bytes (a multiple of the page size) of anonymous
+    read/write memory in this process, the page at each offset of
+    ``guards`` made inaccessible (an access there is SIGSEGV); returns its
+    address. Free it with :func:`unmap`. The memory of
+    :func:`hal_cpu.arrays.guarded_bytes`: host buffers a native dispatch
+    binds in place end before such a page (see :mod:`.guarded`).
+
+    Raises:
+        BackendError: ``mmap`` or ``mprotect`` failed (``value``: bytes).
+    """
+    addr = _mmap(None, total, mmap.PROT_READ | mmap.PROT_WRITE,
+                 mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    if addr is None or addr == _MAP_FAILED:
+        err = ctypes.get_errno()
+        raise BackendError(f"mmap of {total} bytes failed: {os.strerror(err)}",
+                           field="map_guarded", value=total)
+    page = mmap.PAGESIZE
+    for offset in guards:
+        if _mprotect(addr + offset, page, 0) != 0:     # PROT_NONE
+            err = ctypes.get_errno()
+            _munmap(addr, total)
+            raise BackendError(f"mprotect of a guard page failed: "
+                               f"{os.strerror(err)}", field="map_guarded",
+                               value=total)
+    return addr
+
+
+def unmap(address: int, total: int) -> None:
+    """Unmap ``total`` bytes at ``address`` (from :func:`map_guarded`)."""
+    _munmap(address, total)
+
+
 class NativeBackend(Backend):
     """Runs host-architecture code in this process.
 

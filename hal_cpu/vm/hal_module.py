@@ -25,10 +25,16 @@ Python callables, as IREE's local CPU device (``local-task``) behaves:
   canaries and copies the writable bindings back; grids that would take
   longer than a chunk at their last pace, overlapping bindings, a time
   limit or several workers go through :meth:`hal_cpu.Executable.dispatch`;
-* small allocations are carved from shared 64-byte-aligned slabs, and
-  storage given back by ``queue.dealloca`` serves the next allocation of
-  its size; read-only data a program imports is copied once (kernels may
-  write imports in place);
+* every buffer's storage is 64-byte aligned and ends before an
+  inaccessible guard page (:func:`hal_cpu.arrays.guarded_bytes`; fewer
+  than 64 bytes of canary between), so a native kernel running past a
+  buffer faults instead of returning other memory as a result; storage
+  given back by ``queue.dealloca`` serves the next allocation of its size,
+  and released reservations are pooled by size class; read-only data a
+  program imports is copied once (kernels may write imports in place);
+  every allocation counts against the program's memory limit
+  (:class:`~hal_cpu.vm.refs.MemoryBudget`, shared with the VM's own
+  buffers and lists) before it is made;
 * every queue operation runs when its wait fence is reached (at once for
   the usual already-signalled or null fence; otherwise when the program
   signals that fence) and then signals its signal fence, so
@@ -48,7 +54,6 @@ from __future__ import annotations
 import ctypes
 import fnmatch
 import threading
-import weakref
 from time import perf_counter as _perf_counter
 from typing import Any, Callable, cast
 
@@ -70,7 +75,7 @@ from ..dispatch import (
     cpu_leases,
 )
 from ..dispatch_policy import check_timeout, host_workers
-from .refs import VmBuffer, VmStatusError
+from .refs import MemoryBudget, VmBuffer, VmStatusError
 
 _memmove = ctypes.memmove
 
@@ -122,10 +127,9 @@ DEVICE_ID = "local-task"
 
 #: Largest allocation a program may make, in bytes.
 MAX_ALLOCATION = 1 << 40
-#: Allocations up to this many bytes are carved from shared slabs of
-#: SLAB_BYTES (each chunk 64-byte aligned).
+#: Results up to this many bytes are copied out to the caller; larger
+#: ones are handed over without a copy.
 SLAB_CHUNK_MAX = 1 << 14
-SLAB_BYTES = 1 << 18
 
 _STATUS_NAMES = {
     0: "OK", 1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT",
@@ -797,10 +801,6 @@ class HalModule:
         # (dtype, shape) of inputs and (dims, element type) of results seen
         self._inputs: dict[tuple, tuple] = {}
         self._outputs: dict[tuple, tuple] = {}
-        self._slab_lock = threading.Lock()
-        self._slab: Any = None        # (an array once the first is made)
-        self._slab_address = 0
-        self._slab_used = SLAB_BYTES
         if memory_limit is None:
             memory_limit = default_memory_limit()
         if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) \
@@ -808,8 +808,8 @@ class HalModule:
             raise ValueError(f"memory_limit {memory_limit!r} is not a positive "
                              "number of bytes")
         self.memory_limit = memory_limit
-        self._live = 0
-        self._mem_lock = threading.Lock()
+        #: the program's one memory limit (every VM allocation counts)
+        self.memory = MemoryBudget(memory_limit)
         self._features = self._cpu_features()
         self._closed = False
         #: a list to append a :class:`DispatchRecord` to for every dispatch
@@ -968,46 +968,37 @@ class HalModule:
 
     def _charge(self, nbytes: int, what: str) -> None:
         """Count ``nbytes`` against :attr:`memory_limit`, or raise."""
-        with self._mem_lock:
-            live = self._live
-            if live + nbytes > self.memory_limit:
-                raise _status(RESOURCE_EXHAUSTED, (
-                    f"{what}: {nbytes} bytes would take the program's buffers "
-                    f"past its memory limit of {self.memory_limit} bytes ({live} "
-                    "in use); raise it with --memory_limit or "
-                    "load_program(memory_limit=)"))
-            self._live = live + nbytes
+        self.memory.charge(nbytes, what)
 
     def _uncharge(self, nbytes: int) -> None:
-        with self._mem_lock:
-            self._live -= nbytes
+        self.memory.uncharge(nbytes)
 
     def _new_storage(self, size: int, what: str = "allocation") -> tuple[np.ndarray, int]:
-        """Uninitialized 64-byte-aligned bytes and their address: small
-        sizes carved from a slab (several allocations share one
-        :func:`hal_cpu.arrays.empty` array, freed when none is used), large
-        ones an array each."""
-        if size > SLAB_CHUNK_MAX:
-            self._charge(size, what)
-            try:
-                array = _arrays.empty(size, np.uint8)
-            except MemoryError:
-                self._uncharge(size)
-                raise _status(RESOURCE_EXHAUSTED, f"{what}: {size} bytes: the "
-                              "host has no memory for them") from None
-            weakref.finalize(array, self._uncharge, size)
-            return array, array.ctypes.data
-        step = (size + 63) & ~63 or 64
-        with self._slab_lock:
-            at = self._slab_used
-            if at + step > SLAB_BYTES:
-                self._charge(SLAB_BYTES, what)
-                slab = _arrays.empty(SLAB_BYTES, np.uint8)
-                weakref.finalize(slab, self._uncharge, SLAB_BYTES)
-                self._slab, self._slab_address = slab, slab.ctypes.data
-                at = 0
-            self._slab_used = at + step
-            return self._slab[at:at + size], self._slab_address + at
+        """Uninitialized 64-byte-aligned bytes and their address, counted
+        against the memory limit: a :func:`hal_cpu.arrays.guarded_bytes`
+        array each, ending before an inaccessible guard page (fewer than
+        64 bytes of canary between), so that a kernel bound to it natively
+        faults rather than reading or writing past it; reservations are
+        pooled by size class, so a repeated allocation makes no system
+        call.
+
+        Raises:
+            VmStatusError: RESOURCE_EXHAUSTED past the memory limit, or when
+                the host has no memory for it.
+        """
+        if size < 0 or size > MAX_ALLOCATION:
+            raise _status(RESOURCE_EXHAUSTED, f"{what}: {size} bytes is not an "
+                          f"allocation size (at most {MAX_ALLOCATION})")
+        pages = _arrays.guarded_pages(size)
+        memory = self.memory
+        memory.charge(pages, what)
+        try:
+            array = _arrays.guarded_bytes(size, lambda: memory.uncharge(pages))
+        except (MemoryError, elfloader.ElfError):
+            memory.uncharge(pages)
+            raise _status(RESOURCE_EXHAUSTED, f"{what}: {size} bytes: the "
+                          "host has no memory for them") from None
+        return array, array.ctypes.data
 
     def _release(self, buf: Buffer) -> None:
         root = buf.root
@@ -1134,16 +1125,14 @@ class HalModule:
             array, address = self._new_storage(length, "hal.allocator.import")
             array[:] = np.frombuffer(source.data, np.uint8, length, offset)
         else:
-            address = array.ctypes.data if length else 0
-            if address % _arrays.BINDING_ALIGNMENT:
-                # Kernels assume 64-byte-aligned bindings: a try-import
-                # fails (the program copies into an allocation), an import
-                # copies.
-                if try_:
-                    return None
-                copy, address = self._new_storage(length, "hal.allocator.import")
-                copy[:] = array
-                array = copy
+            # Kernels bind buffers in place natively, and only storage that
+            # ends before a guard page may be bound: a try-import fails (the
+            # program copies into an allocation), an import copies.
+            if try_:
+                return None
+            copy, address = self._new_storage(length, "hal.allocator.import")
+            copy[:] = array
+            array = copy
         memory = (_u32(memory_types) & ~MEMORY_TYPE_OPTIMAL) | MEMORY_TYPE_CPU
         return Buffer(array, address, memory, usage | USAGE_CPU)
 

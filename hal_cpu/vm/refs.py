@@ -7,9 +7,13 @@ an import that fails) raises :class:`VmStatusError`.
 
 from __future__ import annotations
 
+import threading
+
+from fatelf.text import printable
+
 from ..errors import HalCpuError
 
-__all__ = ["VmBuffer", "VmList", "VmStatusError", "VmError"]
+__all__ = ["VmBuffer", "VmList", "VmStatusError", "VmError", "MemoryBudget"]
 
 
 class VmError(HalCpuError):
@@ -20,14 +24,17 @@ class VmStatusError(VmError):
     """A VM function failed with an IREE status (``vm.fail``, a failing
     import): ``code`` is the status code (``iree_status_code_t``:
     3 INVALID_ARGUMENT, 5 NOT_FOUND, 9 FAILED_PRECONDITION, 13 INTERNAL...),
-    ``message`` its text, ``location`` the ``file:line:column`` of the op
+    ``message`` its text (as the program gave it; the error's text shows
+    it escaped, :func:`fatelf.text.printable`), ``location`` the ``file:line:column`` of the op
     when the module has debug information (else None)."""
 
     def __init__(self, code: int, message: str, location: str | None = None, *,
                  name: str | None = None):
         self.code, self.location = code, location
-        at = f"{location}: " if location else ""
-        super().__init__(f"{at}{message}", name=name,
+        # The message and location are the program's text: shown escaped,
+        # on one bounded line.
+        at = f"{printable(location, 200)}: " if location else ""
+        super().__init__(f"{at}{printable(message)}", name=name,
                          field=STATUS_NAMES.get(code, f"status {code}"), value=code)
         self.message = message
 
@@ -53,6 +60,55 @@ STATUS_NAMES = {1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT",
                 18: "INCOMPATIBLE"}
 
 
+#: ``iree_status_code_t`` RESOURCE_EXHAUSTED: what a request past the
+#: memory limit fails with.
+RESOURCE_EXHAUSTED = 8
+
+
+class MemoryBudget:
+    """The one memory limit of a program: every allocation the VM makes
+    for it (HAL buffers, VM buffers, lists and their elements,
+    copies of read-only data, host-module results) is counted here before
+    it is made, and uncounted when it is freed.
+
+    Args:
+        limit: bytes the program may hold at once (a positive int).
+
+    Attributes:
+        limit: the limit, bytes; live: bytes counted now.
+    """
+
+    __slots__ = ("limit", "live", "_lock")
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.live = 0
+        self._lock = threading.Lock()
+
+    def charge(self, nbytes: int, what: str) -> None:
+        """Count ``nbytes`` more.
+
+        Raises:
+            VmStatusError: RESOURCE_EXHAUSTED, naming ``what`` and the size,
+                when they would take the live bytes past :attr:`limit`
+                (nothing is counted then).
+        """
+        with self._lock:
+            live = self.live
+            if nbytes < 0 or live + nbytes > self.limit:
+                raise VmStatusError(RESOURCE_EXHAUSTED, (
+                    f"{what}: {nbytes} bytes would take the program's buffers "
+                    f"past its memory limit of {self.limit} bytes ({live} in "
+                    "use); raise it with --memory_limit or "
+                    "load_program(memory_limit=)"))
+            self.live = live + nbytes
+
+    def uncharge(self, nbytes: int) -> None:
+        """Count ``nbytes`` fewer (they were freed)."""
+        with self._lock:
+            self.live -= nbytes
+
+
 class VmBuffer:
     """A ``!vm.buffer``: bytes with a read-only flag.
 
@@ -62,7 +118,7 @@ class VmBuffer:
         name: what the buffer is, for messages (e.g. ``rodata[4]``).
     """
 
-    __slots__ = ("data", "readonly", "name")
+    __slots__ = ("data", "readonly", "name", "__weakref__")
 
     #: the VM type name (``vm.cast.any.ref`` checks it)
     vm_type = "!vm.buffer"
@@ -89,7 +145,7 @@ class VmList(list):
     with the list's element type name (e.g. ``?``, ``i32``,
     ``!hal.buffer_view``) in :attr:`element_type`."""
 
-    __slots__ = ("element_type",)
+    __slots__ = ("element_type", "charged", "__weakref__")
 
     #: the VM type name (``vm.cast.any.ref`` checks it)
     vm_type = "!vm.list"
@@ -97,3 +153,6 @@ class VmList(list):
     def __init__(self, element_type: str = "?", items=()):
         super().__init__(items)
         self.element_type = element_type
+        #: ``[bytes]`` counted against a :class:`MemoryBudget` for its
+        #: slots (a list made by the program), or None
+        self.charged: list | None = None
