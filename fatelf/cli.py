@@ -32,6 +32,13 @@ written next to it and renamed over it, so a failure leaves it intact).
 ``join``, ``select`` and ``extract`` write an ELF or a bundle to stdout when
 ``-o`` is not given; they refuse to when stdout is a terminal.
 
+No output path is followed or replaced when it is a symlink (another user
+may have planted it pointing at a file of yours): the command fails with
+:class:`fatelf.private_dirs.UnsafePathError` naming the path, and ``split``
+checks every path before writing the first. Files are written as a new file
+in the destination folder and renamed over the path (a FIFO or device such
+as ``/dev/null`` is written in place).
+
 Exit status: 0 on success; 1 on invalid input, an unreadable or unwritable
 file or a failed check (a one-line ``fatelf: <reason>`` on stderr), and,
 quietly, when stdout is closed early; 2 on usage errors, including binary
@@ -42,9 +49,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
+import secrets
+import stat
 import sys
-import tempfile
 from importlib import metadata
 from pathlib import Path
 
@@ -53,9 +60,11 @@ from .arches import host, machine_name, osabi_name
 from .elf import elf_target
 from .errors import FatElfInputError, PortableKernelError
 from .format import BYTE_ORDER_CODES, WORD_SIZE_CODES, FatElf, is_fatelf, read_file, read_table
+from .private_dirs import UnsafePathError
 
 PROG = "fatelf"
 DISTRIBUTION = "portable-kernel-runtime"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 TERMINAL_REFUSAL = "refusing to write binary data to a terminal; use -o FILE or redirect"
 
 
@@ -68,28 +77,87 @@ def _load(path: str) -> FatElf:
     return FatElf.parse(_read(path), path)
 
 
-def _write(path: str | None, data: bytes) -> None:
+def _output_target(path: str | os.PathLike) -> os.stat_result | None:
+    """What is at output ``path`` now (``lstat``), or None when nothing is.
+
+    Raises:
+        UnsafePathError: it is a symlink (never followed or replaced: it may
+            point at a file another user wants overwritten) or a directory.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePathError(
+            f"the output path is a symlink (to {os.readlink(path)!r}); refusing to "
+            f"write through it or replace it: remove it or choose another path",
+            name=os.fspath(path), field="output", value=os.readlink(path))
+    if stat.S_ISDIR(st.st_mode):
+        raise UnsafePathError("the output path is a directory", name=os.fspath(path),
+                              field="output", value=stat.filemode(st.st_mode))
+    return st
+
+
+def _write(path: str | os.PathLike | None, data: bytes) -> None:
+    """Write ``data`` to stdout (``path`` None) or to ``path``.
+
+    A new or regular file is written as a new file in its folder
+    (``O_EXCL``, never following a symlink) and renamed over ``path``, so a
+    failure leaves what was there; an existing regular file keeps its mode.
+    A FIFO or device (``/dev/null``) is written in place, opened with
+    ``O_NOFOLLOW``.
+
+    Raises:
+        UnsafePathError: ``path`` is a symlink or a directory.
+        OSError: the file cannot be written.
+    """
     if path is None:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
-    with open(path, "wb") as f:
-        f.write(data)
-
-
-def _rewrite(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically, keeping its permissions."""
+    st = _output_target(path)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        fd = os.open(path, os.O_WRONLY | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".fatelf-", dir=directory)
+    base = os.path.basename(path)
+    while True:
+        tmp = os.path.join(directory, f".{base}.{secrets.token_hex(6)}.fatelf-tmp")
+        try:
+            # mode 0666 less the umask, as open() would make it
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW
+                         | getattr(os, "O_CLOEXEC", 0), 0o666)
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        shutil.copymode(path, tmp)
+        if st is not None:
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        _output_target(path)    # still no symlink there
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        if os.path.lexists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _rewrite(path: str, data: bytes) -> None:
+    """Replace the bundle ``path`` with ``data`` atomically, keeping its
+    permissions (:func:`_write`).
+
+    Raises:
+        UnsafePathError: ``path`` is a symlink (or not a regular file).
+    """
+    st = _output_target(path)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise UnsafePathError("the bundle to rewrite in place is not a regular file",
+                              name=path, field="output", value=stat.filemode(st.st_mode))
+    _write(path, data)
 
 
 def cmd_join(args) -> int:
@@ -103,9 +171,12 @@ def cmd_split(args) -> int:
     outdir = Path(args.output_dir) if args.output_dir else Path(args.fat).parent
     outdir.mkdir(parents=True, exist_ok=True)
     stem = Path(args.fat).stem
-    for label, (_, elf) in zip(targets.target_names(fat), fat.split()):
-        path = outdir / f"{stem}_{label.replace(':', '_')}.so"
-        path.write_bytes(elf)
+    outputs = [(outdir / f"{stem}_{label.replace(':', '_')}.so", elf)
+               for label, (_, elf) in zip(targets.target_names(fat), fat.split())]
+    for path, _ in outputs:     # every path checked before the first is written
+        _output_target(path)
+    for path, elf in outputs:
+        _write(path, elf)
         print(path)
     return 0
 

@@ -50,7 +50,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from fatelf import arches
+from fatelf import arches, private_dirs
 from fatelf.arches import ArchInfo
 
 from .errors import HalCpuError
@@ -108,8 +108,9 @@ DEBUG_LINK_FLAGS: tuple[str, ...] = tuple(
 #: The entry point every plugin exports.
 PLUGIN_QUERY = "iree_hal_executable_plugin_query"
 
-#: Default ``ZIG_GLOBAL_CACHE_DIR`` (an existing environment value wins).
-CACHE_DIR = Path(tempfile.gettempdir()) / "portable_kernel_runtime_zig_cache"
+#: The folder of :func:`cache_dir` in the runtime's private cache
+#: (:func:`fatelf.private_dirs.cache_folder`).
+CACHE_FOLDER = "zig"
 
 
 class ZigBuildError(HalCpuError):
@@ -162,6 +163,27 @@ def require_zig() -> None:
                             f"ziglang=={ZIG_VERSION}", field="ziglang")
 
 
+def cache_dir() -> Path:
+    """zig's global cache, ``ZIG_GLOBAL_CACHE_DIR`` of every build command
+    unless the environment sets it: ``<cache home>/portable-kernel-runtime/zig``
+    (``$XDG_CACHE_HOME`` or ``~/.cache``), or, without a writable cache
+    home, ``<temp>/portable-kernel-runtime-<uid>/zig``; created ``0700`` and
+    checked each time (:func:`fatelf.private_dirs.cache_folder`), since what
+    zig finds there goes into the objects it builds.
+
+    Raises:
+        ZigBuildError: a folder on the way is a symlink, someone else's or
+            writable by others (``field`` ``cache.<what>``), or none can be
+            created (``field`` ``ZIG_GLOBAL_CACHE_DIR``).
+    """
+    try:
+        return private_dirs.cache_folder(CACHE_FOLDER, ZigBuildError)
+    except OSError as exc:
+        raise ZigBuildError(f"cannot create zig's cache folder: {exc.strerror or exc}",
+                            name=exc.filename, field="ZIG_GLOBAL_CACHE_DIR",
+                            value=exc.filename) from None
+
+
 def zig_command() -> list[str]:
     """``[python, -m, ziglang]``: prefix of ``cc`` and ``ld.lld`` commands."""
     return [sys.executable, "-m", "ziglang"]
@@ -171,11 +193,13 @@ def run(cmd: Sequence[str], cwd: Path | str) -> None:
     """Run a build command in ``cwd``.
 
     Raises:
-        ZigBuildError: non-zero exit (the message holds its output) or the
-            program could not be started.
+        ZigBuildError: non-zero exit (the message holds its output), the
+            program could not be started, or zig's cache folder fails its
+            checks (:func:`cache_dir`).
     """
     env = dict(os.environ)
-    env.setdefault("ZIG_GLOBAL_CACHE_DIR", str(CACHE_DIR))
+    if not env.get("ZIG_GLOBAL_CACHE_DIR"):
+        env["ZIG_GLOBAL_CACHE_DIR"] = str(cache_dir())
     try:
         proc = subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True,
                               text=True)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence, Union
 
-from fatelf import arches
+from fatelf import arches, private_dirs
 
 from .errors import CompileError, IreeToolError
 
@@ -199,6 +199,91 @@ def _iree_lld() -> Path | None:
     return None
 
 
+#: Folder of the linker launchers in the shared temporary folder, under
+#: :func:`fatelf.private_dirs.temp_root`; used only when neither the cache
+#: directory given nor :func:`default_cache_dir` is safe to hand to a shell.
+TEMP_LAUNCHER_FOLDER = "iree-compile"
+
+
+def _cache_root(out_dir: PathLike | None) -> Path:
+    """The cache directory ``out_dir``, created and checked: a directory of
+    this user that group and others cannot write (when given), or the
+    private :func:`default_cache_dir` (``0700``, created so).
+
+    Raises:
+        IreeToolError: the folder is a symlink, someone else's or writable
+            by others (``field`` ``cache_dir.<what>``).
+        OSError: it cannot be created.
+    """
+    if out_dir is None:
+        default = default_cache_dir()
+        return private_dirs.private_dir(default, IreeToolError, root=default.parent,
+                                        field="cache_dir")
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    private_dirs.check_private_dir(folder.resolve(), IreeToolError, field="cache_dir",
+                                   readable=True)
+    return folder
+
+
+def _launcher_root(tool_dir: PathLike | None) -> Path:
+    """The checked folder the linker launchers live in: the first of
+    ``tool_dir`` (when given), :func:`default_cache_dir` and
+    ``<temp>/portable-kernel-runtime-<uid>/iree-compile`` whose absolute
+    path a shell takes unquoted.
+
+    Raises:
+        IreeToolError: that folder fails :func:`_cache_root`'s or
+            :func:`fatelf.private_dirs.private_dir`'s checks, or no
+            candidate's path is shell-safe (``field`` ``cache_dir``).
+    """
+    tried = []
+    for given in ([tool_dir] if tool_dir is not None else []) + [None]:
+        path = Path(given) if given is not None else default_cache_dir()
+        if _SHELL_SAFE.fullmatch(str(path.resolve())):
+            try:
+                return _cache_root(given).resolve()
+            except OSError:
+                if given is not None:
+                    raise
+                continue    # no writable cache home: the temporary folder
+        tried.append(str(path.resolve()))
+    root = private_dirs.temp_root()
+    folder = root / TEMP_LAUNCHER_FOLDER
+    if not _SHELL_SAFE.fullmatch(str(folder.resolve())):
+        tried.append(str(folder.resolve()))
+        raise IreeToolError(
+            "no folder for the linker launcher has a path iree-compile can pass "
+            "to the shell unquoted (letters, digits and _./+@%,:=- only); "
+            "set --cache_dir or XDG_CACHE_HOME to such a path",
+            name=tried[0], field="cache_dir", value=tried)
+    return private_dirs.private_dir(folder, IreeToolError, root=root,
+                                    field="cache_dir").resolve()
+
+
+def _check_launcher(folder: Path, files: dict[str, bytes]) -> None:
+    """Check a launcher folder before iree-compile runs it: the folder and
+    each file pass :mod:`fatelf.private_dirs`'s checks (this user's, not a
+    symlink, not writable by others; the folder private) and each file holds
+    exactly ``files[name]``.
+
+    Raises:
+        IreeToolError: a check failed (``field`` names the file and what).
+    """
+    private_dirs.check_private_dir(folder, IreeToolError, field="linker folder")
+    for name, data in files.items():
+        path = folder / name
+        private_dirs.check_private_file(path, IreeToolError, field=f"linker {name}")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
+            found = f.read(len(data) + 1)
+        if found != data:
+            raise IreeToolError(
+                "the file differs from what this runtime writes there; remove "
+                "the folder and run again", name=str(path),
+                field=f"linker {name}.content", value=len(found))
+
+
 def libm_linker_flags(arch: str, tool_dir: PathLike | None = None,
                       cpu: str | None = None) -> tuple[tuple[str, ...], str]:
     """The ``iree-compile`` flag that links ``arch``'s executables through
@@ -214,14 +299,24 @@ def libm_linker_flags(arch: str, tool_dir: PathLike | None = None,
     :data:`hal_cpu.runtime.LIBM_REDIRECTS` too.
 
     Writes, once, the architecture's libm object and a launcher script
-    into a directory of ``tool_dir`` (default: :func:`default_cache_dir`;
-    the temporary directory when the path is not safe to hand to a shell
-    unquoted, as iree-compile does), named by the digest of the object, the
-    linker script, the Python interpreter and ``iree-lld``.
+    into a folder ``.libm-link-<arch>-<digest>`` (``0700``, the files written
+    fresh with ``O_EXCL``), named by the digest of the object, the linker
+    script, the Python interpreter and ``iree-lld``, in the first of
+    ``tool_dir``, :func:`default_cache_dir` (``0700``) and
+    ``<temp>/portable-kernel-runtime-<uid>/iree-compile`` (``0700``) whose
+    path is safe to hand to a shell unquoted, as iree-compile does. Each of
+    those folders, the launcher's folder and its files are checked before
+    use (:mod:`fatelf.private_dirs`: this user's, not a symlink, not
+    writable by others, the files holding exactly what is written there).
 
     Returns:
         ``((flag,), digest)``, or ``((), "")`` for architectures whose
         executables need none or when ``iree-lld`` cannot be found.
+
+    Raises:
+        IreeToolError: a folder or file on the way fails those checks
+            (someone else's, a symlink, writable by others, changed), or no
+            candidate folder's path is shell-safe.
     """
     import fatelf
 
@@ -240,30 +335,32 @@ def libm_linker_flags(arch: str, tool_dir: PathLike | None = None,
     digest = hashlib.sha256(b"\0".join([
         obj, runtime.LIBM_LINKER.read_bytes(), python.encode(),
         str(lld).encode(), *(r.encode() for r in redirects)])).hexdigest()[:16]
-    folder = Path(tool_dir) if tool_dir is not None else default_cache_dir()
-    if not _SHELL_SAFE.fullmatch(str(folder.resolve())):
-        folder = Path(tempfile.gettempdir()) / f"hal_cpu-{os.getuid()}"
-    folder = folder.resolve() / f".libm-link-{info.name}-{digest}"
+    folder = _launcher_root(tool_dir) / f".libm-link-{info.name}-{digest}"
     launcher = folder / "iree-lld"
-    if not launcher.is_file():
-        folder.parent.mkdir(parents=True, exist_ok=True)
+    args = [python, str(runtime.LIBM_LINKER), str(lld), str(folder / "libm.o"),
+            *redirects]
+    script = ("#!/bin/sh\n# iree-lld with hal_cpu's libm (hal_cpu/runtime/libm_link.py)\n"
+              f"exec {' '.join(shlex.quote(a) for a in args)} \"$@\"\n").encode()
+    files = {"libm.o": obj, "iree-lld": script}
+    if not os.path.lexists(folder):
+        # written fresh into a new private folder (mkdtemp: 0700), then
+        # renamed into place whole
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
         try:
-            (tmp / "libm.o").write_bytes(obj)
-            args = [python, str(runtime.LIBM_LINKER), str(lld), str(folder / "libm.o"),
-                    *redirects]
-            (tmp / "iree-lld").write_text(
-                "#!/bin/sh\n# iree-lld with hal_cpu's libm (hal_cpu/runtime/libm_link.py)\n"
-                f"exec {' '.join(shlex.quote(a) for a in args)} \"$@\"\n")
-            (tmp / "iree-lld").chmod(0o755)
+            for name, data in files.items():
+                fd = os.open(tmp / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                             | getattr(os, "O_NOFOLLOW", 0), 0o700)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
             try:
                 os.replace(tmp, folder)
             except OSError:
-                if not launcher.is_file():   # another process won the race
+                if not os.path.lexists(folder):   # another process won the race
                     raise
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+    _check_launcher(folder, files)
     return (f"{LINKER_FLAG}={launcher}",), digest
 
 
@@ -381,7 +478,9 @@ def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = N
     directory:
 
     ``<out_dir>/<stem>-<arch>[-<cpu>]-<hash>/``, ``out_dir`` defaulting
-    to :func:`default_cache_dir`. ``<hash>`` starts the key: a SHA-256 of
+    to :func:`default_cache_dir` (created ``0700``). ``out_dir`` must be a
+    directory of this user that group and others cannot write, not a
+    symlink to someone else's (checked). ``<hash>`` starts the key: a SHA-256 of
     the source text and path (the IR's locations name the file), the flags
     and the compiler's ``--version`` output, kept in the directory's
     ``stamp.txt``; a directory whose stamp matches is reused without
@@ -402,6 +501,8 @@ def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = N
         IreeToolError: ``iree-compile`` missing or not :data:`SUPPORTED_VERSION`.
         CompileError: the compiler reported an error (message has its stderr).
         fatelf.FatElfSelectError: unknown architecture.
+        IreeToolError: also when ``out_dir`` (or a folder of the 32-bit
+            linker) is someone else's, a symlink or writable by others.
         OSError: the source cannot be read or the directory written.
     """
     info = arches.lookup(arch, runtime=True)
@@ -424,7 +525,7 @@ def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = N
     flags += link_flags
     # named by the key in any directory: two programs of one name (in
     # different directories, or one edited) never share a directory
-    out_dir = default_cache_dir() if out_dir is None else Path(out_dir)
+    out_dir = _cache_root(out_dir)
     dest = out_dir / (f"{mlir_path.stem}-{arch}"
                       + (f"-{cpu.lower()}" if cpu else "") + f"-{key[:16]}")
     stamp = dest / "stamp.txt"
@@ -434,7 +535,6 @@ def compile_program(mlir_path: PathLike, arch: str, out_dir: PathLike | None = N
 
     if not (stamp.is_file() and stamp.read_text() == key and vmfb.is_file()
             and hal.is_file()):
-        out_dir.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=out_dir))
         try:
             tdump = tmp / "binaries"

@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fatelf import private_dirs
+
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "agent.c"
 BUNDLE = HERE / "agent.sos"
@@ -44,11 +46,20 @@ CFLAGS = ("-std=c17", "-static", "-O2", "-s", "-Wall", "-Werror", "-g0",
 
 
 def build_one(arch: str, work: Path) -> bytes:
-    """The agent executable for ``arch``."""
+    """The agent executable for ``arch``.
+
+    Raises:
+        fatelf.private_dirs.UnsafePathError: zig's cache folder (when
+            ``ZIG_GLOBAL_CACHE_DIR`` is not set) is a symlink, someone
+            else's or writable by others.
+        subprocess.CalledProcessError: the compiler failed.
+    """
     out = work / f"agent_{arch}"
     env = dict(os.environ)
-    env.setdefault("ZIG_GLOBAL_CACHE_DIR",
-                   str(Path(tempfile.gettempdir()) / "portable_kernel_runtime_zig_cache"))
+    if not env.get("ZIG_GLOBAL_CACHE_DIR"):
+        # zig's cache goes into what it builds: the runtime's private cache
+        # folder, created 0700 and checked (hal_cpu.zigbuild uses the same)
+        env["ZIG_GLOBAL_CACHE_DIR"] = str(private_dirs.cache_folder("zig"))
     subprocess.run([sys.executable, "-m", "ziglang", "cc", *TARGETS[arch], *CFLAGS,
                     SOURCE.name, "-o", str(out)], cwd=HERE, env=env, check=True)
     return out.read_bytes()
