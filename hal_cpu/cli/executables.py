@@ -25,7 +25,9 @@ from ..errors import HalCpuError
 from .options import INSPECT_TIMEOUT, KILL_GRACE, MAX_SECONDS, emulation_options
 from .options import Progress as _Progress
 from .options import add_cpu_flags as _add_cpu_flags
+from .options import add_native_flag as _add_native_flag
 from .options import arch as _arch
+from .options import confinement as _confinement
 from .options import load_limit as _load_limit
 from .options import positive as _positive
 from .options import runs_natively as _runs_natively
@@ -149,10 +151,12 @@ def _run_parser(sub) -> None:
     p = sub.add_parser(
         "run", help="dispatch one export over a workgroup grid",
         description="Dispatch one export over a workgroup grid. A native "
-        "dispatch runs in a child process: if the kernel crashes, one line "
-        "names the signal and the export, then the same dispatch runs "
-        "emulated and its fault report (pc, symbol, instruction, data "
-        "address) follows.",
+        "dispatch runs in a child process, confined unless --run_native: "
+        "the kernel and its plugins cannot create or write files, open "
+        "sockets or start processes (such an attempt fails with EPERM). If "
+        "the kernel crashes, one line names the signal and the export, "
+        "then the same dispatch runs emulated and its fault report (pc, "
+        "symbol, instruction, data address) follows.",
         epilog="Exit status: 0 success, 1 error (one line on stderr) or a "
         "kernel that crashed natively, 2 usage error, 130 interrupted.")
     p.add_argument("file", help="executable library: ELF (.so), FatELF "
@@ -205,7 +209,10 @@ def _run_parser(sub) -> None:
                    "kernel crashing natively is reported instead of ending "
                    "hal-cpu (default: on when the dispatch runs natively)")
     p.add_argument("--no_isolate", dest="isolate", action="store_false",
-                   help="run the dispatch in this process, even natively")
+                   help="run the dispatch in this process, even natively: "
+                   "then native code runs with your rights, unconfined, as "
+                   "with --run_native")
+    _add_native_flag(p)
     p.add_argument("--no_diagnose", dest="diagnose", action="store_false",
                    help="after a native crash, do not run the dispatch again "
                    "emulated to show the faulting instruction")
@@ -552,6 +559,31 @@ def _diagnose(args, image, export) -> None:
               "as the host's CPU features or timing)", file=sys.stderr)
 
 
+def _plugin_paths(args) -> list[str]:
+    """The files ``--executable_plugin`` names (what a confined child reads
+    to load them)."""
+    from ..plugins import PluginSpec
+    return [PluginSpec(spec).path for spec in args.executable_plugin]
+
+
+def _checked_answer(answer, name: str):
+    """A child's ``(times, where, label, path)`` as plain data checked:
+    times a float64 array.
+
+    Raises:
+        HalCpuError: the answer has another shape (``field`` ``child``).
+    """
+    if (not isinstance(answer, tuple) or len(answer) != 4
+            or not isinstance(answer[0], list)
+            or not all(isinstance(t, float) for t in answer[0])
+            or not all(isinstance(v, str) for v in answer[1:])):
+        raise HalCpuError("the child process running the dispatch sent an "
+                          "answer of another shape", name=name, field="child",
+                          value=type(answer).__name__)
+    times, where, label, path = answer
+    return np.asarray(times, np.float64), where, label, path
+
+
 def cmd_run(args) -> int:
     from ..errors import NativeCrashError
     from ..isolate import run_in_child, shared_array
@@ -581,12 +613,20 @@ def cmd_run(args) -> int:
     native = _runs_natively(args.backend, image.arch, emulation_options(args))
     isolate = args.isolate if args.isolate is not None else native
     if isolate and hasattr(os, "fork"):
-        # The child writes the results into memory the two processes share.
+        # The child writes the results into memory the two processes share;
+        # natively it is confined (unless --run_native) and sends plain data.
+        confine = (_confinement(args, [args.file] + _plugin_paths(args))
+                   if native else None)
         arrays = [shared_array(a) for a in arrays]
+
+        def child(note):
+            times, where, label, path = _dispatch(args, image, export, arrays,
+                                                  note)
+            return [float(t) for t in times], str(where), str(label), str(path)
         try:
-            times, where, label, path = run_in_child(
-                lambda note: _dispatch(args, image, export, arrays, note),
-                name=args.file, timeout=args.timeout and args.timeout + KILL_GRACE)
+            answer = run_in_child(child, name=args.file, confine=confine,
+                                  timeout=args.timeout and args.timeout + KILL_GRACE)
+            times, where, label, path = _checked_answer(answer, args.file)
         except NativeCrashError as exc:
             print(f"hal-cpu: error: {exc}", file=sys.stderr)
             if native and args.diagnose:

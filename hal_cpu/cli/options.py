@@ -3,7 +3,8 @@
 (:func:`add_cpu_flags`, :func:`emulation_options`), time limits
 (:data:`KILL_GRACE`, :data:`MAX_SECONDS`, :data:`INSPECT_TIMEOUT`,
 :func:`load_limit`), whether a run is native (:func:`runs_natively`) and the
-progress bar (:class:`Progress`).
+progress bar (:class:`Progress`), and how a native run is confined
+(:func:`add_native_flag`, :func:`confinement`).
 
 A leaf of the command line: every module of subcommands
 (:mod:`hal_cpu.cli.executables`, :mod:`~hal_cpu.cli.modules`,
@@ -22,8 +23,9 @@ import elfloader
 from fatelf import arches
 from fatelf.errors import PortableKernelError
 
-__all__ = ["INSPECT_TIMEOUT", "KILL_GRACE", "MAX_SECONDS", "Progress", "add_cpu_flags",
-           "arch", "emulation_options", "load_limit", "positive", "runs_natively",
+__all__ = ["INSPECT_TIMEOUT", "KILL_GRACE", "MAX_SECONDS", "NATIVE_HELP", "Progress",
+           "add_cpu_flags", "add_native_flag", "arch", "confinement",
+           "emulation_options", "load_limit", "positive", "runs_natively",
            "seconds"]
 
 #: Seconds past --timeout after which an isolated child is killed (it
@@ -101,6 +103,37 @@ def runs_natively(backend: str, arch, emulation: dict | None = None) -> bool:
     host = elfloader.arch.host()
     return backend == "native" or (backend == "auto" and host is not None
                                    and arch is host and not emulation)
+
+
+#: What ``--run_native`` says in every command's help.
+NATIVE_HELP = ("run native code (kernels, plugins) with your rights, "
+               "unconfined: by default it runs in a child process confined "
+               "as an emulator's agent is (no file created or written, no "
+               "socket, no process or program started; it may allocate, "
+               "read the clock, run threads and print to stdout and "
+               "stderr)")
+
+
+def add_native_flag(p: argparse.ArgumentParser) -> None:
+    """``--run_native`` (alias ``--no_sandbox``): native code runs
+    unconfined (see :data:`NATIVE_HELP`)."""
+    p.add_argument("--run_native", "--no_sandbox", dest="run_native",
+                   action="store_true", help=NATIVE_HELP)
+
+
+def confinement(args, read=(), prepare=None):
+    """The ``confine`` of a child running native code for the command
+    ``args``: :func:`hal_cpu.isolate.confinement` reading also ``read``
+    (files or directories), or None with ``--run_native``.
+
+    Raises:
+        HalCpuError: this machine cannot confine a child (``field``
+            ``sandbox``; the message names ``--run_native``).
+    """
+    if getattr(args, "run_native", False):
+        return None
+    from ..isolate import confinement as make
+    return make(read, prepare=prepare)
 
 
 class Progress:
