@@ -24,6 +24,8 @@ import math
 
 import numpy as np
 
+from fatelf.text import printable
+
 from ..buffers import format_buffer_view
 from .host_api import HostCallError, HostModule, RawTensor, export
 
@@ -49,7 +51,9 @@ def _bytes(x) -> bytes:
 
 def _text(x) -> str:
     if isinstance(x, RawTensor):
-        return "x".join([str(d) for d in x.shape] + [x.element_type]) + "=" + x.data.hex().upper()
+        # the element type is the program's text: shown escaped
+        return ("x".join([str(d) for d in x.shape] + [printable(x.element_type, 80)])
+                + "=" + x.data.hex().upper())
     return format_buffer_view(x, 1024)
 
 
@@ -93,7 +97,7 @@ class CheckModule(HostModule):
         if isinstance(operand, RawTensor) or not (
                 operand.dtype.kind in "iu" and operand.dtype.itemsize >= 1
                 or name in ("f32", "f64")) or name == "i1":
-            raise HostCallError(f"unsupported element type {name}")
+            raise HostCallError(f"unsupported element type {printable(name, 80)}")
         flat = operand.reshape(-1)
         bad = np.flatnonzero(flat == 0)
         if bad.size:
@@ -125,7 +129,8 @@ class CheckModule(HostModule):
         if types_eq and shape_eq:
             if isinstance(lhs, RawTensor) or lhs.dtype.kind != "f" and \
                     _type_name(lhs) not in ("bf16",) and not _type_name(lhs).startswith("f8"):
-                raise HostCallError(f"unsupported element type {_type_name(lhs)}")
+                raise HostCallError(f"unsupported element type "
+                                    f"{printable(_type_name(lhs), 80)}")
             arith = np.float64 if lhs.dtype == np.float64 else np.float32
             a = lhs.reshape(-1).astype(arith).astype(np.float64)
             b = rhs.reshape(-1).astype(arith).astype(np.float64)

@@ -40,6 +40,8 @@ from urllib.parse import parse_qsl
 
 import numpy as np
 
+from fatelf.text import printable
+
 from .errors import EvaluationError
 from .host_api import (
     HOST_MODULE_ABI_VERSION,
@@ -75,25 +77,26 @@ def _module_ok(module, spec: str) -> None:
                               name=spec, field="name", value=repr(name)[:80])
     functions = module.functions
     if not isinstance(functions, Mapping):
-        raise HostModuleError(f"module '{name}': functions is a "
+        raise HostModuleError(f"module '{printable(name, 200)}': functions is a "
                               f"{type(functions).__name__} ({functions!r:.60}), not a "
                               "mapping of function names to callables", name=spec,
                               field="functions", value=type(functions).__name__)
     for fname, fn in functions.items():
         if not isinstance(fname, str) or not callable(fn):
-            raise HostModuleError(f"module '{name}': function {fname!r:.60} is "
+            raise HostModuleError(f"module '{printable(name, 200)}': function {fname!r:.60} is "
                                   f"{fn!r:.60}, not callable", name=spec,
                                   field="functions", value=repr(fname)[:80])
     types = getattr(module, "types", None) or {}
     if not isinstance(types, Mapping) or not all(
             isinstance(k, str) and isinstance(v, type) for k, v in types.items()):
-        raise HostModuleError(f"module '{name}': types is {types!r:.80}, not a mapping "
+        raise HostModuleError(f"module '{printable(name, 200)}': types is "
+                              f"{printable(repr(types), 80)}, not a mapping "
                               "of type names to classes", name=spec, field="types",
                               value=type(types).__name__)
     version = getattr(module, "version", 0)
     if isinstance(version, bool) or not isinstance(version, int):
-        raise HostModuleError(f"module '{name}': version is {version!r:.60}, not an "
-                              "integer", name=spec, field="version",
+        raise HostModuleError(f"module '{printable(name, 200)}': version is "
+                              f"{version!r:.60}, not an integer", name=spec, field="version",
                               value=repr(version)[:80])
 
 
@@ -128,7 +131,7 @@ def load_module_spec(spec: str, max_version: int = HOST_MODULE_ABI_VERSION):
         try:
             loader_spec.loader.exec_module(pymod)
         except Exception as e:  # the file's own error, reported as one line
-            raise HostModuleError(f"importing it failed: {type(e).__name__}: {e}",
+            raise HostModuleError(f"importing it failed: {type(e).__name__}: {printable(str(e))}",
                                   name=spec, field="--module", value=path_text) from None
         create = getattr(pymod, fn_name, None)
     else:
@@ -146,7 +149,7 @@ def load_module_spec(spec: str, max_version: int = HOST_MODULE_ABI_VERSION):
     try:
         module = create(max_version, params)
     except Exception as e:
-        raise HostModuleError(f"{fn_name}() refused to create the module: {e}",
+        raise HostModuleError(f"{fn_name}() refused to create the module: {printable(str(e))}",
                               name=spec, field="--module", value=max_version) from None
     _module_ok(module, spec)
     return module
@@ -224,7 +227,8 @@ class ModuleRegistry:
                 for ty in (*arg_types, *result_types):
                     if _is_ref_type(ty) and self.type_class(ty) is None:
                         raise HostModuleError(
-                            f"import @{imp.name} uses type {ty}, which no registered "
+                            f"import @{printable(imp.name, 200)} uses type "
+                            f"{printable(ty, 200)}, which no registered "
                             "module declares", name=imp.where.path,
                             field=f"line {imp.where.line}", value=ty)
                 linked[imp.name] = self._host_call(imp.name, found[1], arg_types,
@@ -232,21 +236,27 @@ class ModuleRegistry:
             elif imp.fallback is not None:
                 fb = program.functions.get(imp.fallback)
                 if fb is None:
-                    raise HostModuleError(f"import @{imp.name} falls back to @{imp.fallback}, "
+                    raise HostModuleError(f"import @{printable(imp.name, 200)} falls back "
+                                          f"to @{printable(imp.fallback, 200)}, "
                                           "which the program does not define",
                                           name=imp.where.path, value=imp.fallback)
                 linked[imp.name] = _fallback_call(fb)
             else:
                 have = ", ".join(sorted({m.name for m in self.modules})) or "none"
                 raise HostModuleError(
-                    f"the program imports @{imp.name}, which no registered host module "
-                    f"provides (modules: {have}); register a module named "
-                    f"'{imp.module}' with function '{imp.function}'",
+                    f"the program imports @{printable(imp.name, 200)}, which no "
+                    f"registered host module provides (modules: {printable(have)}); "
+                    f"register a module named '{printable(imp.module, 200)}' with "
+                    f"function '{printable(imp.function, 200)}'",
                     name=imp.where.path, field=f"line {imp.where.line}" if imp.where.line
                     else None, value=imp.name)
         return linked
 
     def _host_call(self, name: str, fn: Callable, arg_types, result_types) -> Callable:
+        # The import's name is the program's text; what the function raises
+        # or returns is the module's: all of it shown escaped.
+        name = printable(name, 200)
+
         def call(m, args):
             if self.before_first_call is not None:
                 hook, self.before_first_call = self.before_first_call, None
@@ -258,14 +268,16 @@ class ModuleRegistry:
             except EvaluationError:
                 raise
             except Exception as e:
-                raise HostCallError(f"@{name} failed: {type(e).__name__}: {e}") from None
+                raise HostCallError(f"@{name} failed: {type(e).__name__}: "
+                                    f"{printable(str(e))}") from None
             if len(result_types) == 0:
                 vals = []
             elif len(result_types) == 1:
                 vals = [out]
             else:
                 if not isinstance(out, (tuple, list)) or len(out) != len(result_types):
-                    raise HostCallError(f"@{name} returned {out!r}; it must return "
+                    raise HostCallError(f"@{name} returned {printable(repr(out), 80)}; "
+                                        "it must return "
                                         f"{len(result_types)} values")
                 vals = list(out)
             return [from_host(m, self, v, t, f"result {i} of @{name}")
@@ -282,7 +294,8 @@ class ModuleRegistry:
         """
         found = self.find(module, function)
         if found is None:
-            raise HostModuleError(f"no registered host module provides {module}.{function}",
+            raise HostModuleError(f"no registered host module provides "
+                                  f"{printable(module, 200)}.{printable(function, 200)}",
                                   value=f"{module}.{function}")
         return self._host_call(f"{module}.{function}", found[1], list(types), [])(m, args)
 
@@ -290,7 +303,7 @@ class ModuleRegistry:
 def _fallback_call(fb) -> Callable:
     def call(m, args):
         if len(fb.arg_types) not in (0, len(args)):
-            raise HostModuleError(f"fallback @{fb.name} takes {len(fb.arg_types)} "
+            raise HostModuleError(f"fallback @{printable(fb.name, 200)} takes {len(fb.arg_types)} "
                                   f"arguments; the import passes {len(args)}")
         return m.run(fb, args[:len(fb.arg_types)])
     return call
@@ -311,7 +324,7 @@ def to_host(m, registry: ModuleRegistry, value, ty: str, what: str):
     if ty == "!hal.buffer_view":
         from .device import BufferView
         if not isinstance(value, BufferView):
-            raise HostCallError(f"{what} is {value!r}, not a buffer view")
+            raise HostCallError(f"{what} is {printable(repr(value), 80)}, not a buffer view")
         dt = element_dtype(value.element_type)
         data = m.device.read(value.buffer, 0, value.buffer.length, what)
         if dt is None:
@@ -338,10 +351,10 @@ def from_host(m, registry: ModuleRegistry, value, ty: str, what: str):
         if float_dtype(ty) is not None:
             return round_float(float(value), ty)
     except (TypeError, ValueError):
-        raise HostCallError(f"{what} is {value!r}, not a {ty}") from None
+        raise HostCallError(f"{what} is {printable(repr(value), 80)}, not a {ty}") from None
     if ty == "!util.buffer":
         if not isinstance(value, (bytes, bytearray, memoryview)):
-            raise HostCallError(f"{what} is {value!r}, not bytes")
+            raise HostCallError(f"{what} is {printable(repr(value), 80)}, not bytes")
         from .device import HostBuffer
         return HostBuffer(np.frombuffer(bytes(value), np.uint8).copy())
     if ty == "!hal.buffer_view":

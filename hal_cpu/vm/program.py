@@ -44,6 +44,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from fatelf import arches
+from fatelf.text import printable
 
 from .refs import VmBuffer, VmError, VmStatusError
 
@@ -209,7 +210,8 @@ class _HostFunction:
                 from ..iree.errors import EvaluationError
                 if isinstance(e, EvaluationError):
                     raise
-                raise _host_error(f"@{label} failed: {type(e).__name__}: {e}") from None
+                raise _host_error(f"@{label} failed: {type(e).__name__}: "
+                                  f"{printable(str(e))}") from None
             if not results:
                 return None
             if len(results) == 1:
@@ -566,13 +568,13 @@ class Program:
         if name is None:
             if len(self.functions) != 1:
                 raise VmError(f"the module has public functions "
-                              f"{', '.join(self.functions) or '(none)'}; name one",
+                              f"{printable(', '.join(self.functions)) or '(none)'}; name one",
                               name=self.label, field="--function", value=None)
             return next(iter(self.functions.values()))
         fn = self.functions.get(name.lstrip("@"))
         if fn is None:
-            raise VmError(f"no public function @{name.lstrip('@')}; the module has "
-                          f"{', '.join(self.functions) or '(none)'}",
+            raise VmError(f"no public function @{printable(name.lstrip('@'), 200)}; "
+                          f"the module has {printable(', '.join(self.functions)) or '(none)'}",
                           name=self.label, field="--function", value=name)
         return fn
 
