@@ -77,7 +77,7 @@ def _load(path: str) -> FatElf:
     return FatElf.parse(_read(path), path)
 
 
-def _output_target(path: str | os.PathLike) -> os.stat_result | None:
+def _output_target(path: str | Path) -> os.stat_result | None:
     """What is at output ``path`` now (``lstat``), or None when nothing is.
 
     Raises:
@@ -89,17 +89,18 @@ def _output_target(path: str | os.PathLike) -> os.stat_result | None:
     except FileNotFoundError:
         return None
     if stat.S_ISLNK(st.st_mode):
+        target = os.readlink(os.fspath(path))
         raise UnsafePathError(
-            f"the output path is a symlink (to {os.readlink(path)!r}); refusing to "
+            f"the output path is a symlink (to {target!r}); refusing to "
             f"write through it or replace it: remove it or choose another path",
-            name=os.fspath(path), field="output", value=os.readlink(path))
+            name=os.fspath(path), field="output", value=target)
     if stat.S_ISDIR(st.st_mode):
         raise UnsafePathError("the output path is a directory", name=os.fspath(path),
                               field="output", value=stat.filemode(st.st_mode))
     return st
 
 
-def _write(path: str | os.PathLike | None, data: bytes) -> None:
+def _write(path: str | Path | None, data: bytes) -> None:
     """Write ``data`` to stdout (``path`` None) or to ``path``.
 
     A new or regular file is written as a new file in its folder
