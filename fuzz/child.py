@@ -479,7 +479,22 @@ def run_mlir(case, data, rep, opts):
     run_program_text(case, data, rep, opts)
 
 
-RUNNERS = {"code": run_code, "elf": run_executable, "plugin": run_plugin, "fatelf": run_bundle,
+def run_vmfb_run(case, data, rep, opts):
+    """A mutated compiled program loaded and run, its results checked for
+    canary bytes (see :func:`fuzz.vmrun.run`)."""
+    from .vmrun import run as run_mutated_program
+    run_mutated_program(case, data, rep, opts)
+
+
+def run_names(case, data, rep, opts):
+    """A compiled program with mutated names, run and printed (see
+    :func:`fuzz.vmrun.run_names`)."""
+    from .vmrun import run_names as run_named
+    run_named(case, data, rep, opts)
+
+
+RUNNERS = {"code": run_code, "vmfb-run": run_vmfb_run, "names": run_names,
+           "elf": run_executable, "plugin": run_plugin, "fatelf": run_bundle,
            "threads": run_threads, "files": run_files, "vmfb": run_vmfb,
            "program": run_program, "mlir": run_mlir}
 
@@ -529,6 +544,8 @@ def engine_of(arch: str) -> str | None:
 def run(case: dict, data: bytes, rep: Reporter, opts: dict) -> dict:
     """Run one case in this process; returns the outcome record."""
     from fatelf import PortableKernelError
+
+    from .vmrun import OutOfBufferRead
     engine = None
     if case["target"] == "code":
         engine = engine_of(case["arch"])
@@ -537,6 +554,8 @@ def run(case: dict, data: bytes, rep: Reporter, opts: dict) -> dict:
         result = {"outcome": "accepted", "stage": rep.stage_name}
     except PortableKernelError as exc:
         result = {"outcome": "typed", "error": describe_error(exc)}
+    except OutOfBufferRead as exc:
+        result = {"outcome": "oob", "error": describe_error(exc)}
     except MemoryError as exc:
         result = {"outcome": "blowup", "reason": "MemoryError", "error": describe_error(exc)}
     except BaseException as exc:  # everything else escaped the error contract
@@ -576,7 +595,10 @@ def child_main(case: dict, data: bytes, fd: int, opts: dict) -> None:
         instrument(rep)
         result = run(case, data, rep, opts)
         faulthandler.cancel_dump_traceback_later()
-        result["maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        try:
+            result["maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        except OSError:     # a confined child may not ask (the parent's wait4 tells)
+            pass
         rep.send("R", json.dumps(result))
     except BaseException:
         code = 70

@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("native", "emulated", "both"), default="both",
                    help="backends to fuzz (default both)")
     p.add_argument("--target", choices=("elf", "fatelf", "plugin", "threads", "files",
-                                        "code", "vmfb", "program", "mlir", "all"),
+                                        "code", "vmfb", "program", "mlir", "vmfb-run", "names",
+                                        "all"),
                    default="all",
                    help="inputs: IREE executables, FatELF bundles, plugins, "
                         "executables dispatched from threads while closed "
@@ -50,7 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "called, with host modules that raise, return the wrong "
                         "thing or never return, never part of all; mlir: mutated "
                         "MLIR program text compiled and run by the interpreter, "
-                        "never part of all")
+                        "never part of all; vmfb-run: compiled programs with "
+                        "mutated bytecode, descriptors, names, read-only data and "
+                        "dispatch/allocation constants, run with canaries around "
+                        "their inputs (x86_64 natively, aarch64 and riscv64 "
+                        "emulated), never part of all; names: function, import and "
+                        "export names replaced, run and printed by hal-cpu's "
+                        "commands, never part of all")
     p.add_argument("--kill-host", type=float, default=0.0, metavar="FRACTION",
                    help="code target: the fraction of cases whose child process kills "
                         "itself (SIGKILL) 0.05-1 s into the run, as a crashing program "
@@ -81,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 2)")
     p.add_argument("--dispatch-timeout", type=float, default=5.0,
                    help="timeout= given to Executable.dispatch (default 5)")
+    p.add_argument("--no-confine", action="store_true",
+                   help="vmfb-run and names targets: run native cases without "
+                        "confining their child process (confine_native)")
     p.add_argument("--no-minimize", action="store_true",
                    help="do not reduce problem cases to fewer byte operations")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -104,7 +114,8 @@ def child_opts(args, backend: str) -> dict:
             "rss_limit_mb": args.rss_limit_mb,
             "address_space": int(limit * GIB) if limit else None,
             "emulated_call_timeout": args.emulated_call_timeout,
-            "dispatch_timeout": args.dispatch_timeout}
+            "dispatch_timeout": args.dispatch_timeout,
+            "confine": not getattr(args, "no_confine", False)}
 
 
 def case_opts(base: dict, case: dict, manifest: dict) -> dict:

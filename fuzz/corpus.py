@@ -38,7 +38,7 @@ TARGETS = ("elf", "fatelf", "plugin", "threads", "files")
 #: Targets run only when named (not part of ``--target all``): ``code``,
 #: hostile machine code in a valid executable, emulated only; ``vmfb``,
 #: compiled modules for the VM module reader (:mod:`fuzz.vmfb`).
-EXTRA_TARGETS = ("code", "vmfb", "program", "mlir")
+EXTRA_TARGETS = ("code", "vmfb", "program", "mlir", "vmfb-run", "names")
 #: Targets whose cases are mutated executables (``threads``: dispatched
 #: from several threads while another closes it; ``files``: given as a
 #: path that is a FIFO, a directory, a device, a huge sparse file...).
@@ -146,6 +146,19 @@ class Corpus:
                                                None, VmfbModel.build(data, name)))
         return self.seeds["vmfb"]
 
+    def run_seeds(self) -> list[Seed]:
+        """The ``vmfb-run`` and ``names`` seeds (:mod:`fuzz.vmrun`),
+        compiled (or taken from the compile cache) the first time a case
+        needs them."""
+        if not self.seeds["vmfb-run"]:
+            from .vmrun import ProgramModel, seed_files
+            for name, arch, path in seed_files():
+                data = path.read_bytes()
+                self.seeds["vmfb-run"].append(Seed(name, "vmfb", data, arch, None,
+                                                   ProgramModel.build(data, name)))
+            self.seeds["names"] = self.seeds["vmfb-run"]
+        return self.seeds["vmfb-run"]
+
     def mlir_seeds(self) -> list[Seed]:
         """The ``mlir`` seeds: program texts (:mod:`fuzz.programs`)."""
         if not self.seeds["mlir"]:
@@ -159,6 +172,12 @@ class Corpus:
             return self.mlir_seeds()
         if target == "vmfb":
             return self.vmfb_seeds()
+        if target in ("vmfb-run", "names"):
+            # the host's programs natively, the others' emulated
+            host = elfloader.arch.host()
+            host_name = host.name if host else None
+            return [s for s in self.run_seeds()
+                    if (s.arch == host_name) == (backend == "native")]
         if target == "program":
             if backend == "native":
                 # (other architectures' programs cannot run natively)
@@ -184,6 +203,8 @@ class Corpus:
             self.vmfb_seeds()
         if path.startswith("mlir:"):
             self.mlir_seeds()
+        if path.startswith("vmfb-run:"):
+            self.run_seeds()
         for seeds in self.seeds.values():  # (threads/files share elf's)
             for s in seeds:
                 if s.path == path:
@@ -243,6 +264,10 @@ def make_case(corpus: Corpus, seed: int, backend: str, index: int,
         from .programs import mutate_program
         arch = s.arch
         muts, extra["host_mode"] = mutate_program(rng, s)
+    elif target in ("vmfb-run", "names"):
+        from .vmrun import mutate_run
+        arch = s.arch
+        muts = mutate_run(rng, s.model, names=target == "names")
     elif target == "mlir":
         from .programs import mutate_mlir
         host = elfloader.arch.host()

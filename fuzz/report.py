@@ -6,10 +6,13 @@ import re
 from collections import Counter, defaultdict
 
 #: Table columns, in order.
-COLUMNS = ("accepted", "typed", "escape", "crash(guest)", "crash(host)", "hang(guest)",
-           "hang", "blowup", "breach", "killed")
+COLUMNS = ("accepted", "typed", "escape", "oob", "crash(guest)", "crash(host)",
+           "hang(guest)", "hang", "blowup", "breach", "killed")
 #: Columns of the ``code`` target only, left out of a table where all are 0.
 CODE_COLUMNS = ("breach", "killed")
+#: Columns shown only for the targets that can fill them (or when not 0):
+#: ``oob``, a result holding bytes from outside its input buffers.
+TARGET_COLUMNS = {"breach": ("code",), "killed": ("code",), "oob": ("vmfb-run", "names")}
 PROJECT_DIRS = ("elfloader/", "hal_cpu/", "fatelf/")
 
 
@@ -26,7 +29,7 @@ def column(rec: dict) -> str:
 def is_problem(rec: dict) -> bool:
     """Escapes, blow-ups, breaches of the canaries, and crashes and hangs
     outside guest code."""
-    return column(rec) in ("escape", "crash(host)", "hang", "blowup", "breach")
+    return column(rec) in ("escape", "oob", "crash(host)", "hang", "blowup", "breach")
 
 
 def is_guest(rec: dict) -> bool:
@@ -88,8 +91,9 @@ def fault_breakdown(records) -> dict:
 
 
 def table(summary: dict) -> str:
-    cols = [k for k in COLUMNS if k not in CODE_COLUMNS or "code" in summary or any(
-        c.get(k) for per in summary.values() for c in per.values())]
+    cols = [k for k in COLUMNS if k not in TARGET_COLUMNS
+            or any(t in summary for t in TARGET_COLUMNS[k]) or any(
+                c.get(k) for per in summary.values() for c in per.values())]
     head = ["target", "backend", "cases", *cols]
     rows = []
     total = Counter()
@@ -124,6 +128,8 @@ def problem_key(rec: dict) -> tuple:
     if col == "escape":
         err = rec.get("error", {})
         return ("escape", err.get("type"), _project_frame(err.get("traceback")))
+    if col == "oob":
+        return ("oob", rec["backend"], rec.get("stage"))
     if col == "crash(host)":
         frame = (rec.get("frames") or [None])[0]
         return ("crash(host)", rec["backend"], rec.get("signal"), rec.get("stage"), frame)
@@ -202,7 +208,7 @@ def describe(rec: dict) -> str:
              f"stage {rec.get('stage')}"]
     for m in rec.get("mutations", []):
         lines.append(f"    mutation: {m}")
-    if col == "escape":
+    if col in ("escape", "oob"):
         err = rec["error"]
         lines.append(f"    {err['type']}: {err['message']}")
         for f in err.get("traceback", [])[-4:]:
