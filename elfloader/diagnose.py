@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 from fatelf.cstruct import CStruct
+from fatelf.text import one_line
 
 from . import arch as _arch_registry
 from .arch import Disassembly
@@ -312,11 +313,14 @@ class Symbolizer:
 
     def symbolize(self, address: int) -> str | None:
         """``name`` or ``name+0x1c`` for loaded ``address`` (offset in bytes,
-        hexadecimal), or None (see :meth:`lookup`)."""
+        hexadecimal), or None (see :meth:`lookup`). The name is the file's
+        text, shown on one bounded line (control characters escaped:
+        :func:`fatelf.text.one_line`); :meth:`lookup` gives it as it is."""
         hit = self.lookup(address)
         if hit is None:
             return None
         name, offset = hit
+        name = one_line(name, 200)
         return f"{name}+{offset:#x}" if offset else name
 
     # -- DWARF ----------------------------------------------------------------
@@ -326,7 +330,9 @@ class Symbolizer:
 
         Returns:
             None when the image has no DWARF, it is malformed, no row covers
-            the address or the row has line 0 (no source location).
+            the address or the row has line 0 (no source location); the
+            file name (the DWARF's text) on one line, control characters
+            escaped.
         """
         v = self.vaddr(address)
         if v is None:
@@ -338,7 +344,7 @@ class Symbolizer:
         start, end, file, line = self._lines[i]
         if not start <= v < end or not line:
             return None
-        return f"{file}:{line}"
+        return f"{one_line(file, 300)}:{line}"
 
     def has_line_table(self) -> bool:
         """Whether the image has DWARF line rows (a ``-g`` build)."""
@@ -710,8 +716,8 @@ def describe_address(address: int, regions: Iterable[Region]) -> str:
     if holding:
         r = min(holding, key=lambda r: r.size)
         if not r.offsets:
-            return r.name
-        return f"{r.name} at offset {address - r.start} of {r.size} bytes"
+            return one_line(r.name, 200)
+        return f"{one_line(r.name, 200)} at offset {address - r.start} of {r.size} bytes"
     best = None
     for r in regions:
         if not r.offsets:
@@ -728,10 +734,10 @@ def describe_address(address: int, regions: Iterable[Region]) -> str:
         _, r, note = best
         if guards:
             note += ", guard page"
-        return (f"{r.name} at offset {address - r.start} of {r.size} bytes "
+        return (f"{one_line(r.name, 200)} at offset {address - r.start} of {r.size} bytes "
                 f"({note})")
     if guards:
-        return min(guards, key=lambda r: r.size).name
+        return one_line(min(guards, key=lambda r: r.size).name, 200)
     if address == 0:
         return "unmapped (null pointer)"
     if 0 < address < NEAR_BYTES:

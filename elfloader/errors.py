@@ -17,6 +17,7 @@ from typing import Callable, TypeVar
 
 from fatelf import arches as _arches
 from fatelf.errors import PortableKernelError
+from fatelf.text import one_line
 
 
 class ElfError(PortableKernelError):
@@ -324,15 +325,18 @@ class FaultReport:
         fmt = _address_format(word_size)
         where = []
         if self.function:
-            called = f" (called from {self.caller})" if self.caller else ""
-            where.append(f"{self.function_kind} {self.function}".strip() + called)
+            called = (f" (called from {one_line(self.caller, 300)})"
+                      if self.caller else "")
+            where.append(f"{self.function_kind} {one_line(self.function, 200)}"
+                         .strip() + called)
         if self.workgroup is not None:
             ids = ", ".join(str(int(c)) for c in self.workgroup)
             where.append(f"workgroup ({ids})")
-        head = [self.file, self.arch] + ([", ".join(where)] if where else [])
+        head = ([one_line(self.file, 300), self.arch]
+                + ([", ".join(where)] if where else []))
         at = (fmt(self.data_address) if self.data_address is not None
               else f"pc {fmt(self.pc)}")
-        return ": ".join(head + [f"{self.kind} at {at}"])
+        return ": ".join(head + [f"{one_line(self.kind)} at {at}"])
 
     def format(self, word_size: int) -> str:
         """The report as text: a one-line summary, then the ``pc`` (with its
@@ -350,13 +354,17 @@ class FaultReport:
         """
         fmt = _address_format(word_size)
         lines = [self.summary(word_size)]
+        # Names (file, function, symbol, module, source file, what a data
+        # address lies in) are the file's or the program's text: each shown
+        # on its row, escaped (fatelf.text.one_line).
 
         def row(label: str, text: str) -> None:
-            lines.append(f"  {label + ':':<14}{text}")
+            # each row one line, whatever the file's names hold
+            lines.append(f"  {label + ':':<14}{one_line(text, 600)}")
 
-        where = self.symbol or "(no symbol)"
+        where = one_line(self.symbol, 200) or "(no symbol)"
         if self.module:
-            where += f" in {self.module}"
+            where += f" in {one_line(self.module, 200)}"
         row("pc", f"{fmt(self.pc)} {where}")
         row("instruction", self.instruction or "(unreadable)")
         if self.note:

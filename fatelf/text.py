@@ -127,3 +127,28 @@ def for_terminal(text: str, prog: str | None = None) -> str:
     mark = prog + ":"
     return "\n".join([first] + ["| " + line if line.lstrip().startswith(mark)
                                 else line for line in rest])
+
+
+def one_line(text: str | None, limit: int | None = LIMIT) -> str:
+    """``text`` on one line, as :func:`printable` makes it but with
+    backslashes kept: what a report shows of a field that may hold a
+    file's or a program's text, escaped already or not (applying it twice
+    gives what applying it once gives, for text within ``limit``)."""
+    if text is None:
+        return ""
+    text = str(text)
+    more = 0
+    if limit is not None and len(text) > limit:
+        more = len(text) - limit
+        text = text[:limit]
+    out = []
+    for ch in text:
+        if 0xDC80 <= ord(ch) <= 0xDCFF:
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
+        elif ch != "\\" and _unsafe(ch):
+            out.append(_escape(ch))
+        else:
+            out.append(ch)
+    if more:
+        out.append(f"... ({more} more characters)")
+    return "".join(out)

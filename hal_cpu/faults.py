@@ -41,6 +41,7 @@ from elfloader.diagnose import (
     time_limit_kind,
 )
 from elfloader.errors import FaultReport
+from fatelf.text import one_line
 
 from . import abi
 from .errors import (
@@ -67,7 +68,8 @@ def _without_pc(exc: EmulationError, file: str, arch: str,
     fault = exc.fault
     if fault is None or fault.kind != "syscall":
         return exc
-    message = (f"{file}: {arch}: {where}: {fault.what} (the sandbox ended "
+    message = (f"{one_line(file, 300)}: {arch}: {one_line(where, 300)}: "
+               f"{fault.what} (the sandbox ended "
                "the guest agent; its pc is not known)")
     return EmulationError(message, name=file, field="call", fault=fault,
                           whole_message=True)

@@ -29,6 +29,7 @@ import numpy as np
 
 import elfloader
 from elfloader import Backend
+from fatelf.text import printable
 
 from . import abi
 from .bindings import finish, map_bindings
@@ -77,7 +78,11 @@ class Export:
 
     @property
     def label(self) -> str:
-        return self.name if self.name is not None else f"#{self.ordinal}"
+        """The export as messages show it: its name (the file's text,
+        escaped on one bounded line: :func:`fatelf.text.printable`), or
+        ``#ordinal`` when the library strips names."""
+        return (printable(self.name, 200) if self.name is not None
+                else f"#{self.ordinal}")
 
 
 #: Default limit, in seconds, on each guest call made while loading
@@ -301,7 +306,7 @@ class Executable(DispatchPolicy):
             missing = [s for s in names if not s.startswith("?")]
             if missing:
                 raise UnresolvedImportError(
-                    f"unresolved imports {', '.join(missing)}; no plugins were "
+                    f"unresolved imports {printable(', '.join(missing))}; no plugins were "
                     "given (pass plugins= or --executable_plugin)",
                     name=self.path, field="imports", value=missing,
                     missing=missing, searched=[])
@@ -345,7 +350,7 @@ class Executable(DispatchPolicy):
                 if e.name == key:
                     return e
         raise ExportNotFoundError(
-            f"no export {key!r}; exports: "
+            f"no export {printable(repr(key), 200)}; exports: "
             f"{', '.join(e.label for e in self.exports) or '(none)'}",
             name=self.path, field="export", value=key)
 

@@ -29,6 +29,7 @@ import elfloader
 from elfloader import Backend, open_backend
 from fatelf.cstruct import unpack_array
 from fatelf.files import open_regular
+from fatelf.text import printable
 
 from . import abi
 from .errors import PluginError, PluginSpecError, PluginStatusError, UnresolvedImportError
@@ -555,14 +556,16 @@ class PluginManager:
                         continue
                     break
                 if abi.status_name(code) != "NOT_FOUND":
-                    PluginStatusError.check(code, "resolve", plugin.name)
+                    PluginStatusError.check(code, "resolve",
+                                            printable(plugin.name, 200))
             fns, ctx = batch.read()
         missing = [n for n, f in zip(names, fns) if not f and not n.startswith("?")]
         if missing or (not all_required and any(not n.startswith("?") for n in names)):
             searched = [p.name for p in reversed(self.plugins)]
             raise UnresolvedImportError(
-                f"missing required imports {', '.join(missing)}; searched "
-                f"{', '.join(searched) or 'no plugins'}", field="imports",
+                f"missing required imports {printable(', '.join(missing))}; "
+                f"searched {printable(', '.join(searched)) or 'no plugins'}",
+                field="imports",
                 value=missing, missing=missing, searched=searched)
         return fns, ctx
 
@@ -614,8 +617,9 @@ def inspect_plugin(path, *, arch=None, backend="auto", resolve=(),
             f"file:         {path}",
             f"kind:         {plugin.kind}",
             f"architecture: {arch.name} ({manager.backend.kind})",
-            f"plugin:       {plugin.name} (version {plugin.version:#x})",
-            f"description:  {plugin.description}",
+            f"plugin:       {printable(plugin.name, 200)} (version "
+            f"{plugin.version:#x})",
+            f"description:  {printable(plugin.description)}",
             f"features:     {plugin.features:#x}"
             + "".join(f" {n}" for bit, n in ((abi.PLUGIN_FEATURE_STANDALONE,
                                              "STANDALONE"),
@@ -632,8 +636,9 @@ def inspect_plugin(path, *, arch=None, backend="auto", resolve=(),
             lines.append(f"  status {abi.status_name(code)}, resolution "
                          f"{resolution:#x}")
             for n, f, c in zip(resolve, fns, ctx):
-                lines.append(f"  {n}: " + (f"fn={f:#x} context={c:#x}" if f
-                                           else "unresolved"))
+                lines.append(f"  {printable(n, 200)}: "
+                             + (f"fn={f:#x} context={c:#x}" if f
+                                else "unresolved"))
         return "\n".join(lines)
 
 
@@ -687,7 +692,8 @@ def describe_system_library(path) -> str:
                 break
     except (ELFError, ValueError, KeyError, AttributeError, IndexError,
             OSError, UnicodeDecodeError) as exc:
-        raise PluginError(f"cannot read its ELF structures: {exc}", name=name,
+        raise PluginError(f"cannot read its ELF structures: "
+                          f"{printable(str(exc))}", name=name,
                           field="path", value=name) from None
     finally:
         if fd >= 0:
@@ -706,15 +712,15 @@ def describe_system_library(path) -> str:
              f"architecture: {where}"]
     for tag in ("DT_SONAME", "DT_RUNPATH", "DT_RPATH"):
         for value in tags.get(tag, ()):
-            lines.append(f"{tag[3:].lower() + ':':14}{value}")
+            lines.append(f"{tag[3:].lower() + ':':14}{printable(value)}")
     needed = tags.get("DT_NEEDED", [])
     lines.append(f"needed:       {len(needed)} (DT_NEEDED)")
-    lines += [f"  {n}" for n in needed]
+    lines += [f"  {printable(n)}" for n in needed]
     lines.append(f"plugin query: {abi.PLUGIN_QUERY} "
                  + ("exported" if has_query else
                     "NOT exported: not an executable plugin"))
     lines.append(f"exports:      {len(exports)}")
-    lines += [f"  {n}  ({kind})" for n, kind in exports]
+    lines += [f"  {printable(n)}  ({kind})" for n, kind in exports]
     return "\n".join(lines)
 
 

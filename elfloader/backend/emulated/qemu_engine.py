@@ -53,6 +53,7 @@ import time
 import weakref
 
 from fatelf import arches
+from fatelf.text import printable_lines
 
 from ...arch import Arch
 from ...errors import BackendError, EmulationError, EngineError, Fault
@@ -332,7 +333,11 @@ class _Agent:
         said = ""
         if not self.stderr.closed:
             self.stderr.seek(0)
-            said = self.stderr.read()[-2000:].decode("utf-8", "replace").strip()
+            # What the agent's process wrote (qemu-user's words, or the
+            # guest's own): data, each line behind a label, escaped.
+            said = printable_lines(self.stderr.read()[-2000:].strip(),
+                                   "  guest agent stderr| ", max_lines=20,
+                                   limit=200)
         self.kill()
         status = self.proc.returncode
         how = (f"killed by signal {-status}" if status is not None and status < 0
@@ -340,7 +345,8 @@ class _Agent:
         err = EngineError(f"the {self.engine.arch.name} guest agent "
                           f"({self.engine.program} -cpu "
                           f"{self.engine.cpu_option}) died ({how})"
-                          + (f": {said}" if said else ""), field="agent",
+                          + (f"; it wrote:\n{said}" if said else ""),
+                          field="agent",
                           value=self.pid,
                           signal=-status if status is not None and status < 0
                           else None)
