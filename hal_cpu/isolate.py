@@ -217,8 +217,8 @@ def python_paths() -> tuple[str, ...]:
 
 
 def confinement(read=(), stdio: bool = True,
-                prepare: Callable[[], object] | None = None
-                ) -> Callable[[int], None]:
+                prepare: Callable[[], object] | None = None,
+                keep: tuple[int, ...] = ()) -> Callable[[int], None]:
     """A ``confine`` for :func:`run_in_child` that confines the child before
     it runs native code (:func:`elfloader.backend.emulated.sandbox.confine_native`):
     no file created or written, no socket, no process or program started,
@@ -230,7 +230,9 @@ def confinement(read=(), stdio: bool = True,
     runtime (the native backend, the workgroup loop, Ctrl-C handling) is
     imported here, before the fork. ``prepare()``, when given, is called in
     the child just before it is confined (e.g. to load a host module the
-    user trusts with their rights).
+    user trusts with their rights). ``keep``: descriptors the caller opened
+    for the child to write (e.g. output files), kept open; every other
+    one but the pipe and 0-2 is closed.
 
     Raises:
         HalCpuError: this machine cannot confine a child (no seccomp
@@ -256,7 +258,7 @@ def confinement(read=(), stdio: bool = True,
     def confine(fd: int) -> None:
         if prepare is not None:
             prepare()
-        sandbox.confine_native(keep=(fd,), read=allowed, stdio=stdio)
+        sandbox.confine_native(keep=(fd, *keep), read=allowed, stdio=stdio)
     return confine
 
 

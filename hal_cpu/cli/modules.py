@@ -29,13 +29,14 @@ import numpy as np
 
 import elfloader
 from fatelf import arches
+from fatelf.text import for_terminal, printable
 
 from ..buffers import format_buffer_view
 from ..vmfb import check_source
 from .options import (
-    KILL_GRACE,
     Progress,
     add_cpu_flags,
+    add_native_flag,
     emulation_options,
     positive,
     runs_natively,
@@ -45,15 +46,20 @@ from .options import arch as arch_type
 from .programs import (
     ModuleError,
     add_program_flags,
+    arrays_from_plain,
     by_path,
     cache_dir_of,
     compile_for,
+    load_hosts,
     module_registry,
+    native_child,
     parse_inputs,
     pick_function,
+    plain_arrays,
     run_function,
     runner_stack,
     split_modules,
+    vm_arch,
     vm_files,
     vm_inputs,
     vm_program,
@@ -135,6 +141,7 @@ def _check_module_parser(sub) -> None:
                    help="each function may run S seconds (host code and "
                    "dispatches); the command ends past the limit")
     _add_memory_limit(p)
+    add_native_flag(p)
     add_cpu_flags(p)
 
 
@@ -234,21 +241,69 @@ def _check_outputs(specs: Sequence[str], program: str) -> None:
                                   field="--output", value=spec)
 
 
-def _results_text(args, function: str, results, types, announced: bool) -> str:
+class _Outputs:
+    """The ``--output`` files, opened by ``hal-cpu`` before the program
+    runs (``@``: created or truncated, ``+``: appended), so that a confined
+    child, which may not open a file for writing, writes them through the
+    descriptors it keeps. A file this command created is removed again if
+    the command fails."""
+
+    def __init__(self, specs: Sequence[str], program: str):
+        self.fds: dict[int, int] = {}
+        self.created: list[str] = []
+        try:
+            for i, spec in enumerate(specs):
+                if spec[:1] not in ("@", "+"):
+                    continue
+                path = spec[1:]
+                existed = os.path.exists(path)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (
+                    os.O_TRUNC if spec[0] == "@" else os.O_APPEND)
+                try:
+                    self.fds[i] = os.open(path, flags, 0o666)
+                except OSError as exc:
+                    raise ModuleError(f"cannot write {path}: "
+                                      f"{exc.strerror or exc}", name=program,
+                                      field="--output", value=spec) from None
+                if not existed:
+                    self.created.append(path)
+        except BaseException:
+            self.close(failed=True)
+            raise
+
+    def close(self, failed: bool) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds = {}
+        if failed:
+            for path in self.created:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+
+    def __enter__(self) -> "_Outputs":
+        return self
+
+    def __exit__(self, kind, *_exc) -> None:
+        self.close(failed=kind is not None)
+
+
+def _results_text(args, function: str, results, types, announced: bool,
+                  outputs: "_Outputs | None" = None) -> str:
     """What ``run-module`` prints of a call's results (``EXEC @f`` unless
     ``announced``, then each result, or the ``--output`` specs' ``-``
-    ones), writing the ``--output`` files on the way. Called in the process
-    that holds the results (a child for a native run), so large results
-    never travel between processes; only the printed text does."""
+    ones), writing the ``--output`` files on the way (through the
+    descriptors of ``outputs``). Called in the process that holds the
+    results (a child for a native run), so large results never travel
+    between processes; only the printed text does."""
     limit = args.output_max_element_count
-    text = [] if announced else [f"EXEC @{function}"]
+    text = [] if announced else [f"EXEC @{printable(function, 200)}"]
     if args.output:
-        for spec, array in zip(args.output, results):
+        for i, (spec, array) in enumerate(zip(args.output, results)):
             if spec == "-":
                 text += ["hal.buffer_view", format_buffer_view(array, limit)]
-            elif spec:
-                path, mode = spec[1:], ("wb" if spec[0] == "@" else "ab")
-                with open(path, mode) as f:
+            elif spec and outputs is not None and i in outputs.fds:
+                path = spec[1:]
+                with os.fdopen(outputs.fds[i], "wb", closefd=False) as f:
                     if path.endswith(".npy"):
                         np.save(f, array)
                     else:
@@ -279,7 +334,7 @@ def format_result(value, ty: str, max_elements: int = 1024) -> str:
         return "hal.buffer_view\n" + format_buffer_view(value, max_elements)
     if isinstance(value, np.generic):
         return format_buffer_view(np.asarray(value), max_elements)
-    return ty.lstrip("!")
+    return printable(ty.lstrip("!"), 200)     # the program's type name
 
 
 def _sendable(run, announced: bool):
@@ -299,7 +354,7 @@ def _check_failures(failures: Sequence[str], function: str, program: str) -> Non
     :class:`ModuleError` counting them."""
     if failures:
         for text in failures:
-            print(f"check failed: {text}", file=sys.stderr)
+            print(for_terminal(f"check failed: {text}", "hal-cpu"), file=sys.stderr)
         raise ModuleError(f"{len(failures)} check expectation(s) failed in "
                           f"@{function}", name=program, field="check",
                           value=len(failures))
@@ -335,7 +390,7 @@ def _mlir_run_module(args, program: str, hosts: list[str]) -> int:
         def announce():
             # the header goes ahead of what host modules print
             progress.close()
-            print(f"EXEC @{function}", flush=True)
+            print(f"EXEC @{printable(function, 200)}", flush=True)
             announced.append(True)
         modules.before_first_call = announce
         try:
@@ -350,39 +405,60 @@ def _mlir_run_module(args, program: str, hosts: list[str]) -> int:
 
     def finish(done, announced):
         text = _results_text(args, function, done.results, done.result_types,
-                             announced)
+                             announced, outputs)
         if not args.compare:        # (only --compare needs them afterwards)
             done.results = [None] * len(done.results)
         return done, text
 
-    if (runs_natively(args.backend, elfloader.arch.by_name(arch),
-                       emulation_options(args))
-            and hasattr(os, "fork") and not args.module):
-        # As hal-cpu run: native kernels run in a child process, so a crash
-        # is reported (then located by an emulated run) instead of ending
-        # hal-cpu; --timeout bounds the child. A program with --module runs
-        # in process, without that isolation: a host module is arbitrary
-        # Python (its threads do not survive fork(), what it prints goes to
-        # this process's sys.stdout, its objects among the results need not
-        # pickle).
-        from ..errors import NativeCrashError
-        from ..isolate import run_in_child
+    def child(note):
+        # What crosses back from a (confined) child: plain data only.
+        done, text = finish(*run(note))
+        results = plain_arrays(done.results) if args.compare else []
+        return (str(done.function), [str(f) for f in done.check_failures],
+                text, results)
+
+    # As hal-cpu run: native kernels run in a child process, confined
+    # unless --run_native, so a crash is reported (then located by an
+    # emulated run) instead of ending hal-cpu, and a kernel cannot reach
+    # the user's files; --timeout bounds the child. Host modules were
+    # loaded above, before the child forks (see programs.py).
+    from ..errors import NativeCrashError
+    with _Outputs(args.output, program) as outputs:
         try:
-            done, text = run_in_child(
-                lambda note: _sendable(*finish(*run(note))), name=program,
-                timeout=args.timeout and args.timeout + KILL_GRACE)
+            answer = native_child(args, program, arch, child, read=[
+                program, os.path.dirname(os.path.abspath(compiled.hal_mlir))],
+                hosts=args.module, keep=tuple(outputs.fds.values()))
         except NativeCrashError as exc:
-            print(f"hal-cpu: error: {exc}", file=sys.stderr)
+            print(for_terminal(f"hal-cpu: error: {exc}", "hal-cpu"), file=sys.stderr)
+            outputs.close(failed=True)
             _diagnose_plan(run, arch, program)
             return 1
-    else:
-        done, text = finish(*run(lambda _text: None))
+    name, failures, text, results = _checked(answer, program)
+    results = arrays_from_plain(results, program)
     if text:
         print(text)
-    _check_failures(done.check_failures, done.function, program)
+    _check_failures(failures, name, program)
     if args.compare:
-        _compare(args, program, function, inputs, done.results)
+        _compare(args, program, function, inputs, results)
     return 0
+
+
+def _checked(answer, label: str) -> tuple:
+    """A child's ``(function, check failures, printed text, results)``,
+    checked to be plain data of that shape.
+
+    Raises:
+        ModuleError: another shape (``field`` ``child``).
+    """
+    if (not isinstance(answer, tuple) or len(answer) != 4
+            or not isinstance(answer[0], str)
+            or not isinstance(answer[1], list)
+            or not all(isinstance(f, str) for f in answer[1])
+            or not isinstance(answer[2], str)):
+        raise ModuleError("the child process running the program sent an "
+                          "answer of another shape", name=label,
+                          field="child", value=type(answer).__name__)
+    return answer
 
 
 def _diagnose_plan(run, arch: str, program: str) -> None:
@@ -393,9 +469,11 @@ def _diagnose_plan(run, arch: str, program: str) -> None:
     try:
         run(lambda _text: None, "emulated")
     except elfloader.EmulationError as exc:
-        print(exc if exc.name else exc.with_name(program), file=sys.stderr)
+        print(for_terminal(str(exc if exc.name else exc.with_name(program)),
+                           "hal-cpu"), file=sys.stderr)
     except PortableKernelError as exc:
-        print(f"hal-cpu: the emulated run stopped without a CPU fault: {exc}",
+        print(for_terminal(f"hal-cpu: the emulated run stopped without a CPU "
+                           f"fault: {exc}", "hal-cpu"),
               file=sys.stderr)
     else:
         print("hal-cpu: the emulated run finished without a fault",
@@ -461,9 +539,12 @@ def _vm_result_type(value) -> str:
 def _vm_run_module(args, files, hosts, arch) -> int:
     label = files[-1]
     _check_outputs(args.output, label)
+    modules, arch = vm_arch(files, arch)
+    loaded: list = []
 
     def run(_note):
-        with vm_program(args, files, hosts, arch) as program:
+        with vm_program(args, files, hosts, arch, modules=modules,
+                        host_modules=loaded) as program:
             fn = program.function(args.function)
             inputs = vm_inputs(fn, args.input, label)
             if args.output and len(args.output) != len(fn.result_types):
@@ -472,21 +553,29 @@ def _vm_run_module(args, files, hosts, arch) -> int:
                                   field="--output", value=len(args.output))
             if hosts:
                 # (ahead of what host modules print)
-                print(f"EXEC @{fn.name}", flush=True)
+                print(f"EXEC @{printable(fn.name, 200)}", flush=True)
             results = fn(*inputs)
             failures = program.take_failures()
             text = _results_text(args, fn.name, results,
-                                 [_vm_result_type(v) for v in results], bool(hosts))
-            return fn.name, failures, text
+                                 [_vm_result_type(v) for v in results], bool(hosts),
+                                 outputs)
+            return fn.name, [str(f) for f in failures], text, []
 
-    native = arch is not None and runs_natively(
-        args.backend, elfloader.arch.by_name(arch), emulation_options(args))
-    if native and not hosts and hasattr(os, "fork"):
-        from ..isolate import run_in_child
-        name, failures, text = run_in_child(
-            run, name=label, timeout=args.timeout and args.timeout + KILL_GRACE)
-    else:
-        name, failures, text = run(None)
+    # Native dispatches run in a child process (confined unless
+    # --run_native) whether or not --arch was given: a crashing kernel ends
+    # the child, not hal-cpu. Host modules load in the child before it is
+    # confined.
+    from ..errors import NativeCrashError
+    with _Outputs(args.output, label) as outputs:
+        try:
+            answer = native_child(args, label, arch, run, read=files,
+                                  hosts=hosts, keep=tuple(outputs.fds.values()),
+                                  prepare=lambda: loaded.extend(load_hosts(hosts)))
+        except NativeCrashError as exc:
+            print(for_terminal(f"hal-cpu: error: {exc}", "hal-cpu"), file=sys.stderr)
+            outputs.close(failed=True)
+            return 1
+    name, failures, text, _ = _checked(answer, label)
     if text:
         print(text)
     _check_failures(failures, name, label)
@@ -508,11 +597,11 @@ def _verdict(function: str, messages: Sequence[str]) -> bool:
     ``messages`` (IREE's for the failed expectations, or the error that
     ended the call), indented; whether it failed."""
     if messages:
-        print(f"FAIL @{function}")
+        print(f"FAIL @{printable(function, 200)}")
         for text in messages:
             print("    " + text.replace("\n", "\n    "))
         return True
-    print(f"PASS @{function}")
+    print(f"PASS @{printable(function, 200)}")
     return False
 
 
@@ -540,7 +629,7 @@ def _mlir_check_module(args, program: str, hosts: list[str]) -> int:
         dispatch = runner_stack(stack, args, arch)
         for f in functions:
             if ir.functions[f].arg_types:
-                print(f"SKIP @{f} (takes arguments)")
+                print(f"SKIP @{printable(f, 200)} (takes arguments)")
                 continue
             modules = module_registry(args.module)
             try:
@@ -563,7 +652,7 @@ def _vm_check_module(args, files, hosts, arch) -> int:
         fns = [program.function(f) for f in names]
         for fn in fns:
             if fn.arg_types:
-                print(f"SKIP @{fn.name} (takes arguments)")
+                print(f"SKIP @{printable(fn.name, 200)} (takes arguments)")
                 continue
             try:
                 fn()
@@ -619,7 +708,7 @@ def cmd_benchmark_module(args) -> int:
     times.sort()
     n = len(times)
     mean = sum(times) / n
-    print(f"BM_{fn.name} ({where}): {n} calls")
+    print(f"BM_{printable(fn.name, 200)} ({where}): {n} calls")
     print(f"  per call: min {times[0] * 1e6:.2f} us, median "
           f"{times[n // 2] * 1e6:.2f} us, mean {mean * 1e6:.2f} us")
     return 0

@@ -121,10 +121,11 @@ def add_native_flag(p: argparse.ArgumentParser) -> None:
                    action="store_true", help=NATIVE_HELP)
 
 
-def confinement(args, read=(), prepare=None):
+def confinement(args, read=(), prepare=None, keep: tuple[int, ...] = ()):
     """The ``confine`` of a child running native code for the command
     ``args``: :func:`hal_cpu.isolate.confinement` reading also ``read``
-    (files or directories), or None with ``--run_native``.
+    (files or directories), keeping descriptors ``keep`` open (and
+    calling ``prepare()`` first), or None with ``--run_native``.
 
     Raises:
         HalCpuError: this machine cannot confine a child (``field``
@@ -133,7 +134,7 @@ def confinement(args, read=(), prepare=None):
     if getattr(args, "run_native", False):
         return None
     from ..isolate import confinement as make
-    return make(read, prepare=prepare)
+    return make(read, prepare=prepare, keep=keep)
 
 
 class Progress:

@@ -3,7 +3,17 @@
 (:func:`compile_for`), inputs (:func:`parse_inputs`, :func:`vm_inputs`),
 host modules, the MLIR interpreter's runner (:func:`runner_stack`), linking
 compiled modules (:func:`vm_program`), the ``--timeout`` watchdog and the
-choice between the VM and the MLIR path (:func:`by_path`).
+choice between the VM and the MLIR path (:func:`by_path`), and the child
+process native dispatches run in (:func:`native_child`), confined unless
+``--run_native``, with the results crossing back as plain data
+(:func:`plain_arrays`, :func:`arrays_from_plain`).
+
+A host module (``--module x.py``) is Python the user trusts, but it runs in
+the same process as the program's kernels: when they run natively, the
+host modules are imported and created in the child *before* it is
+confined (so their imports and set-up may read files as usual), and their
+functions then run confined with the kernels (printing works; writing
+files or reaching the network needs ``--run_native``).
 
 Inputs are spelled as IREE's ``--input``: ``2x3xf32=1,2,3,4,5,6``,
 ``4xi32=7`` (splat), ``@file.npy``, ``4xf32=@raw.bin``; a scalar argument
@@ -19,19 +29,22 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
+
 from fatelf import arches
 
 from ..buffers import parse_binding
 from ..errors import HalCpuError
 from ..interrupt import run_interruptible
 from ..vmfb import check_source
-from .options import KILL_GRACE, emulation_options, load_limit
+from .options import KILL_GRACE, add_native_flag, confinement, emulation_options, load_limit
 from .options import arch as arch_type
 
-__all__ = ["ModuleError", "add_program_flags", "by_path", "cache_dir_of",
-           "compile_for", "module_registry", "parse_inputs", "pick_function",
-           "run_function", "runner_stack", "split_modules", "vm_files",
-           "vm_inputs", "vm_program", "watchdog", "workers_of"]
+__all__ = ["ModuleError", "add_program_flags", "arrays_from_plain", "by_path",
+           "cache_dir_of", "compile_for", "load_hosts", "module_registry",
+           "native_child", "parse_inputs", "pick_function", "plain_arrays",
+           "run_function", "runner_stack", "split_modules", "vm_arch",
+           "vm_files", "vm_inputs", "vm_program", "watchdog", "workers_of"]
 
 
 class ModuleError(HalCpuError):
@@ -91,6 +104,7 @@ def add_program_flags(p: argparse.ArgumentParser, all_arches: bool,
                        "[?key=value&...] (create_fn(max_version, params), default "
                        "create_module) or an installed entry point of group "
                        "hal_cpu.host_modules; later ones win (repeatable)")
+    add_native_flag(p)
     if all_arches:
         p.add_argument("--arch", type=_arch_or_all, metavar="ARCH",
                        help="architecture to compile for: "
@@ -353,18 +367,40 @@ def vm_files(args, programs: Sequence[str]) -> tuple[list[str], str | None]:
     return files, arch
 
 
+def load_hosts(hosts: Sequence[str]) -> list:
+    """The host modules ``hosts`` (specs) names, loaded in order."""
+    if not hosts:
+        return []
+    from ..iree.host_modules import load_module_spec
+    return [load_module_spec(s) for s in hosts]
+
+
+def vm_arch(files: Sequence[str], arch: str | None) -> tuple[list, str]:
+    """The modules of ``files`` read (verified, nothing run) and the
+    architecture their executables run as: ``arch``, else the last
+    module's, else this machine's."""
+    from ..vm.module_def import read_module
+    from ..vm.program import module_arch
+    modules = [read_module(f, name=f) for f in files]
+    if arch is None:
+        arch = module_arch(modules[-1]) or arches.host_arch()
+    return modules, arch
+
+
 @contextlib.contextmanager
 def vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | None,
-               trace: list | None = None):
-    """Load and link the modules; closes them on exit."""
+               trace: list | None = None, modules: list | None = None,
+               host_modules: list | None = None):
+    """Load and link the modules (``modules``: those of ``files`` already
+    read; ``host_modules``: those of ``hosts`` already loaded); closes them
+    on exit."""
     from ..vm import load_program
     from ..vm.module_def import read_module
     from ..vm.program import module_arch
-    host_modules = []
-    if hosts:
-        from ..iree.host_modules import load_module_spec
-        host_modules = [load_module_spec(s) for s in hosts]
-    modules = [read_module(f, name=f) for f in files]
+    if host_modules is None:
+        host_modules = load_hosts(hosts)
+    if modules is None:
+        modules = [read_module(f, name=f) for f in files]
     if arch is None:
         arch = module_arch(modules[-1]) or arches.host_arch()
     emulation = emulation_options(args)
@@ -404,6 +440,117 @@ def vm_inputs(fn, specs: Sequence[str], label: str) -> list:
                               "--input cannot give", name=label, field="--input",
                               value=spec)
     return values
+
+
+def _host_paths(hosts: Sequence[str]) -> list[str]:
+    """The files of host module specs (``path.py[@fn][?...]``)."""
+    paths = []
+    for spec in hosts:
+        path = spec.partition("?")[0].partition("@")[0]
+        if path.endswith(".py"):
+            paths.append(os.path.dirname(os.path.abspath(path)))
+    return paths
+
+
+def native_child(args, label: str, arch: str | None, fn: Callable, *,
+                 read: Sequence = (), prepare: Callable[[], object] | None = None,
+                 hosts: Sequence[str] = (), timeout: float | None = -1.0,
+                 keep: tuple[int, ...] = ()):
+    """``fn(note)``, where a program command runs: when its dispatches run
+    natively (``arch`` on this CPU under ``--backend``/``--engine``...),
+    in a child process, so that a crashing kernel ends the child, not
+    ``hal-cpu`` (:class:`hal_cpu.errors.NativeCrashError` reaches the
+    caller), confined unless ``--run_native``
+    (:func:`hal_cpu.isolate.confinement`: the child may read ``read``, the
+    plugins, the host modules' folders, Python and this runtime; it cannot
+    create or write files, open sockets or start processes) and then sending
+    back plain data only; else in this process. ``prepare()`` runs first
+    (in the child before it is confined: e.g. loading host modules).
+    ``timeout``: seconds after which the child is killed (default
+    ``--timeout`` plus :data:`KILL_GRACE`; None: never). ``keep``:
+    descriptors opened for the child to write (output files).
+
+    Raises:
+        NativeCrashError: the child died (``hal-cpu`` reports it).
+        HalCpuError: an error in the confined child (message, name, field,
+            value kept), or a machine that cannot confine it.
+    """
+    import elfloader
+
+    from .options import runs_natively
+    native = arch is not None and runs_natively(
+        getattr(args, "backend", "auto"), elfloader.arch.by_name(arch),
+        emulation_options(args))
+    if not native or not hasattr(os, "fork"):
+        if prepare is not None:
+            prepare()
+        return fn(lambda _text: None)
+    from ..isolate import run_in_child
+    from ..plugins import PluginSpec
+    paths = [os.fspath(p) for p in read]
+    paths += [PluginSpec(s).path for s in getattr(args, "executable_plugin", [])]
+    paths += _host_paths(hosts)
+    confine = confinement(args, paths, prepare, keep)
+    work = fn
+    if confine is None and prepare is not None:
+        def work(note):
+            prepare()
+            return fn(note)
+    if timeout == -1.0:
+        limit = getattr(args, "timeout", None)
+        timeout = limit + KILL_GRACE if limit else None
+    return run_in_child(work, name=label, confine=confine, timeout=timeout)
+
+
+def plain_arrays(values: Sequence) -> list:
+    """Arrays as plain data a confined child may send: ``(IREE element
+    type, shape, bytes)`` per array, None for anything else."""
+    from ..buffers import dtype_name
+    out: list = []
+    for v in values:
+        if isinstance(v, (np.ndarray, np.generic)):
+            a = np.ascontiguousarray(v)
+            out.append((dtype_name(a.dtype), list(a.shape), a.tobytes()))
+        else:
+            out.append(None)
+    return out
+
+
+def arrays_from_plain(items, label: str) -> list:
+    """What :func:`plain_arrays` made, checked (a list of None or
+    ``(element type, shape, bytes)`` whose element type is one IREE names
+    and whose bytes fill the shape exactly) and made arrays again.
+
+    Raises:
+        ModuleError: an item of another shape (``field`` ``child``).
+    """
+    from ..buffers import DTYPES
+
+    def bad(what):
+        return ModuleError(f"the child process sent a result that is not "
+                           f"an array ({what})", name=label, field="child",
+                           value=what)
+    if not isinstance(items, list):
+        raise bad(type(items).__name__)
+    out: list = []
+    for item in items:
+        if item is None:
+            out.append(None)
+            continue
+        if (not isinstance(item, tuple) or len(item) != 3
+                or not isinstance(item[0], str) or not isinstance(item[1], list)
+                or not isinstance(item[2], bytes)
+                or not all(isinstance(d, int) and 0 <= d < 1 << 48
+                           for d in item[1])):
+            raise bad("shape")
+        name, shape, data = item
+        if name not in DTYPES:
+            raise bad(f"element type {name[:32]!r}")
+        dtype = np.dtype(DTYPES[name])
+        if int(np.prod(shape, dtype=object)) * dtype.itemsize != len(data):
+            raise bad("size")
+        out.append(np.frombuffer(data, dtype).reshape(shape).copy())
+    return out
 
 
 @contextlib.contextmanager

@@ -341,8 +341,8 @@ def confine_native(keep: tuple[int, ...] = (),
         stdio: False: descriptors 0-2 become ``/dev/null`` and no file may
             grow (``RLIMIT_FSIZE`` 0). True: stdin becomes ``/dev/null``,
             stdout and stderr stay connected (a plugin may print, as IREE's
-            system-plugin sample does), and a regular file among them may
-            grow by at most :data:`OUTPUT_LIMIT` bytes.
+            system-plugin sample does), and no file may grow past the
+            largest of them and of ``keep`` plus :data:`OUTPUT_LIMIT` bytes.
 
     Raises:
         EngineError: no system-call filter can be made on this machine.
@@ -365,7 +365,7 @@ def confine_native(keep: tuple[int, ...] = (),
     grow = 0
     if stdio:
         grow = OUTPUT_LIMIT
-        for fd in (1, 2):
+        for fd in (1, 2, *keep):
             try:
                 grow = max(grow, os.fstat(fd).st_size + OUTPUT_LIMIT)
             except OSError:
