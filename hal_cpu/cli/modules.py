@@ -599,7 +599,7 @@ def _verdict(function: str, messages: Sequence[str]) -> bool:
     if messages:
         print(f"FAIL @{printable(function, 200)}")
         for text in messages:
-            print("    " + text.replace("\n", "\n    "))
+            print("    " + for_terminal(text).replace("\n", "\n    "))
         return True
     print(f"PASS @{printable(function, 200)}")
     return False
