@@ -19,6 +19,7 @@ import numpy as np
 import elfloader
 from fatelf import arches
 from fatelf.errors import PortableKernelError
+from fatelf.text import for_terminal, one_line, printable
 
 from ..buffers import format_buffer_view, parse_binding
 from ..errors import HalCpuError
@@ -304,7 +305,7 @@ def _describe_module(args, limit: float) -> str:
              "with hal-cpu run --executable=NAME)"]
     for entry in found:
         data, label = vmfb.read_executable(args.file, entry.name)
-        lines.append(f"executable:   {entry.name} ({entry.size} bytes)")
+        lines.append(f"executable:   {printable(entry.name, 300)} ({entry.size} bytes)")
         image = elfloader.read_image(data, arch=args.arch, name=label)
         lines += ["  " + line for line in
                   _describe_executable(args, image, limit).splitlines()]
@@ -359,10 +360,10 @@ def describe(exe, providers: dict[str, str | None] | None = None) -> str:
     """Human-readable summary of an :class:`Executable`; ``providers`` maps
     import names to the plugin resolving them."""
     lines = [
-        f"file:         {exe.path}",
+        f"file:         {one_line(exe.path)}",
         f"architecture: {exe.arch.name} ({exe.arch.elf_class}-bit, "
         f"{exe.backend.kind})",
-        f"library:      {exe.name} (version {exe.version:#x}, features "
+        f"library:      {printable(exe.name, 200)} (version {exe.version:#x}, features "
         f"{exe.features:#x}, sanitizer {exe.sanitizer})",
         f"constants:    {exe.constant_count}",
         f"imports:      {len(exe.imports)}",
@@ -371,14 +372,15 @@ def describe(exe, providers: dict[str, str | None] | None = None) -> str:
         note = "  (optional)" if n.startswith("?") else ""
         if providers is not None:
             who = providers.get(n, "")
-            note += (f"  resolved by {who}" if who else "  UNRESOLVED"
+            note += (f"  resolved by {printable(who, 200)}" if who else "  UNRESOLVED"
                      if who is not None else "  not resolved: a system "
                      "library plugin runs only with --run_sandboxed or "
                      "--run_native")
-        lines.append(f"  [{i}] {n}{note}")
+        lines.append(f"  [{i}] {printable(n, 200)}{note}")
     lines.append(f"exports:      {len(exe.exports)}")
     for e in exe.exports:
-        lines.append(f"  [{e.ordinal}] {e.label}" + (f"  tag={e.tag}" if e.tag else ""))
+        lines.append(f"  [{e.ordinal}] {e.label}"
+                     + (f"  tag={printable(e.tag, 200)}" if e.tag else ""))
         lines.append(f"      workgroup_size={'x'.join(map(str, e.workgroup_size))} "
                      f"constants={e.constant_count} bindings={e.binding_count} "
                      f"local_memory_pages={e.local_memory_pages} "
@@ -549,9 +551,11 @@ def _diagnose(args, image, export) -> None:
             exe.dispatch(export, args.workgroup_count, arrays, args.constant,
                          workers=args.workers, timeout=args.timeout)
     except elfloader.EmulationError as exc:
-        print(exc if exc.name else exc.with_name(args.file), file=sys.stderr)
+        print(for_terminal(str(exc if exc.name else exc.with_name(args.file)),
+                           "hal-cpu"), file=sys.stderr)
     except PortableKernelError as exc:
-        print(f"hal-cpu: the emulated run stopped without a CPU fault: {exc}",
+        print(for_terminal(f"hal-cpu: the emulated run stopped without a CPU "
+                           f"fault: {exc}", "hal-cpu"),
               file=sys.stderr)
     else:
         print("hal-cpu: the emulated run finished without a fault (the crash "
@@ -628,7 +632,7 @@ def cmd_run(args) -> int:
                                   timeout=args.timeout and args.timeout + KILL_GRACE)
             times, where, label, path = _checked_answer(answer, args.file)
         except NativeCrashError as exc:
-            print(f"hal-cpu: error: {exc}", file=sys.stderr)
+            print(for_terminal(f"hal-cpu: error: {exc}", "hal-cpu"), file=sys.stderr)
             if native and args.diagnose:
                 _diagnose(args, image, export)
             return 1
