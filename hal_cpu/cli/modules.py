@@ -612,6 +612,27 @@ def _passed(count: int, failed: int, arch: str) -> int:
     return 1 if failed else 0
 
 
+def _status(answer, label: str) -> int:
+    """A child's exit status (0 or 1), checked.
+
+    Raises:
+        ModuleError: anything else (``field`` ``child``).
+    """
+    if answer not in (0, 1) or isinstance(answer, bool):
+        raise ModuleError("the child process running the program sent an "
+                          "answer of another shape", name=label, field="child",
+                          value=type(answer).__name__)
+    return int(answer)
+
+
+def _crashed(exc) -> int:
+    """``check-module``'s and ``benchmark-module``'s end when the child
+    running the program died: one line, exit status 1."""
+    sys.stdout.flush()
+    print(for_terminal(f"hal-cpu: error: {exc}", "hal-cpu"), file=sys.stderr)
+    return 1
+
+
 def _mlir_check_module(args, program: str, hosts: list[str]) -> int:
     from ..iree import EvaluationError, load_program
     args.program = program
@@ -624,44 +645,74 @@ def _mlir_check_module(args, program: str, hosts: list[str]) -> int:
     for f in functions:
         pick_function(compiled, f, program)
     ir = load_program(compiled.hal_mlir)
-    failed = 0
-    with contextlib.ExitStack() as stack:
-        dispatch = runner_stack(stack, args, arch)
-        for f in functions:
-            if ir.functions[f].arg_types:
-                print(f"SKIP @{printable(f, 200)} (takes arguments)")
-                continue
-            modules = module_registry(args.module)
-            try:
-                run = run_function(compiled, [], f, program, dispatch, modules,
-                                   getattr(args, "memory_limit", None),
-                                   getattr(args, "timeout", None))
-                messages = run.check_failures
-            except EvaluationError as exc:
-                messages = [f"error: {exc}"]
-            failed += _verdict(f, messages)
-    return _passed(len(functions), failed, arch)
+
+    def run(note) -> int:
+        failed = 0
+        with contextlib.ExitStack() as stack:
+            dispatch = runner_stack(stack, args, arch, note)
+            for f in functions:
+                if ir.functions[f].arg_types:
+                    print(f"SKIP @{printable(f, 200)} (takes arguments)")
+                    continue
+                modules = module_registry(args.module)
+                try:
+                    run = run_function(compiled, [], f, program, dispatch, modules,
+                                       getattr(args, "memory_limit", None),
+                                       getattr(args, "timeout", None))
+                    messages = run.check_failures
+                except EvaluationError as exc:
+                    messages = [f"error: {exc}"]
+                failed += _verdict(f, messages)
+        sys.stdout.flush()
+        return _passed(len(functions), failed, arch)
+
+    # Native dispatches run in one child process for all the functions
+    # (confined unless --run_native); --timeout bounds each function inside
+    # it, the watchdog the command.
+    from ..errors import NativeCrashError
+    try:
+        return _status(native_child(
+            args, program, arch, run, hosts=args.module, timeout=None,
+            read=[program, os.path.dirname(os.path.abspath(compiled.hal_mlir))]),
+            program)
+    except NativeCrashError as exc:
+        return _crashed(exc)
 
 
 def _vm_check_module(args, files, hosts, arch) -> int:
     from ..iree import EvaluationError
     from ..vm.refs import VmError
-    failed = 0
-    with vm_program(args, files, hosts, arch) as program:
-        names = [f.lstrip("@") for f in args.function] or list(program.functions)
-        fns = [program.function(f) for f in names]
-        for fn in fns:
-            if fn.arg_types:
-                print(f"SKIP @{printable(fn.name, 200)} (takes arguments)")
-                continue
-            try:
-                fn()
-                messages = program.take_failures()
-            except (VmError, EvaluationError) as exc:
-                program.take_failures()
-                messages = [f"error: {exc}"]
-            failed += _verdict(fn.name, messages)
-        return _passed(len(fns), failed, program.arch)
+    label = files[-1]
+    modules, arch = vm_arch(files, arch)
+    loaded: list = []
+
+    def run(_note) -> int:
+        failed = 0
+        with vm_program(args, files, hosts, arch, modules=modules,
+                        host_modules=loaded) as program:
+            names = [f.lstrip("@") for f in args.function] or list(program.functions)
+            fns = [program.function(f) for f in names]
+            for fn in fns:
+                if fn.arg_types:
+                    print(f"SKIP @{printable(fn.name, 200)} (takes arguments)")
+                    continue
+                try:
+                    fn()
+                    messages = program.take_failures()
+                except (VmError, EvaluationError) as exc:
+                    program.take_failures()
+                    messages = [f"error: {exc}"]
+                failed += _verdict(fn.name, messages)
+            sys.stdout.flush()
+            return _passed(len(fns), failed, program.arch)
+
+    from ..errors import NativeCrashError
+    try:
+        return _status(native_child(
+            args, label, arch, run, read=files, hosts=hosts, timeout=None,
+            prepare=lambda: loaded.extend(load_hosts(hosts))), label)
+    except NativeCrashError as exc:
+        return _crashed(exc)
 
 
 # ---------------------------------------------------------------------------
@@ -683,32 +734,58 @@ def cmd_benchmark_module(args) -> int:
     if reps is None and min_time is None:
         min_time = 0.5
     deadline = time.monotonic() + args.timeout if args.timeout else None
-    with watchdog(args, label), vm_program(args, files, hosts, arch) as program:
-        fn = program.function(args.function)
-        inputs = vm_inputs(fn, args.input, label)
-        fn(*inputs)
-        times: list[float] = []
-        perf = time.perf_counter
-        start = perf()
-        while True:
-            t0 = perf()
+    modules, arch = vm_arch(files, arch)
+    loaded: list = []
+
+    def run(_note):
+        # The whole benchmark runs in one child (natively): the
+        # confinement is paid once, not per call.
+        with vm_program(args, files, hosts, arch, modules=modules,
+                        host_modules=loaded) as program:
+            fn = program.function(args.function)
+            inputs = vm_inputs(fn, args.input, label)
             fn(*inputs)
-            t1 = perf()
-            times.append(t1 - t0)
-            if reps is not None and len(times) >= reps:
-                break
-            if min_time is not None and t1 - start >= min_time and reps is None:
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                break
-        native = runs_natively(args.backend, elfloader.arch.by_name(program.arch),
-                                emulation_options(args))
-        where = (f"{program.arch}, {'native' if native else 'emulated'}, "
-                 f"workers={workers_of(args) or 'auto'}")
+            times: list[float] = []
+            perf = time.perf_counter
+            start = perf()
+            while True:
+                t0 = perf()
+                fn(*inputs)
+                t1 = perf()
+                times.append(t1 - t0)
+                if reps is not None and len(times) >= reps:
+                    break
+                if min_time is not None and t1 - start >= min_time and reps is None:
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+            native = runs_natively(args.backend,
+                                   elfloader.arch.by_name(program.arch),
+                                   emulation_options(args))
+            where = (f"{program.arch}, {'native' if native else 'emulated'}, "
+                     f"workers={workers_of(args) or 'auto'}")
+            return str(fn.name), times, where
+
+    from ..errors import NativeCrashError
+    with watchdog(args, label):
+        try:
+            answer = native_child(args, label, arch, run, read=files,
+                                  hosts=hosts,
+                                  prepare=lambda: loaded.extend(load_hosts(hosts)))
+        except NativeCrashError as exc:
+            return _crashed(exc)
+    if (not isinstance(answer, tuple) or len(answer) != 3
+            or not isinstance(answer[0], str) or not isinstance(answer[2], str)
+            or not isinstance(answer[1], list) or not answer[1]
+            or not all(isinstance(t, float) for t in answer[1])):
+        raise ModuleError("the child process running the benchmark sent an "
+                          "answer of another shape", name=label, field="child",
+                          value=type(answer).__name__)
+    name, times, where = answer
     times.sort()
     n = len(times)
     mean = sum(times) / n
-    print(f"BM_{printable(fn.name, 200)} ({where}): {n} calls")
+    print(f"BM_{printable(name, 200)} ({where}): {n} calls")
     print(f"  per call: min {times[0] * 1e6:.2f} us, median "
           f"{times[n // 2] * 1e6:.2f} us, mean {mean * 1e6:.2f} us")
     return 0
