@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from fatelf.text import printable
+from fatelf.text import one_line
 
 from ..errors import HalCpuError
 
@@ -24,17 +24,19 @@ class VmStatusError(VmError):
     """A VM function failed with an IREE status (``vm.fail``, a failing
     import): ``code`` is the status code (``iree_status_code_t``:
     3 INVALID_ARGUMENT, 5 NOT_FOUND, 9 FAILED_PRECONDITION, 13 INTERNAL...),
-    ``message`` its text (as the program gave it; the error's text shows
-    it escaped, :func:`fatelf.text.printable`), ``location`` the ``file:line:column`` of the op
-    when the module has debug information (else None)."""
+    ``message`` its text, ``location`` the ``file:line:column`` of the op
+    when the module has debug information (else None). Both are the
+    program's text, kept as shown: on one bounded line, control characters
+    escaped (:func:`fatelf.text.one_line`, which leaves text escaped
+    already as it is, so a message passed on is not escaped twice)."""
 
     def __init__(self, code: int, message: str, location: str | None = None, *,
                  name: str | None = None):
+        location = one_line(location, 300) if location else location
+        message = one_line(message)
         self.code, self.location = code, location
-        # The message and location are the program's text: shown escaped,
-        # on one bounded line.
-        at = f"{printable(location, 200)}: " if location else ""
-        super().__init__(f"{at}{printable(message)}", name=name,
+        at = f"{location}: " if location else ""
+        super().__init__(f"{at}{message}", name=name,
                          field=STATUS_NAMES.get(code, f"status {code}"), value=code)
         self.message = message
 
