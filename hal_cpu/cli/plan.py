@@ -6,7 +6,10 @@ transfers), with a ``hal-cpu run`` command line per dispatch; the
 executables can be saved (``.so``, or one FatELF ``.sos`` per executable
 with ``--arch=all``). A program whose steps depend on computed data has no
 plan, and ``--trace`` prints the steps of an actual run instead, as ``plan``
-of a compiled module (``.vmfb``) does.
+of a compiled module (``.vmfb``) does. A traced run on this machine's CPU
+runs in a child process, confined unless ``--run_native``
+(:func:`hal_cpu.cli.programs.native_child`); its steps come back as plain
+data and are checked before they are printed or saved.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from fatelf import arches
+from fatelf.text import printable
 
 from ..buffers import BindingSpecError
 from ..vmfb import check_source
@@ -28,11 +32,14 @@ from .programs import (
     add_program_flags,
     cache_dir_of,
     compile_for,
+    load_hosts,
     module_registry,
+    native_child,
     parse_inputs,
     pick_function,
     run_function,
     runner_stack,
+    vm_arch,
     vm_inputs,
     vm_program,
 )
@@ -61,8 +68,10 @@ def _plan_parser(sub) -> None:
                    default=None, help="emulation engine of --trace and of "
                    "the printed run lines (default auto)")
     p.add_argument("--trace", action="store_true", help="run the program "
-                   "(emulated unless --arch is this machine's) and print the steps "
-                   "it actually ran; for programs whose steps depend on data")
+                   "(emulated unless --arch is this machine's; natively in a "
+                   "confined child process unless --run_native) and print the "
+                   "steps it actually ran; for programs whose steps depend on "
+                   "data")
     p.add_argument("--executable_plugin", action="append", default=[],
                    metavar="SPEC", help="plugin resolving the executables' imports, "
                    "for --trace and on every printed run line (as run-module; "
@@ -184,7 +193,7 @@ def format_plan(plan, compiled, inputs: list, input_specs: Sequence[str],
     a ``constants`` directory beside the compiled program).
     """
     lines = [f"program:   {compiled.source}",
-             f"function:  @{plan.function}",
+             f"function:  @{printable(plan.function, 200)}",
              f"arch:      {compiled.arch}"]
     for i, v in enumerate(inputs):
         if hasattr(v, "shape"):
@@ -193,10 +202,11 @@ def format_plan(plan, compiled, inputs: list, input_specs: Sequence[str],
         else:
             lines.append(f"input {i}:   scalar {v!r}")
     for name, size in plan.buffers.items():
-        lines.append(f"buffer {name}: {size} bytes (allocated by the program)")
+        lines.append(f"buffer {printable(name, 200)}: {size} bytes "
+                     "(allocated by the program)")
     constants = getattr(plan, "constants", None) or {}
     for name, data in constants.items():
-        lines.append(f"constant {name}: {np.asarray(data).size} bytes (carried "
+        lines.append(f"constant {printable(name, 200)}: {np.asarray(data).size} bytes (carried "
                      "by the module)")
     if data_dir is None:
         hal = getattr(compiled, "hal_mlir", None)
@@ -214,7 +224,7 @@ def format_plan(plan, compiled, inputs: list, input_specs: Sequence[str],
             wc = ",".join(map(str, step.workgroup_count))
             lines += [f"step {k}: dispatch",
                       f"  executable:  {so}",
-                      f"  export:      {step.export_name} (ordinal {ordinal})",
+                      f"  export:      {printable(step.export_name, 200)} (ordinal {ordinal})",
                       f"  workgroups:  {wc}",
                       "  constants:   " + (" ".join(str(c) for c in step.constants)
                                            if step.constants else "none")]
@@ -338,13 +348,120 @@ def _run_flags(args) -> list[str]:
 
 def _trace(args, compiled, inputs, function: str, program: str, modules):
     """The steps an actual run performed, as a plan (its results are the
-    ranges the run returned, where it returned buffer views)."""
+    ranges the run returned, where it returned buffer views). Natively the
+    run is in a child process (confined unless ``--run_native``) and the
+    steps come back as plain data, checked (:func:`_plan_from_plain`).
+
+    Raises:
+        NativeCrashError: a kernel ended the child.
+        ModuleError: the child sent steps of another shape.
+    """
+    def run(note):
+        with contextlib.ExitStack() as stack:
+            dispatch = runner_stack(stack, args, compiled.arch, note)
+            done = run_function(compiled, inputs, function, program, dispatch,
+                                modules)
+        return _plain_plan(function, done.trace, done.allocations,
+                           dict(getattr(done, "constants", {}) or {}))
+    data = native_child(args, program, compiled.arch, run, hosts=args.module,
+                        read=[program, Path(compiled.hal_mlir).parent])
+    return _plan_from_plain(data, compiled, program)
+
+
+def _plain_ref(b) -> tuple:
+    return (str(b.kind), b.ref if isinstance(b.ref, int) else str(b.ref),
+            int(b.offset), int(b.length))
+
+
+def _plain_plan(function: str, steps, buffers, constants) -> tuple:
+    """A traced run's steps as plain data (what a confined child sends)."""
+    out: list = []
+    for step in steps:
+        kind = type(step).__name__
+        if kind == "Dispatch":
+            out.append(("dispatch", str(step.so_path), str(step.export_name),
+                        [int(n) for n in step.workgroup_count],
+                        [int(c) for c in step.constants],
+                        [_plain_ref(b) for b in step.bindings],
+                        str(step.executable), str(step.variant)))
+        elif kind == "FillStep":
+            out.append(("fill", _plain_ref(step.target), bytes(step.pattern)))
+        else:
+            out.append(("copy", _plain_ref(step.source), _plain_ref(step.target)))
+    return (str(function), out, [(str(k), int(v)) for k, v in buffers.items()],
+            [(str(k), np.asarray(v, np.uint8).tobytes())
+             for k, v in constants.items()])
+
+
+def _plan_from_plain(data, compiled, program: str):
+    """:func:`_plain_plan`'s data checked and made a
+    :class:`hal_cpu.iree.ProgramPlan`: every value of its type, counts and
+    offsets non-negative, every executable one the compile wrote.
+
+    Raises:
+        ModuleError: anything else (``field`` ``child``).
+    """
     from ..iree import ProgramPlan
-    with contextlib.ExitStack() as stack:
-        dispatch = runner_stack(stack, args, compiled.arch)
-        run = run_function(compiled, inputs, function, program, dispatch, modules)
-    return ProgramPlan(function, run.trace, run.allocations, [],
-                       dict(getattr(run, "constants", {}) or {}))
+    from ..iree.steps import BindingRef, CopyStep, Dispatch, FillStep
+
+    def bad(what: str):
+        return ModuleError("the child process tracing the program sent "
+                           f"steps of another shape ({what})", name=program,
+                           field="child", value=what)
+
+    def count(v) -> int:
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 1 << 64:
+            raise bad("count")
+        return v
+
+    def ref(t) -> BindingRef:
+        if (not isinstance(t, tuple) or len(t) != 4
+                or t[0] not in ("input", "buffer", "constant")
+                or not isinstance(t[1], (int, str))):
+            raise bad("binding")
+        return BindingRef(t[0], t[1], count(t[2]), count(t[3]))
+
+    executables = {str(p): Path(p) for p in compiled.so_files}
+    if (not isinstance(data, tuple) or len(data) != 4
+            or not isinstance(data[0], str)
+            or not all(isinstance(x, list) for x in data[1:])):
+        raise bad("plan")
+    function, raw, buffers, constants = data
+    steps: list = []
+    for item in raw:
+        if not isinstance(item, tuple) or not item:
+            raise bad("step")
+        if item[0] == "dispatch" and len(item) == 8:
+            _, so, export, wc, consts, refs, exe, variant = item
+            if (so not in executables or not isinstance(export, str)
+                    or not isinstance(wc, list) or len(wc) != 3
+                    or not isinstance(consts, list) or not isinstance(refs, list)
+                    or not isinstance(exe, str) or not isinstance(variant, str)):
+                raise bad("dispatch")
+            steps.append(Dispatch(executables[so], export,
+                                  (count(wc[0]), count(wc[1]), count(wc[2])),
+                                  [count(c) for c in consts],
+                                  [ref(b) for b in refs], exe, variant))
+        elif (item[0] == "fill" and len(item) == 3
+              and isinstance(item[2], bytes) and len(item[2]) in (1, 2, 4, 8)):
+            steps.append(FillStep(ref(item[1]), item[2]))
+        elif item[0] == "copy" and len(item) == 3:
+            steps.append(CopyStep(ref(item[1]), ref(item[2])))
+        else:
+            raise bad("step")
+    sizes: dict[str, int] = {}
+    for pair in buffers:
+        if not (isinstance(pair, tuple) and len(pair) == 2
+                and isinstance(pair[0], str)):
+            raise bad("buffer")
+        sizes[pair[0]] = count(pair[1])
+    stored: dict[str, np.ndarray] = {}
+    for pair in constants:
+        if not (isinstance(pair, tuple) and len(pair) == 2
+                and isinstance(pair[0], str) and isinstance(pair[1], bytes)):
+            raise bad("constant")
+        stored[pair[0]] = np.frombuffer(pair[1], np.uint8).copy()
+    return ProgramPlan(function, steps, sizes, [], stored)
 
 
 def _save(plans, directory: Path, bundle: bool) -> dict:
@@ -390,52 +507,67 @@ def _vm_plan(args, path: str) -> int:
     hosts = list(args.module)
     mdef = read_module(path, name=path)
     members = _vmfb.executables(path)
-    with vm_program(args, [path], hosts, args.arch, trace) as program:
-        fn = program.function(args.function)
-        values = vm_inputs(fn, args.input, path)
-        hal = program.hal
-        wrapped = [hal.wrap_input(v) if isinstance(v, np.ndarray) else v
-                   for v in values]
-        names = {}
-        for i, w in enumerate(wrapped):
-            if hasattr(w, "buffer"):
-                names[id(w.buffer.root)] = (f"input {i}", args.input[i])
-        del trace[:]
-        fn(*wrapped)
-        lines = [f"@{fn.name} ({program.arch}): {len(trace)} dispatches "
-                 "(the steps of a run: a compiled module replays recorded "
-                 "command buffers)"]
-        for n, rec in enumerate(trace):
-            exe = rec.executable
-            export = exe.library.exports[rec.ordinal]
-            member = _member_of(exe, members, mdef)
-            lines.append(f"dispatch {n}: {export.name or rec.ordinal} "
-                         f"(export {rec.ordinal} of {member or exe.library.name})")
-            lines.append(f"  workgroups:  {','.join(map(str, rec.grid))}")
-            if rec.constants:
-                lines.append("  constants:   " + " ".join(str(c) for c in rec.constants))
-            run = ["hal-cpu", "run", path]
-            if member and len(members) > 1:
-                run.append(f"--executable={member}")
-            run += [f"--entry_point={rec.ordinal}",
-                    f"--workgroup_count={','.join(map(str, rec.grid))}"]
-            if program.arch != arches.host_arch():
-                run.append(f"--arch={program.arch}")
-            for k, (buf, off, length) in enumerate(rec.bindings):
-                root = buf.root
-                start = buf.address + off - root.address
-                label, spec = names.get(id(root), (None, None))
-                if label is None:
-                    label = f"buffer {len(names)}"
-                    names[id(root)] = (label, None)
-                lines.append(f"  binding {k}:   {label} [{start}, {start + length}) "
-                             f"({length} bytes)")
-                whole = spec is not None and start == 0 and length == root.length
-                run.append(f"--binding={spec if whole else f'{length}xi8'}")
-            for c in rec.constants:
-                run.append(f"--constant={c}")
-            lines.append("  run:         " + shlex.join(run))
-    print("\n".join(lines))
+    modules, arch = vm_arch([path], args.arch)
+    loaded: list = []
+
+    def traced(_note) -> str:
+        with vm_program(args, [path], hosts, arch, trace, modules=modules,
+                        host_modules=loaded) as program:
+            fn = program.function(args.function)
+            values = vm_inputs(fn, args.input, path)
+            hal = program.hal
+            wrapped = [hal.wrap_input(v) if isinstance(v, np.ndarray) else v
+                       for v in values]
+            names = {}
+            for i, w in enumerate(wrapped):
+                if hasattr(w, "buffer"):
+                    names[id(w.buffer.root)] = (f"input {i}", args.input[i])
+            del trace[:]
+            fn(*wrapped)
+            lines = [f"@{printable(fn.name, 200)} ({program.arch}): {len(trace)} dispatches "
+                     "(the steps of a run: a compiled module replays recorded "
+                     "command buffers)"]
+            for n, rec in enumerate(trace):
+                exe = rec.executable
+                export = exe.library.exports[rec.ordinal]
+                member = _member_of(exe, members, mdef)
+                lines.append(f"dispatch {n}: {export.label} (export {rec.ordinal} of "
+                             f"{printable(member or exe.library.name, 200)})")
+                lines.append(f"  workgroups:  {','.join(map(str, rec.grid))}")
+                if rec.constants:
+                    lines.append("  constants:   " + " ".join(str(c) for c in rec.constants))
+                run = ["hal-cpu", "run", path]
+                if member and len(members) > 1:
+                    run.append(f"--executable={member}")
+                run += [f"--entry_point={rec.ordinal}",
+                        f"--workgroup_count={','.join(map(str, rec.grid))}"]
+                if program.arch != arches.host_arch():
+                    run.append(f"--arch={program.arch}")
+                for k, (buf, off, length) in enumerate(rec.bindings):
+                    root = buf.root
+                    start = buf.address + off - root.address
+                    label, spec = names.get(id(root), (None, None))
+                    if label is None:
+                        label = f"buffer {len(names)}"
+                        names[id(root)] = (label, None)
+                    lines.append(f"  binding {k}:   {label} [{start}, {start + length}) "
+                                 f"({length} bytes)")
+                    whole = spec is not None and start == 0 and length == root.length
+                    run.append(f"--binding={spec if whole else f'{length}xi8'}")
+                for c in rec.constants:
+                    run.append(f"--constant={c}")
+                lines.append("  run:         " + shlex.join(run))
+        return "\n".join(lines)
+
+    # Natively the traced run is in a child process, confined unless
+    # --run_native; only the text crosses back.
+    text = native_child(args, path, arch, traced, read=[path], hosts=hosts,
+                        prepare=lambda: loaded.extend(load_hosts(hosts)))
+    if not isinstance(text, str):
+        raise ModuleError("the child process tracing the program sent an "
+                          "answer of another shape", name=path, field="child",
+                          value=type(text).__name__)
+    print(text)
     return 0
 
 
