@@ -531,7 +531,9 @@ def _vm_plan(args, path: str) -> int:
                 exe = rec.executable
                 export = exe.library.exports[rec.ordinal]
                 member = _member_of(exe, members, mdef)
-                lines.append(f"dispatch {n}: {export.label} (export {rec.ordinal} of "
+                lines.append(f"dispatch {n}: "
+                             f"{printable(export.name, 200) if export.name else rec.ordinal} "
+                             f"(export {rec.ordinal} of "
                              f"{printable(member or exe.library.name, 200)})")
                 lines.append(f"  workgroups:  {','.join(map(str, rec.grid))}")
                 if rec.constants:
