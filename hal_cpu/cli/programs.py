@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from fatelf import arches
+from fatelf.text import printable
 
 from ..buffers import parse_binding
 from ..errors import HalCpuError
@@ -167,14 +168,15 @@ def pick_function(compiled, name: str | None, program: str) -> str:
     the program's only one when it names none."""
     if name is None:
         if len(compiled.functions) != 1:
-            raise ModuleError(f"has public functions {', '.join(compiled.functions) or 'none'}; "
+            raise ModuleError(f"has public functions "
+                              f"{printable(', '.join(compiled.functions)) or 'none'}; "
                               "name one with --function", name=program,
                               field="--function", value=None)
         return compiled.functions[0]
     name = name.lstrip("@")
     if name not in compiled.functions:
-        raise ModuleError(f"no public function @{name}; have "
-                          f"{', '.join('@' + f for f in compiled.functions) or 'none'}",
+        raise ModuleError(f"no public function @{printable(name, 200)}; have "
+                          f"{printable(', '.join('@' + f for f in compiled.functions)) or 'none'}",
                           name=program, field="--function", value=name)
     return name
 
@@ -216,7 +218,8 @@ def parse_inputs(compiled, function: str, specs: Sequence[str],
     if len(specs) != len(arg_types):
         kinds = ", ".join("tensor" if t.startswith("!hal.buffer_view") else t
                           for t in arg_types)
-        raise ModuleError(f"@{function} takes {len(arg_types)} inputs ({kinds}); "
+        raise ModuleError(f"@{printable(function, 200)} takes {len(arg_types)} inputs "
+                          f"({printable(kinds)}); "
                           f"{len(specs)} --input given", name=program,
                           field="--input", value=len(specs))
     values = []
@@ -424,8 +427,8 @@ def vm_inputs(fn, specs: Sequence[str], label: str) -> list:
     """A function's arguments from ``--input`` specs, by its calling
     convention: numpy arrays for refs, ints / floats for scalars."""
     if len(specs) != len(fn.arg_types):
-        raise ModuleError(f"@{fn.name} takes {len(fn.arg_types)} inputs "
-                          f"({fn.declaration or fn.cconv}); {len(specs)} "
+        raise ModuleError(f"@{printable(fn.name, 200)} takes {len(fn.arg_types)} inputs "
+                          f"({printable(fn.declaration or fn.cconv)}); {len(specs)} "
                           "--input given", name=label, field="--input",
                           value=len(specs))
     values = []
@@ -436,7 +439,8 @@ def vm_inputs(fn, specs: Sequence[str], label: str) -> list:
         elif ty in names:
             values.append(_scalar(spec, names[ty], i, label))
         else:
-            raise ModuleError(f"argument {i} of @{fn.name} has type {ty}, which "
+            raise ModuleError(f"argument {i} of @{printable(fn.name, 200)} has type "
+                                  f"{printable(ty, 200)}, which "
                               "--input cannot give", name=label, field="--input",
                               value=spec)
     return values
