@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from fatelf import arches
+from hal_cpu.arrays import guarded_bytes
 from hal_cpu.iree import compile_program
 from hal_cpu.vm.hal_module import (
     HAL_MODULE_VERSION,
@@ -387,8 +388,15 @@ def test_allocator_import():
         assert buf.length == 64 and buf.address % 64 == 0
         assert buf.array[:4].tolist() == [4, 5, 6, 7]
         assert not np.shares_memory(buf.array, raw)
-        buf = imp(alloc, 1, ANY, DEVICE_LOCAL, DISPATCH_TRANSFER, aligned, 0, WHOLE)
-        assert buf.address == raw.ctypes.data + start and buf.length == 128
+        # mutable memory is bound in place only when it ends before a guard
+        # page (a vm.buffer the program allocated)
+        assert imp(alloc, 1, ANY, DEVICE_LOCAL, DISPATCH_TRANSFER, aligned, 0,
+                   WHOLE) is None
+        storage = guarded_bytes(128)
+        own = VmBuffer(storage)
+        own.guarded = True
+        buf = imp(alloc, 1, ANY, DEVICE_LOCAL, DISPATCH_TRANSFER, own, 0, WHOLE)
+        assert buf.address == storage.ctypes.data and buf.length == 128
         assert imp(alloc, 1, ANY, DEVICE_LOCAL, DISPATCH_TRANSFER, skewed, 0, 64) is None
         copy = imp(alloc, 0, ANY, DEVICE_LOCAL, DISPATCH_TRANSFER, skewed, 0, 64)
         assert copy.address % 64 == 0 and copy.array[:4].tolist() == [4, 5, 6, 7]

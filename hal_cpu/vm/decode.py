@@ -24,16 +24,23 @@ class BytecodeError(VmError):
     field, a register outside the function's register file, a branch to
     something not a block.
 
+    Also an op whose operands have types it cannot take when it runs (a
+    ref register read as an integer, a float where an integer is needed:
+    what IREE's verifier refuses), found by the translator at load time
+    or, for what only the running values show, when the op runs.
+
     Attributes:
-        function: the function's name; offset: byte offset within the
-        function's bytecode of the instruction (or field) concerned;
-        value: the offending value.
+        function: the function's name (printable); offset: byte offset
+        within the function's bytecode of the instruction (or field)
+        concerned; value: the offending value; op: the op's name
+        (``vm.add.i32``) when known, else None.
     """
 
     def __init__(self, message: str, *, function: str = "?", offset: int = 0,
-                 value=None):
-        self.function, self.offset = function, offset
-        super().__init__(f"{message} (at bytecode offset 0x{offset:X})",
+                 value=None, op: str | None = None):
+        self.function, self.offset, self.op = function, offset, op
+        what = f"{op}: " if op else ""
+        super().__init__(f"{what}{message} (at bytecode offset 0x{offset:X})",
                          name=function, field=f"bytecode+0x{offset:X}",
                          value=value)
 

@@ -1124,10 +1124,15 @@ class HalModule:
             # buffer is a private aligned copy.
             array, address = self._new_storage(length, "hal.allocator.import")
             array[:] = np.frombuffer(source.data, np.uint8, length, offset)
+        elif source.guarded and not array.ctypes.data % _arrays.BINDING_ALIGNMENT:
+            # (a buffer the program allocated: its storage ends before a
+            # guard page, so a native kernel may bind it in place)
+            address = array.ctypes.data
         else:
-            # Kernels bind buffers in place natively, and only storage that
-            # ends before a guard page may be bound: a try-import fails (the
-            # program copies into an allocation), an import copies.
+            # Kernels bind buffers in place natively, and only aligned
+            # storage that ends before a guard page may be bound: a
+            # try-import fails (the program copies into an allocation), an
+            # import copies.
             if try_:
                 return None
             copy, address = self._new_storage(length, "hal.allocator.import")

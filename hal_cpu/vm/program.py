@@ -193,8 +193,7 @@ class _HostFunction:
         self.classes = classes
 
     def bind(self, cconv: str) -> Callable:
-        from .translate import parse_cconv
-        args, results = parse_cconv(cconv)
+        args, results = _parse_cconv(cconv, f"import @{self.module}.{self.name}")
         fn, hal, label = self.fn, self.hal, f"{self.module}.{self.name}"
         classes = self.classes
         skip = 1 if (self.drops_device and args[:1] == ["r"]
@@ -226,6 +225,17 @@ class _HostFunction:
         return call
 
 
+def _parse_cconv(cconv: str, what: str, label: str | None = None):
+    """:func:`~hal_cpu.vm.translate.parse_cconv`, a malformed calling
+    convention a :class:`LinkError` naming ``what``."""
+    from .translate import parse_cconv
+    try:
+        return parse_cconv(cconv)
+    except ValueError as exc:
+        raise LinkError(f"{printable(what)}: {printable(str(exc))}", name=label,
+                        field="cconv", value=printable(cconv)) from None
+
+
 # ---------------------------------------------------------------------------
 # bytecode modules
 
@@ -254,20 +264,22 @@ def _resolve(imp, registered: list[_Linked], label: str):
         if isinstance(fn, _HostFunction):
             return fn.bind(imp.cconv)
         if cconv is not None and cconv != imp.cconv:
-            raise LinkError(f"import @{imp.name} has calling convention "
-                            f"{imp.cconv}, but module '{reg.name}' exports it as "
-                            f"{cconv}", name=label, field=f"import {imp.name}",
-                            value=cconv)
+            raise LinkError(f"import @{printable(imp.name)} has calling convention "
+                            f"{printable(imp.cconv)}, but module "
+                            f"'{printable(reg.name)}' exports it as "
+                            f"{printable(cconv)}", name=label,
+                            field=f"import {printable(imp.name)}",
+                            value=printable(cconv))
         return fn
     if imp.optional:
         return None
     have = ", ".join(sorted({r.name for r in registered})) or "none"
-    raise LinkError(f"the program imports @{imp.name}, which no registered module "
-                    f"provides (modules: {have})"
+    raise LinkError(f"the program imports @{printable(imp.name)}, which no "
+                    f"registered module provides (modules: {printable(have)})"
                     + ("" if module in {r.name for r in registered} else
-                       f"; register a host module named '{module}' with "
-                       f"function '{fname}'"),
-                    name=label, field="import", value=imp.name)
+                       f"; register a host module named '{printable(module)}' "
+                       f"with function '{printable(fname)}'"),
+                    name=label, field="import", value=printable(imp.name))
 
 
 def _check_dependencies(mdef, registered: list[_Linked], label: str) -> None:
@@ -276,12 +288,13 @@ def _check_dependencies(mdef, registered: list[_Linked], label: str) -> None:
         if not found:
             if dep.optional:
                 continue
-            raise LinkError(f"the program needs module '{dep.name}' (version >= "
-                            f"{dep.minimum_version}), which is not registered",
-                            name=label, field="dependency", value=dep.name)
+            raise LinkError(f"the program needs module '{printable(dep.name)}' "
+                            f"(version >= {dep.minimum_version}), which is not "
+                            "registered", name=label, field="dependency",
+                            value=printable(dep.name))
         newest = found[-1]
         if newest.version < dep.minimum_version and not dep.optional:
-            raise LinkError(f"the program needs module '{dep.name}' version >= "
+            raise LinkError(f"the program needs module '{printable(dep.name)}' version >= "
                             f"{dep.minimum_version}; the registered one is "
                             f"version {newest.version}", name=label,
                             field="dependency", value=newest.version)
@@ -295,17 +308,19 @@ def _check_types(mdef, registered: list[_Linked], label: str) -> None:
         if not ty.startswith("!") or ty.startswith(("!hal.", "!vm.", "!util.")):
             continue
         if ty not in known:
-            raise LinkError(f"the program uses type {ty}, which no registered "
-                            "module declares", name=label, field="type", value=ty)
+            raise LinkError(f"the program uses type {printable(ty)}, which no "
+                            "registered module declares", name=label, field="type",
+                            value=printable(ty))
 
 
-def _link_bytecode(mdef, registered: list[_Linked], label: str) -> _BytecodeModule:
+def _link_bytecode(mdef, registered: list[_Linked], label: str,
+                   memory=None) -> _BytecodeModule:
     from . import translate as tr
     _check_dependencies(mdef, registered, label)
     _check_types(mdef, registered, label)
     env = tr.Env.for_module(
         mdef, imports=[_resolve(imp, registered, label) for imp in mdef.imports],
-        functions=[None] * len(mdef.functions))
+        functions=[None] * len(mdef.functions), memory=memory)
     for f in mdef.functions:
         env.functions[f.ordinal] = tr.translate(f, mdef.function_bytecode(f.ordinal),
                                                 env, module_name=mdef.name)
@@ -323,7 +338,7 @@ def _check_deadline() -> None:
     if deadline is None or time.monotonic() < deadline:
         return
     frame = sys._getframe(1)
-    name = frame.f_code.co_name
+    name = frame.f_globals.get("_vm_name") or frame.f_code.co_name
     program = _calls.program
     _calls.deadline = None      # report once; the exception unwinds the call
     raise ProgramTimeoutError(
@@ -333,12 +348,10 @@ def _check_deadline() -> None:
         seconds=program.timeout, function=_vm_function_name(name))
 
 
-def _vm_function_name(code_name: str) -> str:
-    # translated functions are named vm_<module>_<function>_<ordinal>
-    parts = code_name.split("_")
-    if len(parts) >= 4 and parts[0] == "vm":
-        return "@" + "_".join(parts[2:-1])
-    return code_name
+def _vm_function_name(name: str) -> str:
+    # a translated function's namespace names it <module>.<function>
+    # (printable), its code vm_f<ordinal>
+    return "@" + name.partition(".")[2] if "." in name else name
 
 
 def _install_hook() -> None:
@@ -365,8 +378,8 @@ class Function:
                  declaration: str | None):
         self.program, self.name, self.cconv, self._fn = program, name, cconv, fn
         self.declaration = declaration
-        from .translate import parse_cconv
-        self.arg_types, self.result_types = parse_cconv(cconv)
+        self.arg_types, self.result_types = _parse_cconv(
+            cconv, f"export @{name}", program.label)
         hal = program.hal
         # per argument: a fast conversion for the common case (a numpy
         # array for a ref), the general one otherwise
@@ -513,7 +526,8 @@ class Program:
                 if getattr(m, "name", None) == "check":
                     self.check = m
             for mdef, label in zip(mdefs, labels):
-                bc = _link_bytecode(mdef, registered, label)
+                bc = _link_bytecode(mdef, registered, label,
+                                    getattr(hal, "memory", None))
                 self._bytecode.append(bc)
                 registered.append(bc.linked())
                 init = bc.exports.get("__init")
@@ -553,6 +567,9 @@ class Program:
             raise VmStatusError(8, f"@{name}: the program's calls nest too "
                                 "deeply (the VM's call stack is exhausted)",
                                 name=self.label) from None
+        except MemoryError:
+            raise VmStatusError(8, f"@{name}: the host has no memory for the "
+                                "program's values", name=self.label) from None
         except VmError as exc:
             if exc.name is None:
                 raise exc.with_name(self.label) from None

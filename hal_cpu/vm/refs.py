@@ -118,9 +118,10 @@ class VmBuffer:
         data: a ``memoryview`` of the bytes (format ``B``).
         readonly: True for module read-only data.
         name: what the buffer is, for messages (e.g. ``rodata[4]``).
+        guarded: see below.
     """
 
-    __slots__ = ("data", "readonly", "name", "__weakref__")
+    __slots__ = ("data", "readonly", "name", "guarded", "__weakref__")
 
     #: the VM type name (``vm.cast.any.ref`` checks it)
     vm_type = "!vm.buffer"
@@ -130,6 +131,10 @@ class VmBuffer:
         self.data = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
         self.readonly = readonly or self.data.readonly
         self.name = name
+        #: the bytes are :func:`hal_cpu.arrays.guarded_bytes` storage of
+        #: their own (a buffer the program allocated), which the ``hal``
+        #: module may import in place
+        self.guarded = False
 
     def __len__(self) -> int:
         return len(self.data)

@@ -43,11 +43,17 @@ import ctypes
 import math
 import struct
 import sys
+import weakref
 from typing import Callable, NoReturn
 
+from elfloader.errors import BackendError
+from fatelf.text import printable
+
+from .. import arrays as _arrays
+from ..arrays import default_memory_limit
 from . import isa
 from .decode import BytecodeError, Instruction, decode
-from .refs import VmBuffer, VmError, VmList, VmStatusError
+from .refs import MemoryBudget, VmBuffer, VmError, VmList, VmStatusError
 
 __all__ = ["Env", "translate", "UnsupportedOpError", "BACKEDGE_HOOK",
            "parse_cconv"]
@@ -58,7 +64,12 @@ BACKEDGE_HOOK: list = [None]
 
 # iree_status_code_t values used here
 INVALID_ARGUMENT, NOT_FOUND, OUT_OF_RANGE, PERMISSION_DENIED = 3, 5, 11, 7
-FAILED_PRECONDITION = 9
+FAILED_PRECONDITION, RESOURCE_EXHAUSTED = 9, 8
+
+#: Bytes counted against the memory limit per slot of a ``!vm.list``.
+LIST_SLOT_BYTES = 8
+#: Largest ``!vm.buffer`` a program may allocate, bytes.
+_MAX_BYTES = 1 << 40
 
 
 class UnsupportedOpError(VmError):
@@ -101,12 +112,17 @@ class Env:
         import_names: import ordinal -> name, for messages.
         function_cconvs: internal function ordinal -> calling convention
             (calls are checked against it when known).
+        memory: the program's :class:`~hal_cpu.vm.refs.MemoryBudget`:
+            ``vm.buffer.alloc``/``clone`` and ``vm.list.resize`` count
+            their bytes against it before allocating (default: a budget of
+            :func:`hal_cpu.arrays.default_memory_limit`).
     """
 
     def __init__(self, *, imports=(), functions=None, rodata=(),
                  global_bytes=None, global_refs=None, types=(),
                  locate: Callable[[int, int], str | None] | None = None,
-                 import_cconvs=(), import_names=()):
+                 import_cconvs=(), import_names=(),
+                 memory: MemoryBudget | None = None):
         self.imports = list(imports)
         self.functions = [] if functions is None else functions
         self.rodata = list(rodata)
@@ -117,6 +133,7 @@ class Env:
         self.import_cconvs = list(import_cconvs)
         self.import_names = list(import_names)
         self.function_cconvs: list = []
+        self.memory = MemoryBudget(default_memory_limit()) if memory is None else memory
 
     @classmethod
     def for_module(cls, module, **kw) -> "Env":
@@ -411,8 +428,12 @@ def _rsqrt32(x):
 # buffers
 
 def _buf(b, what):
-    if b is None:
-        raise _status(INVALID_ARGUMENT, f"{what} is null")
+    if type(b) is not VmBuffer:
+        if b is None:
+            raise _status(INVALID_ARGUMENT, f"{what} is null")
+        raise _status(INVALID_ARGUMENT, f"{what} is a "
+                      f"{getattr(type(b), 'vm_type', type(b).__name__)}, not a "
+                      "!vm.buffer")
     return b.data
 
 
@@ -436,7 +457,7 @@ def _make_load(st: struct.Struct, size: int):
 
 def _writable(b, what):
     d = _buf(b, what)
-    if b.readonly or d.readonly:
+    if b.readonly:
         raise _status(PERMISSION_DENIED, "buffer is read-only and cannot be mapped for mutation")
     return d
 
@@ -486,16 +507,58 @@ _BUF_FILL = {
 }
 
 
-def _buffer_alloc(length, alignment):
+# id of a weak reference to a counted VM buffer or list -> (the reference,
+# its budget, its bytes holder); by id, as a list has no hash
+_COUNTED: dict = {}
+
+
+def _uncount(ref) -> None:
+    _, memory, held = _COUNTED.pop(id(ref))
+    memory.uncharge(held[0])
+
+
+def _counted(obj, memory: MemoryBudget, held: list):
+    """Keep ``held[0]`` bytes of ``obj`` counted in ``memory`` until it
+    goes."""
+    ref = weakref.ref(obj, _uncount)
+    _COUNTED[id(ref)] = (ref, memory, held)
+    return obj
+
+
+def _new_bytes(length: int, memory: MemoryBudget, what: str) -> VmBuffer:
+    """A zeroed ``!vm.buffer`` of ``length`` bytes, counted against the
+    memory limit before it is made; its storage ends before a guard page
+    (:func:`hal_cpu.arrays.guarded_bytes`), so the ``hal`` module may
+    import it in place for a native dispatch."""
+    if length > _MAX_BYTES:
+        raise _status(RESOURCE_EXHAUSTED, f"{what}: {length} bytes is not a "
+                      f"buffer size (at most {_MAX_BYTES})")
+    pages = _arrays.guarded_pages(length)
+    memory.charge(pages, what)
+    try:
+        array = _arrays.guarded_bytes(length, lambda: memory.uncharge(pages))
+    except (MemoryError, BackendError):
+        memory.uncharge(pages)
+        raise _status(RESOURCE_EXHAUSTED, f"{what}: {length} bytes: the host "
+                      "has no memory for them") from None
+    array.fill(0)
+    buf = VmBuffer(array, readonly=False, name="vm.buffer")
+    buf.guarded = True
+    return buf
+
+
+def _buffer_alloc(length, alignment, memory):
     if length < 0:
         raise _status(OUT_OF_RANGE, f"buffer length {length} is negative")
-    return VmBuffer(bytearray(length), readonly=False, name="vm.buffer")
+    return _new_bytes(length, memory, "vm.buffer.alloc")
 
 
-def _buffer_clone(src, off, length, alignment):
+def _buffer_clone(src, off, length, alignment, memory):
     d = _buf(src, "source")
     _range(d, off, length, 1)
-    return VmBuffer(bytearray(d[off:off + length]), readonly=False, name="vm.buffer")
+    buf = _new_bytes(length, memory, "vm.buffer.clone")
+    buf.data[:] = d[off:off + length]
+    return buf
 
 
 def _buffer_length(b):
@@ -568,8 +631,12 @@ _LIST_DEFAULTS = {"i8": 0, "i16": 0, "i32": 0, "i64": 0, "f32": 0.0, "f64": 0.0}
 
 
 def _list(l):
-    if l is None:
-        raise _status(INVALID_ARGUMENT, "list is null")
+    if type(l) is not VmList:
+        if l is None:
+            raise _status(INVALID_ARGUMENT, "list is null")
+        raise _status(INVALID_ARGUMENT, f"list is a "
+                      f"{getattr(type(l), 'vm_type', type(l).__name__)}, not a "
+                      "!vm.list")
     return l
 
 
@@ -582,13 +649,26 @@ def _list_alloc(type_name, capacity):
     return VmList(type_name)
 
 
-def _list_resize(l, n):
+def _list_resize(l, n, memory):
     _list(l)
     n &= _M32
     if n < len(l):
         del l[n:]
-    else:
-        l.extend([_LIST_DEFAULTS.get(getattr(l, "element_type", "?"))] * (n - len(l)))
+        return
+    held = l.charged
+    need = n * LIST_SLOT_BYTES
+    if held is None or held[0] < need:
+        more = need - (held[0] if held is not None else 0)
+        memory.charge(more, "vm.list.resize")
+        if held is None:
+            held = l.charged = [0]
+            _counted(l, memory, held)
+        held[0] += more
+    try:
+        l.extend([_LIST_DEFAULTS.get(l.element_type)] * (n - len(l)))
+    except MemoryError:
+        raise _status(RESOURCE_EXHAUSTED, f"vm.list.resize: {n} elements: the "
+                      "host has no memory for them") from None
 
 
 def _list_get_int(l, i, bits):
@@ -688,6 +768,44 @@ def _annotate(err: VmStatusError, code, lines: dict, locate, ordinal: int) -> No
         err.set_location(loc)
 
 
+#: What Python raises when an op's operands are not of the types the op
+#: takes (a ref read as an integer, a float as an index...), or when the
+#: host cannot hold a value.
+_OPERAND_ERRORS = (TypeError, ValueError, IndexError, KeyError, OverflowError,
+                   AttributeError, ZeroDivisionError, struct.error, MemoryError)
+
+
+def _op_at(code, lines: dict, exc: BaseException) -> int | None:
+    """The bytecode offset of the op of ``code`` (a translated function's
+    code object) that ``exc`` passed through, or None."""
+    tb = exc.__traceback__
+    at = None
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            at = lines.get(tb.tb_lineno, at)
+        tb = tb.tb_next
+    return at
+
+
+def _operand_failure(exc: BaseException, code, lines: dict, ops: dict,
+                     qual: str, locate, ordinal: int) -> VmError:
+    """The typed error of a Python error ``exc`` raised while an op of a
+    translated function ran: :class:`VmStatusError` RESOURCE_EXHAUSTED for
+    a host out of memory, else a :class:`BytecodeError` naming the
+    function, the op and its offset."""
+    offset = _op_at(code, lines, exc)
+    op = ops.get(offset, "vm.?") if offset is not None else "vm.?"
+    text = printable(f"{type(exc).__name__}: {exc}", 200)
+    if isinstance(exc, MemoryError):
+        err = VmStatusError(RESOURCE_EXHAUSTED, f"{op}: the host has no memory "
+                            f"for a value of the program ({text})")
+        if offset is not None:
+            err.set_location(locate(ordinal, offset))
+        return err
+    return BytecodeError(f"operands of types the op cannot take ({text})",
+                         function=qual, offset=offset or 0, op=op, value=text)
+
+
 _HELPERS = {
     "_r32": _r32, "_uf": _uf, "_pf": _pf, "_fdiv": _fdiv, "_wrap32": _wrap32,
     "_wrap64": _wrap64, "_cdiv": _cdiv, "_crem": _crem, "_udiv": _udiv,
@@ -705,6 +823,7 @@ _HELPERS = {
     "_list_get_ref": _list_get_ref, "_cast_ref": _cast_ref,
     "_global_index": _global_index, "_global_offset": _global_offset,
     "_print": _print, "_status": _status, "_VmStatusError": VmStatusError,
+    "_OPERAND_ERRORS": _OPERAND_ERRORS,
     "_INF": _INF, "_NAN": _NAN, "_BH": BACKEDGE_HOOK,
     "_ld_i32": _S_I32.unpack_from, "_ld_i64": _S_I64.unpack_from,
     "_ld_f32": _S_F32.unpack_from, "_ld_f64": _S_F64.unpack_from,
@@ -741,12 +860,13 @@ class _Gen:
     def __init__(self, function, instrs: list[Instruction], env: Env, module_name: str):
         self.fn = function
         self.fname = function.name
+        self.qual = printable(f"{module_name}.{function.name}", 120)
         self.instrs = instrs
         self.env = env
         self.module_name = module_name
         self.ns: dict = dict(_HELPERS)
         self.ns.update({"_fns": env.functions, "_gb": env.global_bytes,
-                        "_grefs": env.global_refs})
+                        "_grefs": env.global_refs, "_mem": env.memory})
         self.lines: list[str] = []
         self.line_offsets: dict[int, int] = {}   # source line -> bytecode offset
         self.consts = 0
@@ -767,11 +887,11 @@ class _Gen:
             return None
 
     def unsupported(self, ins: Instruction, why: str) -> NoReturn:
-        raise UnsupportedOpError(why, op=ins.name, function=f"{self.module_name}.{self.fname}",
+        raise UnsupportedOpError(printable(why), op=ins.name, function=self.qual,
                                  offset=ins.offset, location=self.where(ins))
 
     def bad(self, ins: Instruction, why: str, value=None) -> NoReturn:
-        raise BytecodeError(why, function=f"{self.module_name}.{self.fname}",
+        raise BytecodeError(printable(why), function=self.qual, op=ins.name,
                             offset=ins.offset, value=value)
 
     def const(self, value, prefix="_k") -> str:
@@ -802,13 +922,13 @@ class _Gen:
         try:
             args, _ = parse_cconv(cconv)
         except ValueError as e:
-            raise BytecodeError(str(e), function=f"{self.module_name}.{self.fname}",
+            raise BytecodeError(printable(str(e)), function=self.qual,
                                 offset=0, value=cconv) from None
         names, ni, nr = [], 0, 0
         for a in args:
             if isinstance(a, tuple):
                 raise UnsupportedOpError("variadic arguments of an internal function",
-                                         op="vm.func", function=self.fname, offset=0)
+                                         op="vm.func", function=self.qual, offset=0)
             if a == "r":
                 names.append(f"r{nr}")
                 nr += 1
@@ -856,6 +976,10 @@ class _Gen:
         self.emit(1, "except _VmStatusError as _e:")
         self.emit(2, "_annotate(_e)")
         self.emit(2, "raise")
+        # an op given values of types it cannot take (what only the running
+        # values show): a typed error naming the op and its offset
+        self.emit(1, "except _OPERAND_ERRORS as _e:")
+        self.emit(2, "raise _operand_error(_e) from None")
         return "\n".join(self.lines) + "\n"
 
     def _scratch_registers(self, params: set) -> set:
@@ -957,7 +1081,7 @@ class _Gen:
                 blocks[-1].append(ins)
         if not blocks:
             raise BytecodeError("the function has no code",
-                                function=f"{self.module_name}.{self.fname}", offset=0)
+                                function=self.qual, offset=0)
         return blocks
 
     def block(self, block: list[Instruction], k: int, nblocks: int, ind: int):
@@ -1263,9 +1387,9 @@ class _Gen:
         elif name in _BUF_FILL:
             e(f"{fn}({R(a[0])}, {R(a[1])}, {R(a[2])}, {R(a[3])})")
         elif name == "buffer.alloc":
-            e(f"{R(a[2])} = _buffer_alloc({R(a[0])}, {R(a[1])})")
+            e(f"{R(a[2])} = _buffer_alloc({R(a[0])}, {R(a[1])}, _mem)")
         elif name == "buffer.clone":
-            e(f"{R(a[4])} = _buffer_clone({R(a[0])}, {R(a[1])}, {R(a[2])}, {R(a[3])})")
+            e(f"{R(a[4])} = _buffer_clone({R(a[0])}, {R(a[1])}, {R(a[2])}, {R(a[3])}, _mem)")
         elif name == "buffer.length":
             e(f"{R(a[1])} = _buffer_length({R(a[0])})")
         elif name == "buffer.copy":
@@ -1287,7 +1411,7 @@ class _Gen:
         elif name == "list.size":
             e(f"{R(a[1])} = len(_list({R(a[0])}))")
         elif name == "list.resize":
-            e(f"_list_resize({R(a[0])}, {R(a[1])})")
+            e(f"_list_resize({R(a[0])}, {R(a[1])}, _mem)")
         elif name in ("list.get.i32", "list.get.i64"):
             e(f"{R(a[2])} = _list_get_int({R(a[0])}, {R(a[1])}, {name[-2:]})")
         elif name in ("list.get.f32", "list.get.f64"):
@@ -1519,9 +1643,12 @@ class _Gen:
         return False
 
 
-def _pyname(module_name: str, name: str, ordinal: int) -> str:
-    clean = "".join(c if c.isalnum() or c == "_" else "_" for c in f"{module_name}_{name}")
-    return f"vm_{clean}_{ordinal}"
+def _pyname(ordinal: int) -> str:
+    """The Python name of translated function ``ordinal``: made of the
+    ordinal only (the module's names are data, never source text, so no
+    name can fail to be an identifier or become another one under
+    Python's NFKC normalization)."""
+    return f"vm_f{ordinal}"
 
 
 def translate(function, bytecode, env: Env, *, module_name: str = "module") -> Callable:
@@ -1544,15 +1671,16 @@ def translate(function, bytecode, env: Env, *, module_name: str = "module") -> C
         BytecodeError: malformed bytecode.
         UnsupportedOpError: an op the translator cannot run.
     """
-    qual = f"{module_name}.{function.name}"
+    qual = printable(f"{module_name}.{function.name}", 120)
     instrs = decode(bytecode, function=qual, i32_count=function.i32_register_count,
                     ref_count=function.ref_register_count)
     gen = _Gen(function, instrs, env, module_name)
-    pyname = _pyname(module_name, function.name, function.ordinal)
+    pyname = _pyname(function.ordinal)
     src = gen.source(pyname)
-    code = compile(src, f"<vm {qual}>", "exec")
+    code = compile(src, f"<vm function {function.ordinal}>", "exec")
     ns = gen.ns
     lines = gen.line_offsets
+    ops = {ins.offset: ins.name for ins in instrs}
     locate = env.locate
     ordinal = function.ordinal
     holder: dict = {}
@@ -1560,7 +1688,14 @@ def translate(function, bytecode, env: Env, *, module_name: str = "module") -> C
     def annotate(err):
         _annotate(err, holder["code"], lines, locate, ordinal)
 
+    def operand_error(exc):
+        return _operand_failure(exc, holder["code"], lines, ops, qual, locate,
+                                ordinal)
+
     ns["_annotate"] = annotate
+    ns["_operand_error"] = operand_error
+    #: the function's name as messages show it (read by the time limit)
+    ns["_vm_name"] = qual
     exec(code, ns)
     fn = ns[pyname]
     holder["code"] = fn.__code__
