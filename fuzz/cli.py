@@ -220,6 +220,9 @@ def _campaign(args, argv, t0, source, corpus, targets, backends, opts, canary) -
             save_case(cases_dir, cases_by_id[rec["id"]], rec,
                       Path(rec["saved"]).read_bytes())
 
+    compared = compare_emulated(records, cases_by_id, args, corpus)
+    elapsed = time.monotonic() - t0
+
     problems, guest = report.group_problems(records)
     minimized = {}
     if not args.no_minimize:
@@ -238,6 +241,7 @@ def _campaign(args, argv, t0, source, corpus, targets, backends, opts, canary) -
                    "limits": {b: {k: v for k, v in o.items() if k != "dispatch"}
                               for b, o in opts.items()}},
         "elapsed_s": round(elapsed, 1),
+        "compared_emulated": compared,
         "summary": summary,
         "problem_count": sum(len(v) for v in problems.values()),
         "problems": [_problem_entry(key, recs, minimized.get(key))
@@ -252,6 +256,11 @@ def _campaign(args, argv, t0, source, corpus, targets, backends, opts, canary) -
     }
     print(report.table(summary))
     print(f"\n{len(records)} cases in {elapsed:.0f} s (seed {args.seed}, jobs {args.jobs})")
+    if compared:
+        print(f"{compared} native case(s) whose functions all returned were run again "
+              f"emulated (guarded buffers); "
+              f"{sum(1 for r in records if r.get('was') and r['outcome'] == 'oob')} "
+              f"stopped there at an access outside a buffer (oob)")
     faults = out["faults"]
     for key, f in faults.items():
         if f["syscall"]:
@@ -375,6 +384,65 @@ def triage(rec: dict, case: dict, args, corpus) -> bool:
                               + (f" ({r['error']['message']})" if r.get("error") else ""))
         return True
     return False
+
+
+#: Errors of an emulated run that mean an access outside a buffer.
+OVERRUN_ERRORS = ("GuardError", "OverrunError", "BindingOverrunError",
+                  "BindingUnderrunError", "LocalMemoryOverrunError")
+
+
+def emulated_overrun(rec: dict) -> str | None:
+    """What an emulated run's outcome says of an access outside a buffer
+    (a guard page or canary hit, a memory fault), or None."""
+    err = rec.get("error") or {}
+    cls = (err.get("type") or "").rsplit(".", 1)[-1]
+    if cls in OVERRUN_ERRORS or (err.get("fault") and err["fault"] not in (
+            "syscall", "timeout", "stopped")):
+        return f"{cls}: {(err.get('message') or '')[:300]}"
+    return None
+
+
+def compare_emulated(records: list, cases_by_id: dict, args, corpus) -> None:
+    """``vmfb-run`` and ``names``: each native case whose every function
+    returned runs again on the emulated backend (same file, same
+    architecture, guarded buffers); where that run stops at an access
+    outside a buffer, the native results held bytes read from outside
+    their buffers: the native case becomes ``oob`` (``emulated_replay``
+    says why)."""
+    from .runner import run_cases
+    todo = [r for r in records if r["target"] in ("vmfb-run", "names")
+            and r["backend"] == "native" and r["outcome"] == "accepted"]
+    if not todo:
+        return 0
+    by_id = {r["id"]: r for r in todo}
+    emu_opts = child_opts(args, "emulated")
+
+    def items():
+        for r in todo:
+            case = cases_by_id[r["id"]]
+            yield (dict(case, backend="emulated", _opts=emu_opts),
+                   corpus_data(corpus, case))
+
+    def done(emu, _data):
+        rec = by_id[emu["id"]]
+        rec["emulated_replay"] = {"outcome": emu["outcome"], "stage": emu.get("stage"),
+                                  "error": (emu.get("error") or {}).get("message")}
+        why = emulated_overrun(emu)
+        if why:
+            case = cases_by_id[rec["id"]]
+            rec["saved"] = str(save_case(args.out / "cases", case, rec,
+                                         corpus_data(corpus, case)))
+            rec.update(was=rec["outcome"], outcome="oob", error={
+                "type": "fuzz.vmrun.OutOfBufferRead",
+                "message": f"returned natively; on the emulated backend: {why}",
+                "field": None, "value": None, "traceback": []})
+    run_cases(items(), args.jobs, done)
+    return len(todo)
+
+
+def corpus_data(corpus, case: dict) -> bytes:
+    from .corpus import case_data
+    return case_data(corpus, case)
 
 
 def minimize(corpus, case: dict, rec: dict, directory: Path, budget: int = 48,

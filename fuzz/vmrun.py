@@ -540,12 +540,12 @@ class OutOfBufferRead(Exception):
     outside its input buffers."""
 
 
-def fill_canary(blocks: int = 96) -> list:
+def fill_canary(blocks: int = 256) -> list:
     """Fill memory with :data:`CANARY`: blocks of 64 B to 1 MiB filled and
     freed (the allocator hands their space out again, canary and all), and
     some kept between them."""
     import numpy as np
-    kept, sizes = [], [64, 200, 512, 1024, 4096, 16384, 65536, 262144, 1 << 20]
+    kept, sizes = [], [64, 128, 200, 256, 512, 1024, 4096, 16384, 65536, 262144, 1 << 20]
     pattern = np.frombuffer(CANARY, np.uint8)
     freed = []
     for i in range(blocks):
@@ -582,10 +582,27 @@ def inputs_for(fn) -> list:
                 shape = (1,) * len(shape)
             dtype = DTYPES.get(elem, np.float32)
             count = int(np.prod(shape)) if shape else 1
-            values.append(((np.arange(count) % 7) + 1).astype(dtype).reshape(shape))
+            values.append(in_canary(((np.arange(count) % 7) + 1).astype(dtype).reshape(shape)))
         else:
-            values.append((np.arange(4) % 7 + 1).astype(np.float32))
+            values.append(in_canary((np.arange(4) % 7 + 1).astype(np.float32)))
     return values
+
+
+#: Canary bytes before and after each input (:func:`in_canary`).
+MARGIN = 4096
+
+
+def in_canary(array):
+    """``array`` copied into the middle of a buffer filled with
+    :data:`CANARY`, :data:`MARGIN` bytes of it on each side, 64-byte
+    aligned: a read past either end of the input reads canary bytes."""
+    import numpy as np
+    size = array.nbytes
+    backing = np.resize(np.frombuffer(CANARY, np.uint8), size + 2 * MARGIN + 64)
+    start = MARGIN + (-(backing.ctypes.data + MARGIN) % 64)
+    view = backing[start:start + size].view(array.dtype).reshape(array.shape)
+    view[...] = array
+    return view
 
 
 def _raw(value, depth: int = 0) -> bytes:
@@ -620,7 +637,7 @@ def check_result(name: str, value) -> None:
                                   f"of {len(raw)}: {raw[max(0, at - 8):at + 16].hex()}")
 
 
-def confine(rep) -> str:
+def confine(rep, keep=()) -> str:
     """Confine this (native) child as a native run is confined; the note
     says how, or why not."""
     try:
@@ -633,7 +650,7 @@ def confine(rep) -> str:
     read = tuple(sorted({str(ROOT), sys.prefix, sys.base_prefix,
                          sysconfig.get_paths()["stdlib"], "/usr/lib", "/lib"}))
     try:
-        confine_native(keep=(rep.fd,), read=read)
+        confine_native(keep=(rep.fd, *keep), read=read)
     except Exception as exc:  # noqa: BLE001 - run unconfined, and say so
         return f"unconfined: {type(exc).__name__}: {exc}"
     return "confined"
@@ -646,8 +663,16 @@ def run(case, data, rep, opts):
     from fatelf import PortableKernelError
     from hal_cpu.vm import load_program
     backend = "native" if case["backend"] == "native" else "emulated"
-    if backend == "native" and opts.get("confine", True):
-        note = confine(rep)
+    if case["target"] == "names":
+        # the file the printers read: made before the child is confined (it
+        # may create no file), kept open across the confinement
+        fd = os.memfd_create("case.vmfb")
+        os.write(fd, data)
+        opts = dict(opts, names_path=f"/proc/self/fd/{fd}", keep_fds=(fd,))
+    if backend == "native" and opts.get("confine", True) and case["target"] != "names":
+        # (a names case runs hal-cpu's commands, which confine their own
+        # native runs: a confined process cannot confine a child again)
+        note = confine(rep, opts.get("keep_fds", ()))
         if note != "confined":
             rep.send("N", note)
     keep = fill_canary()
@@ -667,7 +692,7 @@ def run(case, data, rep, opts):
             check_result(name, result)
         if case["target"] == "names":
             rep.enter("resolve")
-            run_printers(case, data, rep)
+            run_printers(case, data, opts["names_path"])
         if first is not None:
             raise first
     finally:
@@ -688,25 +713,31 @@ def run_names(case, data, rep, opts):
         run(case, data, rep, opts)
     except PortableKernelError:
         rep.enter("resolve")
-        run_printers(case, data, rep)
+        run_printers(case, data, _names_path(opts))
         raise
 
 
-def run_printers(case, data, rep) -> None:
+def _names_path(opts) -> str:
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith("/memfd:case.vmfb"):
+                return f"/proc/self/fd/{name}"
+        except OSError:
+            continue
+    raise PrinterError("the case's file is gone")
+
+
+def run_printers(case, data, path: str) -> None:
     """``hal-cpu run-module`` (lists the functions), ``check-module`` and
     ``benchmark-module`` of the first function, in this process: each must
     end with status 0 or 1, at most one line on stderr on failure, and print
     no control character but newlines."""
     import contextlib
     import io
-    import tempfile
 
     from hal_cpu.cli import main
     backend = "native" if case["backend"] == "native" else "emulated"
-    with tempfile.TemporaryDirectory(prefix="pkr-fuzz-names-") as tmp:
-        path = os.path.join(tmp, "case.vmfb")
-        with open(path, "wb") as f:
-            f.write(data)
+    if True:
         first = None
         try:
             from hal_cpu.vm.module_def import read_module
