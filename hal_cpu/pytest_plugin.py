@@ -12,7 +12,12 @@ when pytest starts: a bad one is one usage error before collection):
   report and never a signal; ``native`` runs the host architecture's calls
   natively, each in a child process (a crash fails that one test with the
   signal, the import and its symbol, and the report of the call run again
-  emulated), the others emulated.
+  emulated), the others emulated. Each child is confined (no file
+  created or written, no socket, no process started; see
+  :func:`hal_cpu.isolate.confinement`) unless ``--hal-run-native``, which
+  gives the code under test the rights of the pytest process. (The
+  executable's and the plugin's own load run natively in the pytest
+  process.)
 * ``--hal-engine=auto|qemu|unicorn`` (default ``auto``: ``$PKR_ENGINE``,
   else qemu-user where it is installed and sandboxed, else unicorn): the
   emulation engine.
@@ -74,6 +79,11 @@ def pytest_addoption(parser):
                     help="emulated (default): every architecture on the "
                          "emulator; native: the host's calls natively, each "
                          "in a child process")
+    group.addoption("--hal-run-native", action="store_true",
+                    help="with --hal-backend=native, run the children of the "
+                         "native calls with this process's rights, "
+                         "unconfined (default: confined: no file created or "
+                         "written, no socket, no process started)")
     group.addoption("--hal-engine", default="auto", choices=ENGINES,
                     help="emulation engine: qemu (qemu-user; AVX2/FMA, SVE, "
                          "RVV), unicorn (in process; no vector extensions "
@@ -144,6 +154,8 @@ class Settings:
         padded: arrays start 64-byte aligned with canary after them
             (``--hal-padded-arrays``) instead of flush against the guard
             page.
+        sandbox: native calls' children are confined (not
+            ``--hal-run-native``).
     """
 
     targets: tuple[Target, ...]
@@ -151,6 +163,7 @@ class Settings:
     engine: str = "auto"
     timeout: float = DEFAULT_TIMEOUT
     padded: bool = False
+    sandbox: bool = True
 
 
 _SETTINGS = pytest.StashKey[Settings]()
@@ -195,7 +208,8 @@ def settings(config) -> Settings:
                     "--hal-backend=emulated")
     _check_engine(engine, [t for t in targets
                            if not (backend == "native" and t.arch == host)])
-    return Settings(tuple(targets), backend, engine, float(timeout), padded)
+    return Settings(tuple(targets), backend, engine, float(timeout), padded,
+                    not config.getoption("--hal-run-native"))
 
 
 def _check_engine(engine: str, targets: list[Target]) -> None:
@@ -438,7 +452,8 @@ def hal_plugin(request, hal_target, hal_backend, hal_engine, hal_timeout):
         plugin = LoadedPlugin(
             os.fspath(spec), hal_target.arch, hal_backend,
             timeout=hal_timeout, padded=padded, strict=strict,
-            engine=hal_engine, **hal_target.options())
+            engine=hal_engine, sandbox=settings(request.config).sandbox,
+            **hal_target.options())
         loaded.append(plugin)
         return plugin
 
@@ -448,7 +463,7 @@ def hal_plugin(request, hal_target, hal_backend, hal_engine, hal_timeout):
 
 
 @pytest.fixture
-def hal_executable(hal_target, hal_backend, hal_engine, hal_timeout):
+def hal_executable(request, hal_target, hal_backend, hal_engine, hal_timeout):
     """``hal_executable(path, plugins=None)`` -> :class:`hal_cpu.Executable`
     for the current architecture (a FatELF picks its record), with imports
     resolved through ``plugins`` (a :class:`LoadedPlugin` or a plugin
@@ -482,7 +497,8 @@ def hal_executable(hal_target, hal_backend, hal_engine, hal_timeout):
                               backend="emulated", timeout=hal_timeout,
                               **emulated_options())
 
-        _guard_dispatch(exe, hal_timeout, isolated, emulated)
+        _guard_dispatch(exe, hal_timeout, isolated, emulated,
+                        sandbox=settings(request.config).sandbox)
         return exe
 
     yield load

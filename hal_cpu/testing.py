@@ -60,6 +60,14 @@ class LoadedPlugin:
         arch: architecture name.
         backend: ``emulated`` or ``native`` (calls in a child process; a
             crash is run again emulated for its report).
+        sandbox: natively, confine each call's child
+            (:func:`hal_cpu.isolate.confinement`: the plugin cannot create
+            or write files, open sockets or start processes; it may
+            allocate, read the clock, run threads and print). False: the
+            child runs with the caller's rights, as in-process native code
+            does (it can do anything the caller can). The plugin's own load
+            runs natively in this process (after a trial load in a
+            confined child): load only plugins whose load you trust.
         timeout: limit in seconds on each guest call (0: none).
         padded: default placement of arrays (see :meth:`array`): False
             (default) flush against the guard page after them.
@@ -77,6 +85,7 @@ class LoadedPlugin:
         arrays: the :class:`hal_cpu.guarded.GuardedArrays` placed so far.
         timeout: the call limit, seconds.
         isolated: calls run natively, each in a child process.
+        sandbox: those children are confined.
 
     Raises:
         hal_cpu.PluginError, elfloader.ElfError: the plugin cannot be loaded.
@@ -85,11 +94,12 @@ class LoadedPlugin:
     def __init__(self, spec: str, arch: str, backend: str = "emulated", *,
                  timeout: float = DEFAULT_TIMEOUT, padded: bool | None = None,
                  strict: bool | None = None, engine: str | None = None,
-                 **target_options):
+                 sandbox: bool = True, **target_options):
         from .guarded import GuardedArrays, qemu_overread
         from .memory import GuestMemory
         from .plugins import PluginManager, PluginSpec
         self.spec, self.timeout = str(spec), timeout
+        self.sandbox = bool(sandbox)
         self.arch = arches.lookup(getattr(arch, "name", arch), runtime=True).name
         self.engine = engine
         self.target_options = dict(target_options)
@@ -147,7 +157,8 @@ class LoadedPlugin:
 
         try:
             run_in_child(trial, name=parsed.path, what="the plugin",
-                         timeout=self.timeout)
+                         timeout=self.timeout, sandbox=self.sandbox,
+                         read=[parsed.path])
         except NativeCrashError as exc:
             def load_emulated():
                 LoadedPlugin(self.spec, arch, "emulated", timeout=self.timeout,
@@ -381,10 +392,11 @@ class LoadedPlugin:
             return result, arrays.snapshot()
 
         from .errors import NativeCrashError
+        label = self.modules[-1].name if self.modules else self.spec
         try:
-            result, snapshot = run_in_child(
-                child, name=self.modules[-1].name if self.modules else self.spec,
-                what="the plugin", timeout=seconds)
+            answer = run_in_child(child, name=label, what="the plugin",
+                                  timeout=seconds, sandbox=self.sandbox)
+            result, snapshot = self._checked_answer(answer, label)
         except NativeCrashError as exc:
             if rerun is not None:
                 exc = with_emulated_run(exc, self.arch, "the call", rerun)
@@ -396,6 +408,29 @@ class LoadedPlugin:
             raise reported(exc) from None
         arrays.restore(snapshot)
         return result
+
+    def _checked_answer(self, answer, label: str) -> tuple[int, list]:
+        """A call's child's ``(result, snapshot)``, checked: an integer
+        result, and exactly the ranges :meth:`GuardedArrays.snapshot` gives
+        for this plugin's arrays (a confined child is not trusted to say
+        where its bytes go).
+
+        Raises:
+            HalCpuError: another shape (``field`` ``child``).
+        """
+        from .errors import HalCpuError
+        want = [(a.body[0], a.body[1] - a.body[0]) for a in self.arrays.arrays]
+        if (isinstance(answer, tuple) and len(answer) == 2
+                and isinstance(answer[0], int) and isinstance(answer[1], list)
+                and len(answer[1]) == len(want)
+                and all(isinstance(got, tuple) and len(got) == 2
+                        and got[0] == address and isinstance(got[1], bytes)
+                        and len(got[1]) == size
+                        for got, (address, size) in zip(answer[1], want))):
+            return answer
+        raise HalCpuError("the child process running the call sent an answer "
+                          "of another shape", name=label, field="child",
+                          value=type(answer).__name__)
 
     def _rerun_emulated(self, name: str, layout, values: Mapping,
                         seconds: float, params) -> None:
@@ -498,11 +533,13 @@ MOST_WORKERS = 256
 
 
 def guard_dispatch(exe, seconds: float, isolated: bool,
-                    emulated=None) -> None:
+                    emulated=None, sandbox: bool = True) -> None:
     """Make ``exe.dispatch`` honour the time limit, Ctrl-C and, natively,
-    run in a child process; its failures are shown as their reports (a
-    native crash with the report of the dispatch run again on the
-    executable ``emulated()`` opens)."""
+    run in a child process, confined unless ``sandbox`` is False
+    (:func:`hal_cpu.isolate.confinement`; unconfined, the kernel has the
+    caller's rights); its failures are shown as their reports (a native
+    crash with the report of the dispatch run again on the executable
+    ``emulated()`` opens)."""
     from .errors import NativeCrashError
     from .interrupt import run_interruptible
     from .isolate import run_in_child, shared_array
@@ -521,7 +558,9 @@ def guard_dispatch(exe, seconds: float, isolated: bool,
 
                 try:
                     run_in_child(child, name=exe.path, what="the kernel",
-                                 timeout=seconds or None)
+                                 timeout=seconds or None, sandbox=sandbox,
+                                 read=[exe.path] if isinstance(exe.path, str)
+                                 else [])
                 except NativeCrashError as exc:
                     if emulated is None:
                         raise

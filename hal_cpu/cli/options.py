@@ -117,8 +117,9 @@ NATIVE_HELP = ("run native code (kernels, plugins) with your rights, "
 def add_native_flag(p: argparse.ArgumentParser) -> None:
     """``--run_native`` (alias ``--no_sandbox``): native code runs
     unconfined (see :data:`NATIVE_HELP`)."""
-    p.add_argument("--run_native", "--no_sandbox", dest="run_native",
-                   action="store_true", help=NATIVE_HELP)
+    p.add_argument("--run_native", action="store_true", help=NATIVE_HELP)
+    p.add_argument("--no_sandbox", dest="run_native", action="store_true",
+                   help="the same as --run_native")
 
 
 def confinement(args, read=(), prepare=None, keep: tuple[int, ...] = ()):
