@@ -1237,6 +1237,8 @@ class _Gen:
             tn = self.type_name(ins, a[1])
             e(f"{R(a[4])} = _cast_ref({R(a[2])} if {R(a[0])} else {R(a[3])}, {tn!r})")
         elif name in ("switch.i32", "switch.i64", "switch.ref"):
+            bank = "r" if name == "switch.ref" else "i"
+            self.check_banks(ins, a[-2], [bank] * len(a[-2]), "value")
             if name == "switch.ref":
                 self.switch(e, a[0], a[2], a[3], a[4])
             else:
@@ -1263,6 +1265,7 @@ class _Gen:
                 self.jump(a[-2], (), k, ind)
                 return True
         elif name == "return":
+            self.check_banks(ins, a[0], self.results(), "result")
             regs = [R(r) for r in a[0]]
             if not regs:
                 e("return None")
@@ -1508,6 +1511,33 @@ class _Gen:
                     self.bad(ins, f"register {self.reg(r)} given for a {t} of {what} "
                                   f"({cconv})", r)
 
+    def results(self) -> list:
+        """The function's result types (``i I f F r``) from its calling
+        convention."""
+        cached = getattr(self, "_results", None)
+        if cached is None:
+            try:
+                _, cached = parse_cconv(self.fn.cconv or "0v_v")
+            except ValueError as e:
+                raise BytecodeError(printable(str(e)), function=self.qual,
+                                    offset=0, value=printable(self.fn.cconv)) from None
+            self._results = cached
+        return cached
+
+    def check_banks(self, ins, regs, types, what: str) -> None:
+        """Each register of ``regs`` in the bank of its type (``r``: the ref
+        registers; ``i I f F``: the 32-bit registers), and as many registers
+        as types, as IREE's verifier checks a register list against a
+        calling convention (``BytecodeError`` naming the op and offset)."""
+        if len(regs) != len(types):
+            self.bad(ins, f"{len(regs)} registers given for {len(types)} "
+                          f"{what}s", len(regs))
+        for r, t in zip(regs, types):
+            if bool(r & isa.REF_BIT) != (t == "r"):
+                kind = "a ref" if t == "r" else "an integer or float"
+                self.bad(ins, f"register {self.reg(r)} given for {what} of type "
+                              f"{t} ({kind} is needed)", r)
+
     def variadic_args(self, ins, ordinal, iname, segments, operands) -> list[str]:
         env, R = self.env, self.reg
         cconv = env.import_cconvs[ordinal] if ordinal < len(env.import_cconvs) else None
@@ -1516,9 +1546,14 @@ class _Gen:
         if cconv is None:
             self.unsupported(ins, f"no calling convention known for variadic import {iname}")
         try:
-            items, _ = parse_cconv(cconv)
+            items, give = parse_cconv(cconv)
         except ValueError as err:
             self.bad(ins, f"import {iname}: {err}", cconv)
+        results = ins.args[-1]
+        if len(results) != len(give):
+            self.bad(ins, f"the call takes {len(results)} results; import {iname} "
+                          f"has calling convention {cconv}", cconv)
+        self.check_banks(ins, results, give, f"result of {iname}")
         if len(items) != len(segments):
             self.bad(ins, f"{len(segments)} segment sizes for the {len(items)} arguments "
                           f"of {iname} ({cconv})", len(segments))
@@ -1529,6 +1564,8 @@ class _Gen:
                 if size not in (0xFFFF, 1):
                     self.bad(ins, f"segment size {size} for the non-variadic argument "
                                   f"of {iname}", size)
+                self.check_banks(ins, operands[pos:pos + 1], [item],
+                                 f"argument of {iname}")
                 out.append(regs[pos] if pos < len(regs) else "None")
                 pos += 1
                 continue
@@ -1536,6 +1573,8 @@ class _Gen:
             width = len(item)
             tuples = []
             for _ in range(count):
+                self.check_banks(ins, operands[pos:pos + width], item,
+                                 f"argument of {iname}")
                 tuples.append("(" + "".join(x + ", " for x in regs[pos:pos + width]) + ")")
                 pos += width
             out.append("(" + "".join(x + ", " for x in tuples) + ")")
@@ -1565,6 +1604,7 @@ class _Gen:
         elif op == "select":
             e(f"{R(a[3])} = {R(a[1])} if {R(a[0])} else {R(a[2])}")
         elif op == "switch":
+            self.check_banks(ins, a[2], ["f"] * len(a[2]), "value")
             self.switch(e, *a)
         elif op == "cmp":
             self.cmp_op(ins, ind)
