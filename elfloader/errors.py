@@ -112,7 +112,9 @@ class Fault:
             code made a system call), ``timeout`` (stopped at the call's
             time limit), ``stopped`` (stopped by request),
             ``agent_died`` (the qemu engine's guest agent died or could not
-            start), ``agent_protocol`` (its reply broke the wire format),
+            start), ``memory_limit`` (the agent's private memory passed the
+            sandbox's bound and the agent was ended), ``agent_protocol``
+            (its reply broke the wire format),
             ``overrun`` (canary bytes after a guarded range changed: seen
             after the call, not when the write happened), ``error`` (any
             other engine failure).

@@ -85,6 +85,10 @@ _F_ADD_SEALS = 1033
 _SI_KERNEL = 0x80         # si_code of a signal the kernel sent for a #GP
 _START_TIMEOUT = 30.0     # seconds for a new agent to answer
 _STOP_TIMEOUT = 5.0       # seconds for a stopped call to report
+#: Seconds between checks of a running call's agent memory (a call shorter
+#: than this is never checked: guest code touches at most some 20 MiB in
+#: that time under qemu-user).
+_MEMORY_POLL = 0.05
 _HEAD = struct.Struct("<II")
 
 _SIGNALS = {
@@ -220,6 +224,9 @@ class _Agent:
         self.owner = os.getpid()
         self._buf = bytearray()
         self.closed = False
+        #: Bytes of private resident memory the agent may reach (set once
+        #: it started: sandbox.bound_memory), or None.
+        self.memory_bound: int | None = None
 
     # --- wire -----------------------------------------------------------------
     def send(self, kind: int, words=()) -> None:
@@ -425,7 +432,7 @@ class QemuCpu(Cpu):
                                   f"{base:#x}, not {start:#x}", field="agent",
                                   value=base)
             slots = agent.request(_CALLBACKS, count=256)
-            sandbox.bound_memory(agent.pid)
+            agent.memory_bound = sandbox.bound_memory(agent.pid)
             if engine.slots is None:
                 engine.slots = list(slots)
             elif list(slots) != engine.slots:
@@ -545,13 +552,19 @@ class QemuCpu(Cpu):
         if self._stop:
             agent.signal(signal.SIGUSR1)
         while True:
+            wake = time.monotonic() + _MEMORY_POLL
             try:
-                reply = agent.recv(deadline)
+                reply = agent.recv(wake if deadline is None
+                                   else min(deadline, wake))
             except EngineError as exc:
                 raise self._died(exc, address) from None
             except BaseException:      # Ctrl-C: stop the call, then go on
                 self._halt(agent)
                 raise
+            if reply is None and (deadline is None
+                                  or time.monotonic() < deadline):
+                self._check_memory(agent, address)
+                continue
             if reply is None:
                 pc = self._halt(agent)
                 raise self._error(
@@ -581,6 +594,25 @@ class QemuCpu(Cpu):
                                   words[0] or None)
             raise self._died(agent.broken(f"reply {kind} during a call", kind),
                              address)
+
+    def _check_memory(self, agent: _Agent, address: int) -> None:
+        """End ``agent`` when its private resident memory is past its
+        bound (the sandbox's ``RLIMIT_AS`` does not hold on 32-bit guests:
+        see :func:`.sandbox.bound_memory`).
+
+        Raises:
+            EmulationError: ``fault.kind`` ``"memory_limit"``.
+        """
+        used = sandbox.over_bound(agent.pid, agent.memory_bound)
+        if used is None:
+            return
+        agent.kill()
+        record = Fault("memory_limit", f"the guest used {used >> 20} MiB of "
+                       f"private memory, more than the sandbox allows "
+                       f"({sandbox.MEMORY_LIMIT >> 20} MiB past its start); "
+                       "the guest agent was ended")
+        raise EmulationError(record.message(address), field="call",
+                             value=address, fault=record)
 
     def _serve(self, agent: _Agent, words) -> None:
         """Run the Python callback the guest called and answer it.

@@ -32,11 +32,12 @@ it cannot be installed later):
   inside a new user namespace): no interface but a down loopback.
 * an empty environment, ``/`` as working directory, no core files, files
   it writes (its stderr) bounded to :data:`STDERR_LIMIT` bytes, and, once
-  started, its address space and its private writable memory each
-  bounded to what it had to start plus :data:`MEMORY_LIMIT` bytes
-  (``RLIMIT_AS``, ``RLIMIT_DATA``: the second holds on 32-bit guests,
-  whose whole address space qemu-user reserves up front; see
-  :func:`bound_memory`), so a guest cannot exhaust host memory.
+  started, its address space (``RLIMIT_AS``) and its private resident
+  memory (checked by the qemu engine while a call runs: 32-bit guests,
+  whose whole address space qemu-user reserves up front, escape
+  ``RLIMIT_AS``) each bounded to what it had to start plus
+  :data:`MEMORY_LIMIT` bytes (see :func:`bound_memory`), so a guest
+  cannot exhaust host memory.
 
 :func:`status` says which layers this machine has; without seccomp the
 qemu engine refuses to start.
@@ -57,7 +58,7 @@ from typing import Any
 #: the agent's watchdog always sees its host go.
 PROTECTED_FDS = 1000
 #: Bytes a guest agent may add to its address space, and to its private
-#: writable memory, after it started (32- and 64-bit guests alike).
+#: resident memory, after it started (32- and 64-bit guests alike).
 MEMORY_LIMIT = 1 << 30
 #: Bytes an agent may write to a file (its stderr, which the host reads).
 STDERR_LIMIT = 1 << 20
@@ -402,41 +403,57 @@ def spawn(argv: list[str], fds: dict[int, int], stderr) -> subprocess.Popen:
         cwd="/", env={}, preexec_fn=lambda: _confine_and_exec(argv, fds))
 
 
-def bound_memory(pid: int, limit: int = MEMORY_LIMIT) -> None:
-    """Bound agent ``pid``'s memory: its address space to its present size
-    plus ``limit`` bytes (``RLIMIT_AS``) and its private writable memory
-    (the kernel's ``data_vm``, ``VmData`` in ``/proc/<pid>/status``) to its
-    present size plus ``limit`` bytes (``RLIMIT_DATA``, which the kernel
-    applies to every private writable ``mmap``, ``mprotect`` and ``brk``
-    since Linux 4.7).
+def bound_memory(pid: int, limit: int = MEMORY_LIMIT) -> int | None:
+    """Bound agent ``pid``'s address space to its present size plus
+    ``limit`` bytes (``RLIMIT_AS``), and return the bound of its private
+    resident memory: its present ``RssAnon`` plus ``limit`` bytes, which
+    the qemu engine checks while a call runs (:func:`over_bound`).
 
-    The second bound is the one that holds on 32-bit guests: qemu-user
-    reserves a 32-bit guest's whole 4 GiB address space (``PROT_NONE``)
-    when it starts, so a guest's ``mmap`` reuses that reservation and
-    never grows the address space, while the pages it makes writable
-    count in ``data_vm``. Guest memory shared with the host (the
-    ``memfd``) counts in neither. A guest past the bound gets ``ENOMEM``
-    from ``mmap``; qemu-user past it aborts and the call fails with the
-    agent's death. Does nothing if the process is gone.
+    ``RLIMIT_AS`` alone holds on 64-bit guests only: qemu-user reserves a
+    32-bit guest's whole 4 GiB address space (``PROT_NONE``) when it
+    starts, and a guest's ``mmap`` replaces part of that reservation
+    (``MAP_FIXED``), which grows neither the address space nor, since the
+    kernel subtracts the pages replaced, what ``RLIMIT_DATA`` counts
+    (measured: a 1.25 GiB ``mmap`` went through both). Guest memory
+    shared with the host (the ``memfd``) is not private and counts in
+    neither bound. Returns None (and does nothing) if the process is
+    gone.
     """
     try:
-        sizes: dict[bytes, int] = {}
+        size = _status(pid, b"VmSize")
+        anon = _status(pid, b"RssAnon")
+        if size is None or anon is None:
+            return None
+        resource.prlimit(pid, resource.RLIMIT_AS, (size + limit, size + limit))
+        return anon + limit
+    except (OSError, ValueError):
+        return None
+
+
+def _status(pid: int, key: bytes) -> int | None:
+    """Field ``key`` (a size in kB) of ``/proc/<pid>/status``, in bytes;
+    None when the process or the field is missing."""
+    try:
         with open(f"/proc/{pid}/status", "rb") as f:
             for line in f:
-                key = line.split(b":", 1)[0]
-                if key in (b"VmSize", b"VmData"):
-                    sizes[key] = int(line.split()[1]) * 1024
-        if len(sizes) != 2:
-            return
-        bound = sizes[b"VmData"] + limit
-        resource.prlimit(pid, resource.RLIMIT_DATA, (bound, bound))
-        bound = sizes[b"VmSize"] + limit
-        resource.prlimit(pid, resource.RLIMIT_AS, (bound, bound))
-    except (OSError, ValueError):
-        pass
+                if line.startswith(key + b":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def over_bound(pid: int, bound: int | None) -> int | None:
+    """Agent ``pid``'s private resident memory (``RssAnon``), bytes, when
+    it is above ``bound`` (from :func:`bound_memory`; None: no bound);
+    else None."""
+    if bound is None:
+        return None
+    anon = _status(pid, b"RssAnon")
+    return anon if anon is not None and anon > bound else None
 
 
 __all__ = ["ALLOWED", "MEMORY_LIMIT", "OUTPUT_LIMIT", "STDERR_LIMIT", "PROTECTED_FDS",
            "status", "require", "agent_fds", "spawn", "confine_native",
-           "bound_memory",
+           "bound_memory", "over_bound",
            "landlock_abi"]
