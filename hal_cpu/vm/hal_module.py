@@ -986,9 +986,8 @@ class HalModule:
             VmStatusError: RESOURCE_EXHAUSTED past the memory limit, or when
                 the host has no memory for it.
         """
-        if size < 0 or size > MAX_ALLOCATION:
-            raise _status(RESOURCE_EXHAUSTED, f"{what}: {size} bytes is not an "
-                          f"allocation size (at most {MAX_ALLOCATION})")
+        if size < 0:
+            raise _status(INVALID_ARGUMENT, f"{what}: allocation of {size} bytes")
         pages = _arrays.guarded_pages(size)
         memory = self.memory
         memory.charge(pages, what)

@@ -68,8 +68,6 @@ FAILED_PRECONDITION, RESOURCE_EXHAUSTED = 9, 8
 
 #: Bytes counted against the memory limit per slot of a ``!vm.list``.
 LIST_SLOT_BYTES = 8
-#: Largest ``!vm.buffer`` a program may allocate, bytes.
-_MAX_BYTES = 1 << 40
 
 
 class UnsupportedOpError(VmError):
@@ -530,9 +528,6 @@ def _new_bytes(length: int, memory: MemoryBudget, what: str) -> VmBuffer:
     memory limit before it is made; its storage ends before a guard page
     (:func:`hal_cpu.arrays.guarded_bytes`), so the ``hal`` module may
     import it in place for a native dispatch."""
-    if length > _MAX_BYTES:
-        raise _status(RESOURCE_EXHAUSTED, f"{what}: {length} bytes is not a "
-                      f"buffer size (at most {_MAX_BYTES})")
     pages = _arrays.guarded_pages(length)
     memory.charge(pages, what)
     try:
