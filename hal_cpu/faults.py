@@ -195,8 +195,9 @@ def binding_overrun(exc: GuardError, exe, export, pointers: Sequence[int],
                     lengths: Sequence[int]) -> BindingOverrunError:
     """The :class:`BindingOverrunError` for canary bytes after a binding
     that a dispatch of ``export`` changed (``exc`` from the binding's
-    ``finish``): ``field`` ``bindings[N]``, ``value`` the offset from the
-    binding's start of the first changed byte."""
+    ``finish``), or :class:`BindingUnderrunError` for those before its
+    start (negative offsets): ``field`` ``bindings[N]``, ``value`` the
+    offset from the binding's start of the first changed byte."""
     same = [i for i, p in enumerate(pointers) if p == exc.address]
     index = same[0] if same else None
     what = (joined_names([f"binding {i}" for i in same]) if same
@@ -206,8 +207,10 @@ def binding_overrun(exc: GuardError, exe, export, pointers: Sequence[int],
                              [Region(what, exc.address, length)])
     changed = (f"byte {exc.offset} changed" if exc.last_offset == exc.offset
                else f"bytes {exc.offset} to {exc.last_offset} changed")
-    err = BindingOverrunError(
-        f"export {export.label} wrote past the end of {what}: {where}; "
+    cls = BindingUnderrunError if exc.offset < 0 else BindingOverrunError
+    side = "before the start" if exc.offset < 0 else "past the end"
+    err = cls(
+        f"export {export.label} wrote {side} of {what}: {where}; "
         f"{changed} (seen after the dispatch)", name=exe.path,
         field=f"bindings[{index}]" if index is not None else "bindings",
         value=exc.offset, binding=index, export=export.label, what=what,

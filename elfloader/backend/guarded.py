@@ -35,9 +35,13 @@ replaced by itself XOR 0x5A.
 * Backend ranges use salt 0: the gap above a range of ``size`` bytes
   holds the first ``tail`` bytes of :data:`CANARY`, written when the range
   is handed out and compared (:func:`canary_changed`) when the dispatch
-  finishes or the memory is checked, with no per-call computation. Only
-  the gap above is compared: it is the side kernels overrun; below the
-  start, the pages before the range's first page are guard.
+  finishes or the memory is checked, with no per-call computation. Below
+  the start, the pages before the range's first page are guard, and the
+  gap between that page's start and the range holds
+  :func:`canary_below` of its size (made once per size), written when a
+  binding is handed out and compared when it is finished
+  (:func:`canary_below_changed`): a kernel writing before its binding's
+  start is caught there, one reaching the page below faults.
 * Test arrays are salted by the gap's address (:func:`salt_at`): they live
   across many calls and the code under test reads one and writes another,
   so a byte read past one array and written past another must still
@@ -53,6 +57,7 @@ all the same, used by calls that run in a child process.
 from __future__ import annotations
 
 import ctypes
+import functools
 
 from .base import PROT_NONE, PROT_READ, PROT_WRITE, Backend
 
@@ -75,6 +80,20 @@ def canary(size: int, salt: int = 0) -> bytes:
 CANARY = canary(ALIGN)
 #: ``CANARY[:n]`` for every ``n`` from 0 to :data:`ALIGN`.
 CANARY_PREFIX = [CANARY[:n] for n in range(ALIGN + 1)]
+
+
+@functools.lru_cache(maxsize=None)
+def canary_below(size: int) -> bytes:
+    """The canary (salt 0) of the ``size``-byte gap below a backend's
+    guarded range, between the start of the page holding the range's
+    start and the range (``canary(size)``, made once per size)."""
+    return canary(size)
+
+
+def canary_below_changed(host: int, size: int) -> bool:
+    """Whether the ``size`` canary bytes before host address ``host`` (a
+    range's start) differ from :func:`canary_below`."""
+    return bool(size) and _string_at(host - size, size) != canary_below(size)
 
 
 def salt_at(address: int) -> int:

@@ -41,7 +41,7 @@ import numpy as np
 from ...arch import Arch
 from ...errors import BackendError, EngineError
 from ..base import PROT_EXEC, PROT_READ, PROT_WRITE, Backend, prot_str
-from ..guarded import CANARY, RangePool, canary_changed, layout
+from ..guarded import CANARY, RangePool, canary_below, canary_below_changed, canary_changed, layout
 from . import choice
 from . import engine as engines
 from .engine import STACK_SIZE
@@ -501,9 +501,11 @@ class EmulatedBackend(Backend):
         page, the range ending at most 63 bytes before the upper guard,
         those bytes holding the canary. The pages below the range's first
         page are left out of the page map, so an access below it faults
-        too. The reservation comes from the pool of released ones of the
-        same size when there is one. Returns ``(address, host address,
-        reservation, its size, guard page, canary length, fresh)``
+        too; the bytes of that page before the range hold
+        :func:`..guarded.canary_below`. The reservation comes from the pool
+        of released ones of the same size when there is one. Returns
+        ``(address, host address, reservation, its size, guard page,
+        canary length, canary length below, fresh)``
         (``fresh``: newly mapped, so the range reads as zeros); give it
         back with :meth:`_close_guarded`."""
         page = self.page_size
@@ -534,7 +536,10 @@ class EmulatedBackend(Backend):
         tail = guard_at - start - size
         if tail:
             _memmove(host + size, CANARY, tail)
-        return addr, host, base, total, guard, tail, fresh
+        below = start - first
+        if below:
+            _memmove(host - below, canary_below(below), below)
+        return addr, host, base, total, guard, tail, below, fresh
 
     def _close_guarded(self, base: int, total: int, guard: int) -> None:
         """Give back a range from :meth:`_open_guarded` (for reuse by a
@@ -563,13 +568,15 @@ class EmulatedBackend(Backend):
         later bindings of the same size class.
 
         ``finish()`` raises :class:`GuardError` (after copying back) when
-        the guest changed a canary byte: it wrote past the array's end."""
+        the guest changed a canary byte: it wrote past the array's end, or
+        before its start (then the error's offsets are negative)."""
         if not array.flags.c_contiguous:
             raise BackendError("arrays must be C-contiguous", field="binding",
                                value=array.shape)
         self._check_open("binding", array.shape)
         nbytes = array.nbytes
-        addr, host, base, total, guard, tail, _ = self._open_guarded(nbytes)
+        addr, host, base, total, guard, tail, below, _ = self._open_guarded(
+            nbytes)
         region = self._regions[base]
         data = array.ctypes.data if nbytes else 0
         if nbytes:
@@ -586,11 +593,13 @@ class EmulatedBackend(Backend):
                 # closed, or the address released by hand).
                 if self._closed or self._regions.get(base) is not region:
                     return
-                changed = canary_changed(host, nbytes, tail)
+                changed = (canary_changed(host, nbytes, tail)
+                           or canary_below_changed(host, below))
                 if nbytes and array.flags.writeable:
                     _memmove(data, host, nbytes)
                 if changed:
-                    err = guard_error(host, addr, nbytes, tail, "binding")
+                    err = guard_error(host, addr, nbytes, tail, "binding",
+                                      below)
                 self._close_guarded(base, total, guard)
             if changed:
                 raise err
@@ -610,7 +619,8 @@ class EmulatedBackend(Backend):
         Free with :meth:`release`."""
         self._check_open("alloc_guarded", size)
         size = max(size, 0)
-        addr, host, base, total, guard, tail, fresh = self._open_guarded(size)
+        addr, host, base, total, guard, tail, _, fresh = self._open_guarded(
+            size)
         with self._lock:
             self._guarded[addr] = (base, total, guard)
         if not fresh:   # (new pages are zeros: large local memory costs
