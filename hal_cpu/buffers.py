@@ -3,7 +3,7 @@
 Specs (``--binding=``, ``--input=``): ``4xf32=1,2,3,4`` (values, comma or
 space separated), ``4xf32=0`` (splat), ``2x8xi32`` (zero filled),
 ``@file.npy`` (a numpy file, via :func:`numpy.load`) and ``4xf32=@file.bin``
-(raw little-endian bytes). Output is IREE's buffer-view form:
+(raw little-endian bytes: the file's size must be the binding's). Output is IREE's buffer-view form:
 ``4xf32=100 400 900 1600``, ``2x2xi32=[1 2][3 4]``.
 """
 
@@ -151,7 +151,9 @@ def parse_binding(spec: str) -> np.ndarray:
 
     Raises:
         BindingSpecError: unknown element type, wrong value count, unreadable
-            file, not enough memory for the array; the message quotes the
+            file, a raw file whose size in bytes is not the binding's (then
+            ``name`` is the file, ``field`` ``"binding"``, ``value`` its
+            size), not enough memory for the array; the message quotes the
             spec.
     """
     try:
@@ -200,8 +202,13 @@ def _parse_binding(spec: str) -> np.ndarray:
         path, need = body[1:], count * dtype.itemsize
         fd, size = open_regular(path, _file_error(fail, path), field="binding")
         with os.fdopen(fd, "rb") as f:
-            if size < need:
-                raise fail(f"{path} has {size} bytes, {need} needed")
+            if size != need:
+                # A raw file is the binding's bytes, no more and no less (a
+                # sparse file may claim gigabytes at no cost).
+                raise BindingSpecError(
+                    f"binding {spec!r}: {path} has {size} bytes; "
+                    f"{head.strip()} is {need} bytes", name=path,
+                    field="binding", value=size)
             out = np.empty(dims, dtype)
             try:
                 got = f.readinto(out.reshape(-1).data.cast("B")) if need else 0
