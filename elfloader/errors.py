@@ -86,7 +86,7 @@ class EngineError(BackendError):
 #: stopped ...``) rather than a fault line.
 _STOPS = frozenset({"timeout", "stopped"})
 #: Kinds whose message is the words alone: the agent's own failure.
-_AGENT = frozenset({"agent_died", "agent_protocol"})
+_AGENT = frozenset({"agent_died", "agent_protocol", "emulator_aborted"})
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,9 @@ class Fault:
             code made a system call), ``timeout`` (stopped at the call's
             time limit), ``stopped`` (stopped by request),
             ``agent_died`` (the qemu engine's guest agent died or could not
-            start), ``memory_limit`` (the agent's private memory passed the
+            start), ``emulator_aborted`` (qemu-user itself stopped: an
+            assertion of its own failed on the guest's state),
+            ``memory_limit`` (the agent's private memory passed the
             sandbox's bound and the agent was ended), ``agent_protocol``
             (its reply broke the wire format),
             ``overrun`` (canary bytes after a guarded range changed: seen

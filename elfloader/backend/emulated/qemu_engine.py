@@ -106,6 +106,18 @@ class ProtocolError(EngineError):
     the agent's pipe or over the agent)."""
 
 
+class EmulatorAbortError(EngineError):
+    """qemu-user itself stopped: one of its assertions failed or it gave
+    up on the guest (a forged ``rt_sigreturn`` frame does this), as its
+    stderr says (:data:`_ABORT_MARKS`)."""
+
+
+#: What qemu-user writes on its stderr when it aborts: a glib or C
+#: assertion, or a guest signal it cannot deliver.
+_ABORT_MARKS = (b"**ERROR:", b"Assertion `", b"assertion failed",
+                b"qemu: uncaught target signal")
+
+
 def _seal(fd: int, seals: int) -> None:
     """Add ``seals`` to memfd ``fd`` for every holder of the file (a guest
     that reaches the descriptor can then neither resize it nor, with
@@ -337,26 +349,33 @@ class _Agent:
 
     def died(self) -> EngineError:
         """The error for an agent that is gone (and its reaping)."""
-        said = ""
+        said, raw = "", b""
         if not self.stderr.closed:
             self.stderr.seek(0)
+            raw = self.stderr.read()[-2000:].strip()
+        aborted = any(mark in raw for mark in _ABORT_MARKS)
+        if aborted:
+            # qemu-user's threads may each print the same line.
+            raw = b"\n".join(dict.fromkeys(raw.splitlines()))
+        if raw:
             # What the agent's process wrote (qemu-user's words, or the
             # guest's own): data, each line behind a label, escaped.
-            said = printable_lines(self.stderr.read()[-2000:].strip(),
-                                   "  guest agent stderr| ", max_lines=20,
-                                   limit=200)
+            said = printable_lines(raw, "  guest agent stderr| ",
+                                   max_lines=20, limit=200)
         self.kill()
         status = self.proc.returncode
         how = (f"killed by signal {-status}" if status is not None and status < 0
                else f"exit status {status}")
-        err = EngineError(f"the {self.engine.arch.name} guest agent "
-                          f"({self.engine.program} -cpu "
-                          f"{self.engine.cpu_option}) died ({how})"
-                          + (f"; it wrote:\n{said}" if said else ""),
-                          field="agent",
-                          value=self.pid,
-                          signal=-status if status is not None and status < 0
-                          else None)
+        cls, head, what = ((EmulatorAbortError, "the emulator aborted: ",
+                            "stopped on a failed check of its own")
+                           if aborted else (EngineError, "", "died"))
+        err = cls(f"{head}the {self.engine.arch.name} guest agent "
+                  f"({self.engine.program} -cpu "
+                  f"{self.engine.cpu_option}) {what} ({how})"
+                  + (f"; it wrote:\n{said}" if said else ""),
+                  field="agent", value=self.pid,
+                  signal=-status if status is not None and status < 0
+                  else None)
         return err
 
     def signal(self, sig: int) -> None:
@@ -706,6 +725,8 @@ class QemuCpu(Cpu):
                 "CLONE_THREAD)", detail="the sandbox refused it and ended "
                 "the guest agent; " + syscalls.BARE_METAL)
         record = Fault("agent_protocol" if isinstance(exc, ProtocolError)
+                       else "emulator_aborted"
+                       if isinstance(exc, EmulatorAbortError)
                        else "agent_died", exc.message)
         return EmulationError(record.message(address), field="call",
                               value=address, fault=record)
