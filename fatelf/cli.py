@@ -61,6 +61,7 @@ from .elf import elf_target
 from .errors import FatElfInputError, PortableKernelError
 from .format import BYTE_ORDER_CODES, WORD_SIZE_CODES, FatElf, is_fatelf, read_file, read_table
 from .private_dirs import UnsafePathError
+from .text import for_terminal
 
 PROG = "fatelf"
 DISTRIBUTION = "portable-kernel-runtime"
@@ -379,7 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fail(message: str, status: int = 1) -> int:
-    print(f"{PROG}: {' '.join(str(message).split())}", file=sys.stderr)
+    # one line, control characters of a file's text escaped (fatelf.text)
+    print(for_terminal(f"{PROG}: {' '.join(str(message).split())}"), file=sys.stderr)
     return status
 
 
