@@ -116,8 +116,10 @@ def _zig(*args: str) -> None:
 def build(names: list[str], arches: list[str], out: Path) -> dict:
     """Compile each source once per architecture, link the ET_DYN and the
     static executable; returns (kernel, arch) -> (so path, exe path)."""
-    os.environ.setdefault("ZIG_GLOBAL_CACHE_DIR",
-                          str(Path(tempfile.gettempdir()) / "bench_zig_cache"))
+    # zig's cache in the per-user folder the build tools check (never a
+    # fixed name in a shared temporary folder).
+    from hal_cpu.zigbuild import cache_dir
+    os.environ.setdefault("ZIG_GLOBAL_CACHE_DIR", str(cache_dir()))
     compiles = []
     for arch in arches:
         (out / arch).mkdir(parents=True, exist_ok=True)
