@@ -736,7 +736,9 @@ def _global_offset(gb, off, size):
 
 
 def _print(name, *values):
-    print(f"vm.print {name}: " + " ".join(repr(v) for v in values), file=sys.stderr)
+    # the name is the program's text: one escaped line, never one of ours
+    print(f"vm.print {printable(name, 200)}: " + " ".join(repr(v) for v in values),
+          file=sys.stderr)
 
 
 def _unresolved(name, ordinal):
