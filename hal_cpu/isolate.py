@@ -112,33 +112,88 @@ def _send(fd: int, message, plain: bool = False) -> None:
         view = view[os.write(fd, view):]
 
 
-def _child(fd: int, fn: Callable, confine: Callable | None = None) -> int:
+class _Forward(io.TextIOBase):
+    """A child's ``sys.stdout`` or ``sys.stderr`` whose text crosses the
+    pipe to the parent (``("out", text)`` / ``("err", text)``), which writes
+    it to its own stream as it arrives, line by line."""
+
+    def __init__(self, fd: int, kind: str, plain: bool, original):
+        self.fd, self.kind, self.plain = fd, kind, plain
+        self.original = original
+        self.pending: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.pending.append(text)
+        if "\n" in text or sum(map(len, self.pending)) > 1 << 14:
+            self.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            text, self.pending = "".join(self.pending), []
+            _send(self.fd, (self.kind, text), self.plain)
+
+    def isatty(self) -> bool:
+        return bool(getattr(self.original, "isatty", lambda: False)())
+
+    def fileno(self) -> int:
+        return self.original.fileno()
+
+    @property
+    def encoding(self):  # type: ignore[override]
+        return "utf-8"
+
+
+def _child(fd: int, fn: Callable, confine: Callable | None = None,
+           forward: bool = False) -> int:
     status = 0
     plain = confine is not None
     try:
+        if forward:
+            sys.stdout = _Forward(fd, "out", plain, sys.__stdout__)
+            sys.stderr = _Forward(fd, "err", plain, sys.__stderr__)
         if confine is not None:
             # (a confined child's notes cross as plain data; nothing is
             # reported before the confinement holds)
             confine(fd)
         result = fn(lambda note: _send(fd, ("note", note), plain))
+        sys.stdout.flush()
+        sys.stderr.flush()
         _send(fd, ("result", result), plain)
     except KeyboardInterrupt:
         status = 130
     except Exception as exc:  # noqa: BLE001 - every error goes to the parent
-        _send(fd, ("raise", exc), plain)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            _send(fd, ("raise", exc), plain)
     except BaseException:  # noqa: BLE001 - SystemExit and the like
         status = 1
     return status
 
 
+def _accept(message, plain: bool) -> bool:
+    """Whether a message a child sent has the shape this module sends."""
+    if not plain:
+        return True
+    return (isinstance(message, tuple) and len(message) == 2
+            and message[0] in ("note", "result", "raise", "out", "err")
+            and (message[0] == "result"
+                 or isinstance(message[1], str)
+                 or (message[0] == "raise" and _is_plain_error(message[1]))))
+
+
 def _read_messages(fd: int, deadline: float | None = None,
-                   plain: bool = False) -> tuple[list, bool]:
+                   plain: bool = False, streams=None) -> tuple[list, bool]:
     """The messages the child sent until it closed the pipe, and whether
     ``deadline`` (``time.monotonic()``) passed first (then: those sent so
     far). ``plain``: the child is not trusted; only plain data is read, at
-    most :data:`UNTRUSTED_LIMIT` bytes, and messages of another shape are
-    dropped."""
-    chunks, late, total = [], False, 0
+    most :data:`UNTRUSTED_LIMIT` bytes of messages other than output, and
+    messages of another shape are dropped. Output (``out``/``err``) is
+    written to ``streams`` (stdout, stderr) as it arrives."""
+    messages: list = []
+    late, total, buf = False, 0, b""
     while True:
         if deadline is not None:
             left = deadline - time.monotonic()
@@ -148,32 +203,36 @@ def _read_messages(fd: int, deadline: float | None = None,
         data = os.read(fd, 1 << 16)
         if not data:
             break
-        total += len(data)
-        if plain and total > UNTRUSTED_LIMIT:
-            break
-        chunks.append(data)
-    buf = b"".join(chunks)
-    messages, pos = [], 0
-    while pos + _HEADER.size <= len(buf):
-        (n,) = _HEADER.unpack_from(buf, pos)
-        pos += _HEADER.size
-        if pos + n > len(buf):
-            break                      # cut short by the crash
-        if not plain:
-            messages.append(pickle.loads(buf[pos:pos + n]))
-        else:
-            try:
-                message = _PlainUnpickler(io.BytesIO(buf[pos:pos + n])).load()
-            except Exception:  # noqa: BLE001 - anything malformed
-                message = None
-            if (isinstance(message, tuple) and len(message) == 2
-                    and message[0] in ("note", "result", "raise")
-                    and (message[0] == "result"
-                         or isinstance(message[1], str)
-                         or (message[0] == "raise" and _is_plain_error(
-                             message[1])))):
-                messages.append(message)
-        pos += n
+        buf += data
+        pos = 0
+        while pos + _HEADER.size <= len(buf):
+            (n,) = _HEADER.unpack_from(buf, pos)
+            if plain and n > UNTRUSTED_LIMIT:
+                return messages, late
+            if pos + _HEADER.size + n > len(buf):
+                break
+            body = buf[pos + _HEADER.size:pos + _HEADER.size + n]
+            pos += _HEADER.size + n
+            if not plain:
+                message = pickle.loads(body)
+            else:
+                try:
+                    message = _PlainUnpickler(io.BytesIO(body)).load()
+                except Exception:  # noqa: BLE001 - anything malformed
+                    message = None
+            if not _accept(message, plain):
+                continue
+            if message[0] in ("out", "err"):
+                if streams is not None:
+                    stream = streams[message[0] == "err"]
+                    stream.write(message[1])
+                    stream.flush()
+                continue
+            total += n
+            if plain and total > UNTRUSTED_LIMIT:
+                return messages, late
+            messages.append(message)
+        buf = buf[pos:]
     return messages, late
 
 
@@ -194,6 +253,19 @@ def _flush_c_streams() -> None:
         ctypes.CDLL(None).fflush(None)
     except Exception:  # noqa: BLE001 - nothing more to do on the way out
         pass
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel kill this child when ``parent`` ends (e.g. when a
+    watchdog ends ``hal-cpu`` while the child runs code that cannot be
+    stopped), where Linux offers it; exit at once if it is gone already."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: the child may outlive it
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def python_paths() -> tuple[str, ...]:
@@ -274,7 +346,7 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
                  name: str | None = None, what: str = "the kernel",
                  timeout: float | None = None,
                  confine: Callable[[int], None] | None = None,
-                 sandbox: bool = False, read=()):
+                 sandbox: bool = False, read=(), forward: bool = False):
     """Call ``fn(note)`` in a forked child and return its result.
 
     Without ``sandbox`` (or ``confine``) the child has the caller's rights:
@@ -306,6 +378,10 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
             not trusted, as with ``confine``. The confinement is made once
             per child: run many calls in one child to pay it once.
         read: paths (files or directories) a ``sandbox`` child may read.
+        forward: what the child's Python code writes to ``sys.stdout`` and
+            ``sys.stderr`` is written to this process's ``sys.stdout`` and
+            ``sys.stderr`` as it arrives (e.g. where they are captured);
+            native code's writes to descriptors 1 and 2 go there directly.
 
     Returns:
         what ``fn`` returned.
@@ -326,12 +402,14 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     read_fd, write_fd = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # child
         status = 1
         try:
+            _die_with(parent)
             os.close(read_fd)
-            status = _child(write_fd, fn, confine)
+            status = _child(write_fd, fn, confine, forward)
         finally:
             try:
                 sys.stdout.flush()
@@ -342,8 +420,9 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
     os.close(write_fd)
     deadline = time.monotonic() + timeout if timeout else None
     try:
-        messages, late = _read_messages(read_fd, deadline,
-                                        plain=confine is not None)
+        messages, late = _read_messages(
+            read_fd, deadline, plain=confine is not None,
+            streams=(sys.stdout, sys.stderr) if forward else None)
         if late:
             os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)

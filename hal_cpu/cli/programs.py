@@ -466,12 +466,13 @@ def native_child(args, label: str, arch: str | None, fn: Callable, *,
     ``hal-cpu`` (:class:`hal_cpu.errors.NativeCrashError` reaches the
     caller), confined unless ``--run_native``
     (:func:`hal_cpu.isolate.confinement`: the child may read ``read``, the
-    plugins, the host modules' folders, Python and this runtime; it cannot
+    plugins, the host modules' folders, the ``--input`` files, Python and
+    this runtime; it cannot
     create or write files, open sockets or start processes) and then sending
     back plain data only; else in this process. ``prepare()`` runs first
     (in the child before it is confined: e.g. loading host modules).
-    ``timeout``: seconds after which the child is killed (default
-    ``--timeout`` plus :data:`KILL_GRACE`; None: never). ``keep``:
+    ``timeout``: seconds after which the child is killed (default: just
+    after :func:`watchdog` would end the command; None: never). ``keep``:
     descriptors opened for the child to write (output files).
 
     Raises:
@@ -494,6 +495,9 @@ def native_child(args, label: str, arch: str | None, fn: Callable, *,
     paths = [os.fspath(p) for p in read]
     paths += [PluginSpec(s).path for s in getattr(args, "executable_plugin", [])]
     paths += _host_paths(hosts)
+    # --input files (@file.npy, 4xf32=@raw.bin), read in the child
+    paths += [spec.partition("@")[2] for spec in getattr(args, "input", [])
+              if "@" in spec]
     confine = confinement(args, paths, prepare, keep)
     work = fn
     if confine is None and prepare is not None:
@@ -501,9 +505,14 @@ def native_child(args, label: str, arch: str | None, fn: Callable, *,
             prepare()
             return fn(note)
     if timeout == -1.0:
+        # Past the watchdog's limit (which ends hal-cpu, and with it the
+        # child, saying what could not be stopped), as a backstop.
         limit = getattr(args, "timeout", None)
-        timeout = limit + KILL_GRACE if limit else None
-    return run_in_child(work, name=label, confine=confine, timeout=timeout)
+        timeout = limit + 2 * KILL_GRACE + 1.0 if limit else None
+    # What the program's Python side prints (host modules, check-module's
+    # lines) reaches this process's streams as it is printed.
+    return run_in_child(work, name=label, confine=confine, timeout=timeout,
+                        forward=True)
 
 
 def plain_arrays(values: Sequence) -> list:
