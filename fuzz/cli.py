@@ -429,13 +429,13 @@ def compare_emulated(records: list, cases_by_id: dict, args, corpus) -> None:
                                   "error": (emu.get("error") or {}).get("message")}
         why = emulated_overrun(emu)
         if why:
-            case = cases_by_id[rec["id"]]
-            rec["saved"] = str(save_case(args.out / "cases", case, rec,
-                                         corpus_data(corpus, case)))
             rec.update(was=rec["outcome"], outcome="oob", error={
                 "type": "fuzz.vmrun.OutOfBufferRead",
                 "message": f"returned natively; on the emulated backend: {why}",
                 "field": None, "value": None, "traceback": []})
+            case = cases_by_id[rec["id"]]
+            rec["saved"] = str(save_case(args.out / "cases", case, rec,
+                                         corpus_data(corpus, case)))
     run_cases(items(), args.jobs, done)
     return len(todo)
 
