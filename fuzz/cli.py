@@ -555,6 +555,19 @@ def replay(args) -> int:
                     rec.update(was=rec["outcome"], outcome="breach", breaches=found)
         else:
             rec = run_one(dict(case, _opts=opts), data, canary)
+            if (case.get("target") in ("vmfb-run", "names") and case["backend"] == "native"
+                    and rec["outcome"] == "accepted"):
+                # as the campaign does: the same file on the emulated backend
+                emu = run_one(dict(case, backend="emulated",
+                                   _opts=child_opts(args, "emulated")), data)
+                why = emulated_overrun(emu)
+                print(f"  emulated: {emu['outcome']} at {emu.get('stage')}"
+                      + (f" ({why})" if why else ""))
+                if why:
+                    rec.update(was="accepted", outcome="oob", error={
+                        "type": "fuzz.vmrun.OutOfBufferRead",
+                        "message": f"returned natively; on the emulated backend: {why}",
+                        "field": None, "value": None, "traceback": []})
     finally:
         if canary is not None:
             canary.close()
