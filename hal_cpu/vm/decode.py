@@ -112,8 +112,11 @@ def decode(bytecode, *, function: str = "?", i32_count: int | None = None,
     out: list[Instruction] = []
     pc = 0
 
+    current: list = [None]      # the op being decoded, for messages
+
     def fail(msg: str, at: int, value: object = None) -> NoReturn:
-        raise BytecodeError(msg, function=function, offset=at, value=value)
+        raise BytecodeError(msg, function=function, offset=at, value=value,
+                            op=current[0])
 
     def need(at, size, what):
         if at + size > n:
@@ -174,9 +177,11 @@ def decode(bytecode, *, function: str = "?", i32_count: int | None = None,
             opcode = data[pc]
             pc += 1
         op = table.get(opcode)
+        current[0] = None
         if op is None:
             fail(f"unknown {'core' if ext is None else ext} opcode 0x{opcode:02X}",
                  start, opcode)
+        current[0] = op.full_name
         args = []
         for field in op.fields:
             kind = field.kind
@@ -226,6 +231,7 @@ def decode(bytecode, *, function: str = "?", i32_count: int | None = None,
                 raise AssertionError(kind)
         out.append(Instruction(start, pc, op, tuple(args)))
 
+    current[0] = None
     blocks = {ins.offset for ins in out if ins.op.opset == isa.CORE
               and ins.op.opcode == isa.BLOCK_OPCODE}
     for target, at in targets:

@@ -39,6 +39,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -571,6 +572,9 @@ class Program:
             raise VmStatusError(8, f"@{name}: the host has no memory for the "
                                 "program's values", name=self.label) from None
         except VmError as exc:
+            # the failed call's frames let go of its values (buffers, lists)
+            # now, not when the caller drops the error
+            traceback.clear_frames(exc.__traceback__)
             if exc.name is None:
                 raise exc.with_name(self.label) from None
             raise
