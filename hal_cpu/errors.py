@@ -165,10 +165,11 @@ class BindingUnderrunError(OverrunError):
     given (a guard page or canary bytes below it).
 
     Attributes:
-        binding: the array's index (order of placement).
+        binding: the array's index (order of placement), or None when
+            no binding starts at the range.
     """
 
-    def __init__(self, message: str, *, binding: int, **kw) -> None:
+    def __init__(self, message: str, *, binding: int | None, **kw) -> None:
         super().__init__(message, **kw)
         self.binding = binding
 

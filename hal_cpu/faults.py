@@ -192,7 +192,8 @@ def dispatch_fault(exc: EmulationError, exe, export, pointers: Sequence[int],
 
 
 def binding_overrun(exc: GuardError, exe, export, pointers: Sequence[int],
-                    lengths: Sequence[int]) -> BindingOverrunError:
+                    lengths: Sequence[int]
+                    ) -> BindingOverrunError | BindingUnderrunError:
     """The :class:`BindingOverrunError` for canary bytes after a binding
     that a dispatch of ``export`` changed (``exc`` from the binding's
     ``finish``), or :class:`BindingUnderrunError` for those before its
@@ -207,7 +208,8 @@ def binding_overrun(exc: GuardError, exe, export, pointers: Sequence[int],
                              [Region(what, exc.address, length)])
     changed = (f"byte {exc.offset} changed" if exc.last_offset == exc.offset
                else f"bytes {exc.offset} to {exc.last_offset} changed")
-    cls = BindingUnderrunError if exc.offset < 0 else BindingOverrunError
+    cls: type[BindingOverrunError] | type[BindingUnderrunError] = (
+        BindingUnderrunError if exc.offset < 0 else BindingOverrunError)
     side = "before the start" if exc.offset < 0 else "past the end"
     err = cls(
         f"export {export.label} wrote {side} of {what}: {where}; "
