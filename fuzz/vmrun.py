@@ -546,19 +546,15 @@ class OutOfBufferRead(Exception):
     outside its input buffers."""
 
 
-def fill_canary(blocks: int = 256) -> list:
-    """Fill memory with :data:`CANARY`: blocks of 64 B to 1 MiB filled and
-    freed (the allocator hands their space out again, canary and all), and
-    some kept between them."""
-    import numpy as np
-    kept, sizes = [], [64, 128, 200, 256, 512, 1024, 4096, 16384, 65536, 262144, 1 << 20]
-    pattern = np.frombuffer(CANARY, np.uint8)
+def fill_canary(blocks: int = 192) -> list:
+    """Fill memory with :data:`CANARY`: blocks of 64 bytes to 256 KiB filled
+    and two thirds of them freed (the allocator hands their space out
+    again, canary and all), the others kept between them."""
+    kept, sizes = [], [64, 128, 200, 256, 512, 1024, 4096, 16384, 65536, 262144]
     freed = []
     for i in range(blocks):
-        n = sizes[i % len(sizes)]
-        a = np.resize(pattern, n)
-        b = bytearray(CANARY * (n // 8))
-        (kept if i % 3 == 0 else freed).append((a, b))
+        block = bytearray(CANARY * (sizes[i % len(sizes)] // len(CANARY)))
+        (kept if i % 3 == 0 else freed).append(block)
     del freed
     return kept
 
