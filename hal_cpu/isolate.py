@@ -97,15 +97,23 @@ def _send(fd: int, message, plain: bool = False) -> None:
         message = ("raise", _plain_error(message[1]))
     try:
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        pickle.loads(data)
+        if plain:
+            # what the parent will accept: plain data only
+            _PlainUnpickler(io.BytesIO(data)).load()
+        else:
+            pickle.loads(data)
     except Exception:  # noqa: BLE001 - unpicklable result or exception
         kind, value = message
         if kind == "raise":
             value = HalCpuError(str(value), value=type(value).__name__)
         else:
             value = HalCpuError(f"the child's result {type(value).__name__} "
-                                "cannot be sent back")
+                                "cannot be sent back"
+                                + (" (not plain data)" if plain else ""),
+                                field="result", value=type(value).__name__)
             kind = "raise"
+        if plain:
+            value = _plain_error(value)
         data = pickle.dumps((kind, value), protocol=pickle.HIGHEST_PROTOCOL)
     view = memoryview(_HEADER.pack(len(data)) + data)
     while view:
@@ -382,6 +390,7 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
             ``sys.stderr`` is written to this process's ``sys.stdout`` and
             ``sys.stderr`` as it arrives (e.g. where they are captured);
             native code's writes to descriptors 1 and 2 go there directly.
+            Always so for a confined child.
 
     Returns:
         what ``fn`` returned.
@@ -399,6 +408,9 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
     """
     if sandbox and confine is None:
         confine = confinement(read)
+    # A confined child closes the descriptors its streams may write to
+    # (e.g. where pytest captures them): its Python output crosses the pipe.
+    forward = forward or confine is not None
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     read_fd, write_fd = os.pipe()
