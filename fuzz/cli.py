@@ -221,6 +221,7 @@ def _campaign(args, argv, t0, source, corpus, targets, backends, opts, canary) -
                       Path(rec["saved"]).read_bytes())
 
     compared = compare_emulated(records, cases_by_id, args, corpus)
+    confirmed = confirm_reported(records, cases_by_id, corpus)
     elapsed = time.monotonic() - t0
 
     problems, guest = report.group_problems(records)
@@ -242,6 +243,7 @@ def _campaign(args, argv, t0, source, corpus, targets, backends, opts, canary) -
                               for b, o in opts.items()}},
         "elapsed_s": round(elapsed, 1),
         "compared_emulated": compared,
+        "confirmed_cli": confirmed,
         "summary": summary,
         "problem_count": sum(len(v) for v in problems.values()),
         "problems": [_problem_entry(key, recs, minimized.get(key))
@@ -261,6 +263,10 @@ def _campaign(args, argv, t0, source, corpus, targets, backends, opts, canary) -
               f"emulated (guarded buffers); "
               f"{sum(1 for r in records if r.get('was') and r['outcome'] == 'oob')} "
               f"stopped there at an access outside a buffer (oob)")
+    if confirmed:
+        print(f"{confirmed} native crash(es) in the file's code run again with hal-cpu "
+              f"run-module: {sum(1 for r in records if r.get('reported'))} reported as one "
+              f"error line (fault(reported))")
     faults = out["faults"]
     for key, f in faults.items():
         if f["syscall"]:
@@ -389,15 +395,18 @@ def triage(rec: dict, case: dict, args, corpus) -> bool:
 #: Errors of an emulated run that mean an access outside a buffer.
 OVERRUN_ERRORS = ("GuardError", "OverrunError", "BindingOverrunError",
                   "BindingUnderrunError", "LocalMemoryOverrunError")
+#: Fault kinds of a read outside mapped or readable memory.
+READ_FAULTS = ("read_unmapped", "read_protected", "access_unmapped", "access_protected")
 
 
 def emulated_overrun(rec: dict) -> str | None:
-    """What an emulated run's outcome says of an access outside a buffer
-    (a guard page or canary hit, a memory fault), or None."""
+    """What an emulated run's outcome says of a read outside a buffer (a
+    guard page hit or another read of unmapped or protected memory), or
+    None (a write outside a buffer, caught there, is not a read returned)."""
     err = rec.get("error") or {}
     cls = (err.get("type") or "").rsplit(".", 1)[-1]
-    if cls in OVERRUN_ERRORS or (err.get("fault") and err["fault"] not in (
-            "syscall", "timeout", "stopped")):
+    fault = err.get("fault")
+    if fault in READ_FAULTS or (fault is None and cls in OVERRUN_ERRORS):
         return f"{cls}: {(err.get('message') or '')[:300]}"
     return None
 
@@ -426,7 +435,8 @@ def compare_emulated(records: list, cases_by_id: dict, args, corpus) -> None:
     def done(emu, _data):
         rec = by_id[emu["id"]]
         rec["emulated_replay"] = {"outcome": emu["outcome"], "stage": emu.get("stage"),
-                                  "error": (emu.get("error") or {}).get("message")}
+                                  "error": (emu.get("error") or {}).get("message"),
+                                  "fault": (emu.get("error") or {}).get("fault")}
         why = emulated_overrun(emu)
         if why:
             rec.update(was=rec["outcome"], outcome="oob", error={
@@ -437,6 +447,34 @@ def compare_emulated(records: list, cases_by_id: dict, args, corpus) -> None:
             rec["saved"] = str(save_case(args.out / "cases", case, rec,
                                          corpus_data(corpus, case)))
     run_cases(items(), args.jobs, done)
+    return len(todo)
+
+
+def confirm_reported(records: list, cases_by_id: dict, corpus) -> int:
+    """``vmfb-run`` and ``names``: each native crash in the file's own code
+    runs again as a user runs the file, ``hal-cpu run-module FILE
+    --function=F --input=...`` for every public function (the command runs
+    native code in a confined child of its own). When every command ends
+    with status 0 or 1, one line on stderr when 1, and at least one failed,
+    the tool reported the fault as one error line: the case is counted as
+    ``fault(reported)`` (``reported`` holds the line). Returns the number of
+    cases run again."""
+    from .vmrun import cli_inputs
+    todo = [r for r in records if r["target"] in ("vmfb-run", "names")
+            and r["backend"] == "native" and r["outcome"] == "crash" and r.get("acceptable")]
+    for rec in todo:
+        data = corpus_data(corpus, cases_by_id[rec["id"]])
+        lines, ok = [], True
+        for status, err in cli_inputs(data):
+            stderr = err.strip().splitlines()
+            if status not in (0, 1) or (status == 1 and len(stderr) != 1):
+                ok = False
+                lines.append(f"status {status}: {err[-300:]}")
+            elif status == 1:
+                lines.append(stderr[0][:400])
+        rec["cli"] = lines
+        if ok and lines:
+            rec["reported"] = lines[0]
     return len(todo)
 
 

@@ -6,13 +6,14 @@ import re
 from collections import Counter, defaultdict
 
 #: Table columns, in order.
-COLUMNS = ("accepted", "typed", "escape", "oob", "crash(guest)", "crash(host)",
-           "hang(guest)", "hang", "blowup", "breach", "killed")
+COLUMNS = ("accepted", "typed", "escape", "oob", "fault(reported)", "crash(guest)",
+           "crash(host)", "hang(guest)", "hang", "blowup", "breach", "killed")
 #: Columns of the ``code`` target only, left out of a table where all are 0.
 CODE_COLUMNS = ("breach", "killed")
 #: Columns shown only for the targets that can fill them (or when not 0):
 #: ``oob``, a result holding bytes from outside its input buffers.
-TARGET_COLUMNS = {"breach": ("code",), "killed": ("code",), "oob": ("vmfb-run", "names")}
+TARGET_COLUMNS = {"breach": ("code",), "killed": ("code",), "oob": ("vmfb-run", "names"),
+                  "fault(reported)": ("vmfb-run", "names")}
 PROJECT_DIRS = ("elfloader/", "hal_cpu/", "fatelf/")
 
 
@@ -20,6 +21,10 @@ def column(rec: dict) -> str:
     """Table column of a case: crashes and hangs split into those inside
     the file's own native code (``(guest)``) and the others."""
     if rec["outcome"] == "crash":
+        if rec.get("acceptable") and rec.get("reported"):
+            # a native crash of the file's code that hal-cpu run-module,
+            # running the same file, reported as one error line
+            return "fault(reported)"
         return "crash(guest)" if rec.get("acceptable") else "crash(host)"
     if rec["outcome"] == "hang":
         return "hang(guest)" if rec.get("acceptable") else "hang"

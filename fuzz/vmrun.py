@@ -775,3 +775,54 @@ def run_printers(case, data, path: str) -> None:
                 if bad:
                     raise PrinterError(f"{what} printed raw control characters "
                                        f"{bad!r} on {label}")
+
+
+def cli_inputs(data: bytes, timeout: float = 60.0) -> list[tuple[int, str]]:
+    """Run ``hal-cpu run-module`` natively over ``data`` once per public
+    function, with ``--input`` specs built from its signature (as
+    :func:`inputs_for`: tensors of 1, dynamic sizes 3, scalars 3);
+    ``[(exit status, stderr), ...]``. A file the module reader refuses
+    runs once, without a function."""
+    import re
+    import subprocess
+    import sys
+    import tempfile
+
+    from hal_cpu.vm.module_def import read_module
+    from hal_cpu.vm.translate import parse_cconv
+    out = []
+    with tempfile.TemporaryDirectory(prefix="pkr-fuzz-cli-") as tmp:
+        path = os.path.join(tmp, "case.vmfb")
+        with open(path, "wb") as f:
+            f.write(data)
+        runs: list[list[str]] = []
+        try:
+            mdef = read_module(data, name="case.vmfb")
+            for e in mdef.exports:
+                if e.name in ("__init", "__deinit"):
+                    continue
+                args, _ = parse_cconv(e.cconv)
+                decl = str(e.attrs.get("iree.abi.declaration", ""))
+                tensors = re.findall(r"tensor<([0-9x?]*?)x?(i1|i8|i16|i32|i64|f16|f32|f64)>",
+                                     decl)
+                specs = []
+                for ty in args:
+                    if ty == "r" and tensors:
+                        dims, elem = tensors.pop(0)
+                        shape = "x".join("3" if d in ("", "?") else d
+                                         for d in dims.split("x") if d)
+                        specs.append(f"{shape}x{elem}=1" if shape else f"{elem}=1")
+                    elif ty == "r":
+                        specs.append("4xf32=1")
+                    else:
+                        specs.append("3")
+                runs.append([f"--function={e.name}"] + [f"--input={s}" for s in specs])
+        except Exception:  # noqa: BLE001 - the command says why
+            runs = [[]]
+        for extra in runs or [[]]:
+            proc = subprocess.run(
+                [sys.executable, "-m", "hal_cpu", "run-module", path, "--backend=native",
+                 "--timeout=5", *extra], capture_output=True, text=True,
+                errors="replace", timeout=timeout)
+            out.append((proc.returncode, proc.stderr))
+    return out
