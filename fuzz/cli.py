@@ -606,6 +606,16 @@ def replay(args) -> int:
                         "type": "fuzz.vmrun.OutOfBufferRead",
                         "message": f"returned natively; on the emulated backend: {why}",
                         "field": None, "value": None, "traceback": []})
+            if (case.get("target") in ("vmfb-run", "names") and case["backend"] == "native"
+                    and rec["outcome"] == "crash" and rec.get("acceptable")):
+                # as the campaign does: the file run by hal-cpu run-module
+                from .vmrun import cli_inputs
+                lines = [f"status {st}: {err.strip()[-300:]}" for st, err in cli_inputs(data)]
+                for line in lines:
+                    print(f"  hal-cpu run-module: {line}")
+                if all(ln.startswith(("status 0", "status 1")) for ln in lines) and any(
+                        ln.startswith("status 1") and "\n" not in ln for ln in lines):
+                    rec["reported"] = lines[0]
     finally:
         if canary is not None:
             canary.close()
