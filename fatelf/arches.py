@@ -2,10 +2,17 @@
 
 Every layer (``fatelf``, ``elfloader``, ``hal_cpu``, both command lines, the
 build scripts, the tests and the benchmarks) takes what it knows about an
-architecture from :data:`TABLE`: its name and aliases, its ELF identity
-(``e_machine``, class, byte order, ABI), the ``iree-compile`` flags that
-target it, the zig target that builds freestanding code for it, and the
-``platform.machine()`` values of hosts that run it.
+architecture's identity from :data:`TABLE`: its name and aliases, its ELF
+identity (``e_machine``, class, byte order, ABI), the ``iree-compile`` flags
+that target it, the zig target that builds freestanding code for it, its
+default CPU profile, the ``platform.machine()`` values of hosts that run it
+and, for a 64-bit family, its 32-bit member. Its named CPU profiles are the
+:data:`PROFILES` rows. Both sit here, in the lowest package, because every
+layer resolves names and profiles (FatELF records, ``--cpu``,
+``iree-compile`` and zig flags); what only the loader and the engines need
+(psABI, emulators, the agent and the per-architecture builds) is the
+architecture's module in ``elfloader/arch/``, whose :class:`Arch` record
+starts from the row here.
 
 ELF machine and OSABI numbers are the ``e_machine`` and ``e_ident[EI_OSABI]``
 values of the System V gABI ("ELF header", ch. 4). An architecture name
@@ -46,6 +53,10 @@ class ArchInfo:
         zig_flags: ``python -m ziglang cc`` flags building freestanding code.
         host_names: ``platform.machine()`` values (lower case) of hosts whose
             CPU runs this architecture's code.
+        default_profile: name of the :data:`PROFILES` row its plain name
+            compiles for ("" outside the runtime's architectures).
+        narrow: for a 64-bit family, the name of its 32-bit member, which a
+            32-bit interpreter on such a host runs (:func:`host`); else "".
     """
 
     name: str
@@ -60,6 +71,8 @@ class ArchInfo:
     iree_variant: str = ""
     zig_flags: tuple[str, ...] = ()
     host_names: tuple[str, ...] = ()
+    default_profile: str = ""
+    narrow: str = ""
 
     @property
     def pointer_size(self) -> int:
@@ -85,12 +98,12 @@ TABLE: tuple[ArchInfo, ...] = (
              abi="System V AMD64", runtime=True,
              iree_flags=("--iree-llvmcpu-target-triple=x86_64-pc-linux-elf",) + _GENERIC,
              iree_variant="x86_64", zig_flags=("-target", "x86_64-freestanding-none"),
-             host_names=("x86_64", "amd64")),
+             host_names=("x86_64", "amd64"), default_profile="x86-64", narrow="x86_32"),
     ArchInfo("aarch64", 183, 64, ("arm64", "arm_64", "armv8"),
              abi="AAPCS64", runtime=True,
              iree_flags=("--iree-llvmcpu-target-triple=aarch64-pc-linux-elf",) + _GENERIC,
              iree_variant="arm_64", zig_flags=("-target", "aarch64-freestanding-none"),
-             host_names=("aarch64", "arm64")),
+             host_names=("aarch64", "arm64"), default_profile="armv8-a", narrow="arm32"),
     ArchInfo("riscv64", 243, 64, ("rv64", "riscv_64"),
              abi="RISC-V LP64D", elf_flags=0x5, runtime=True,  # RVC | FLOAT_ABI_DOUBLE
              iree_flags=("--iree-llvmcpu-target-triple=riscv64-pc-linux-elf",
@@ -100,7 +113,7 @@ TABLE: tuple[ArchInfo, ...] = (
              iree_variant="riscv_64",
              zig_flags=("-target", "riscv64-freestanding-none",
                         "-mcpu=generic_rv64+m+a+f+d+c"),
-             host_names=("riscv64",)),
+             host_names=("riscv64",), default_profile="rv64gc", narrow="riscv32"),
     ArchInfo("x86_32", 3, 32, ("i386", "i486", "i586", "i686", "x86", "ia32", "x86_32"),
              abi="System V i386 (cdecl)", runtime=True,
              # SSE2 (Pentium 4): x87-only code computes f32 with excess
@@ -109,7 +122,8 @@ TABLE: tuple[ArchInfo, ...] = (
              iree_flags=("--iree-llvmcpu-target-triple=i686-pc-linux-elf",
                          "--iree-llvmcpu-target-cpu=pentium4"),
              iree_variant="x86_32", zig_flags=("-target", "x86-freestanding-none"),
-             host_names=("i386", "i486", "i586", "i686", "x86")),
+             host_names=("i386", "i486", "i586", "i686", "x86"),
+             default_profile="pentium4"),
     ArchInfo("arm32", 40, 32, ("arm", "armv7", "armv7l", "armv7a", "armhf", "arm_32",
                                "armv6l", "armv8l"),
              abi="AAPCS hard-float (EABI5)", elf_flags=0x05000400, runtime=True,
@@ -122,7 +136,8 @@ TABLE: tuple[ArchInfo, ...] = (
                          "--iree-llvmcpu-target-float-abi=hard"),
              iree_variant="arm_32",
              zig_flags=("-target", "arm-freestanding-eabihf", "-mcpu=cortex_a15"),
-             host_names=("armv7l", "armv7", "armv8l", "armv6l", "arm")),
+             host_names=("armv7l", "armv7", "armv8l", "armv6l", "arm"),
+             default_profile="armv7-a+neon+vfp4+hwdiv"),
     ArchInfo("riscv32", 243, 32, ("rv32", "riscv_32"),
              abi="RISC-V ILP32", runtime=True,
              iree_flags=("--iree-llvmcpu-target-triple=riscv32-pc-linux-elf",
@@ -131,13 +146,13 @@ TABLE: tuple[ArchInfo, ...] = (
                          "--iree-llvmcpu-target-abi=ilp32"),
              iree_variant="riscv_32",
              zig_flags=("-target", "riscv32-freestanding-none", "-mcpu=generic_rv32+m+f"),
-             host_names=("riscv32",)),
+             host_names=("riscv32",), default_profile="rv32imf"),
     # Named for FatELF bundles only: the loader does not run these.
     ArchInfo("ppc32", 20, 32, ("ppc", "powerpc"), byte_order="big"),
     ArchInfo("ppc64", 21, 64, ("ppc64le", "powerpc64", "powerpc64le"),
-             host_names=("ppc64", "ppc64le")),
+             host_names=("ppc64", "ppc64le"), narrow="ppc32"),
     ArchInfo("mips32", 8, 32, ("mips", "mipsel"), host_names=("mips",)),
-    ArchInfo("mips64", 8, 64, ("mips64el",), host_names=("mips64",)),
+    ArchInfo("mips64", 8, 64, ("mips64el",), host_names=("mips64",), narrow="mips32"),
     ArchInfo("s390x", 22, 64, byte_order="big", host_names=("s390x",)),
     ArchInfo("loongarch64", 258, 64, ("loong64",), host_names=("loongarch64",)),
 )
@@ -354,10 +369,10 @@ PROFILES: tuple[Profile, ...] = (
 )
 
 #: The profile each architecture's plain name compiles for (its
-#: ``ArchInfo.iree_flags`` and ``zig_flags``).
-DEFAULT_PROFILES: dict[str, str] = {
-    "x86_64": "x86-64", "aarch64": "armv8-a", "riscv64": "rv64gc",
-    "x86_32": "pentium4", "arm32": "armv7-a+neon+vfp4+hwdiv", "riscv32": "rv32imf"}
+#: ``ArchInfo.iree_flags`` and ``zig_flags``), from
+#: :attr:`ArchInfo.default_profile`.
+DEFAULT_PROFILES: dict[str, str] = {a.name: a.default_profile for a in TABLE
+                                    if a.default_profile}
 
 _PROFILES: dict[tuple[str, str], Profile] = {(p.arch, p.name): p for p in PROFILES}
 
@@ -398,9 +413,7 @@ def host() -> ArchInfo | None:
     for a in family:
         if a.elf_class == bits:
             return a
-    narrow = {"x86_64": "x86_32", "aarch64": "arm32", "riscv64": "riscv32",
-              "ppc64": "ppc32", "mips64": "mips32"}
-    name = narrow.get(family[0].name)
+    name = family[0].narrow
     return _BY_NAME.get(name) if bits == 32 and name else None
 
 

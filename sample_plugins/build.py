@@ -52,6 +52,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 import fatelf  # noqa: E402
+from elfloader.arch import by_name  # noqa: E402
 from fatelf import arches  # noqa: E402
 from hal_cpu import zigbuild  # noqa: E402
 from hal_cpu.zigbuild import ZIG_VERSION, ZigBuildError, zig_available, zig_version  # noqa: E402,F401
@@ -145,10 +146,10 @@ def _host_zig_target(info: arches.ArchInfo) -> list[str]:
     return flags
 
 
-#: The CPU profile vector.sos is built for, per architecture.
-VECTOR_PROFILES = {"x86_64": "x86-64-v3", "aarch64": "sve", "riscv64": "rv64gcv",
-                   "x86_32": "haswell", "arm32": "armv7-a+neon+vfp4+hwdiv",
-                   "riscv32": "rv32imf+zve32f"}
+#: The CPU profile vector.sos is built for, per architecture: each
+#: :attr:`elfloader.arch.Arch.builds`'s ``vector_profile``.
+VECTOR_PROFILES = {name: by_name(name).builds.vector_profile
+                   for name in arches.RUNTIME_ARCHES}
 
 
 def build_vector(out_dir: Path, jobs: int | None = None) -> Path:

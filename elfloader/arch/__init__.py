@@ -1,6 +1,11 @@
-"""Architecture registry: one psABI module per architecture, looked up by
-ELF identity (``e_machine`` and class) or by any name the project's
-architecture table (:mod:`fatelf.arches`) accepts."""
+"""Architecture registry: one module per architecture, looked up by ELF
+identity (``e_machine`` and class) or by any name the project's
+architecture table (:mod:`fatelf.arches`) accepts.
+
+Each module holds one :class:`Arch`: its psABI, disassembly and
+system-call facts, how qemu-user and unicorn run it, and what is built for
+it (:mod:`.base`). The per-architecture tables of the layers above are
+derived from :data:`ARCHES`."""
 
 from __future__ import annotations
 
@@ -10,8 +15,19 @@ from fatelf import arches as table
 from fatelf.errors import FatElfSelectError
 
 from ..errors import UnsupportedElfError
-from .base import Arch, CallingConvention, Disassembly, Relocation, SystemCalls
+from .base import (
+    Arch,
+    BuildTargets,
+    CallingConvention,
+    Disassembly,
+    QemuUser,
+    Relocation,
+    SystemCalls,
+    UnicornModel,
+)
 
+#: The :class:`Arch` of every runtime architecture, in the order of
+#: :data:`fatelf.arches.RUNTIME_ARCHES`.
 ARCHES: list[Arch] = [importlib.import_module("." + name, __name__).ARCH
                       for name in table.RUNTIME_ARCHES]
 _BY_INFO = {a.info.name: a for a in ARCHES}
@@ -54,5 +70,6 @@ def host() -> Arch | None:
     return _BY_INFO.get(info.name) if info else None
 
 
-__all__ = ["Arch", "CallingConvention", "Disassembly", "Relocation", "SystemCalls", "ARCHES",
-           "names", "by_name", "by_elf", "host", "resolve"]
+__all__ = ["Arch", "BuildTargets", "CallingConvention", "Disassembly", "QemuUser", "Relocation",
+           "SystemCalls", "UnicornModel", "ARCHES", "names", "by_name", "by_elf", "host",
+           "resolve"]

@@ -8,7 +8,19 @@ result in x0; return address in x30 (lr).
 
 from fatelf.arches import lookup
 
-from .base import Arch, CallingConvention, Disassembly, SystemCalls, reloc_table, words
+from .base import (
+    ARENA_64,
+    UC_ARM_EXCP_SWI,
+    Arch,
+    BuildTargets,
+    CallingConvention,
+    Disassembly,
+    QemuUser,
+    SystemCalls,
+    UnicornModel,
+    reloc_table,
+    words,
+)
 
 RELOCATIONS = reloc_table({
     257: ("R_AARCH64_ABS64", 8, lambda S, A, P, B: S + A),
@@ -46,4 +58,10 @@ ARCH = Arch(
                 "ldeor", "prf")),
     syscalls=SystemCalls(  # svc #0
         instructions=("svc",), number="x8", length=4, table="aarch64"),
+    # The most capable model: SVE at the sve profile's vector lengths.
+    qemu=QemuUser("qemu-aarch64", ARENA_64, ("aarch64", "sve")),
+    unicorn=UnicornModel("UC_ARCH_ARM64", "UC_MODE_ARM", "arm64_const", "UC_ARM64_REG_",
+                         page_size=4096, syscall_intnos=(UC_ARM_EXCP_SWI,)),
+    builds=BuildTargets(agent=("-target", "aarch64-linux-musl", "-mcpu=generic"),
+                        vector_profile="sve"),
 )

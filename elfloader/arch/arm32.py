@@ -9,7 +9,22 @@ CPU and ``bx`` switch instruction sets on bit 0.
 
 from fatelf.arches import lookup
 
-from .base import Arch, CallingConvention, Disassembly, SystemCalls, reloc_table, words
+from .base import (
+    ARENA_32,
+    UC_ARM_EXCP_SWI,
+    Arch,
+    BuildTargets,
+    CallingConvention,
+    Disassembly,
+    QemuUser,
+    SystemCalls,
+    UnicornModel,
+    reloc_table,
+    words,
+)
+
+#: The T bit of cpsr: set in Thumb state.
+CPSR_T = 1 << 5
 
 RELOCATIONS = reloc_table({
     2: ("R_ARM_ABS32", 4, lambda S, A, P, B: S + A),
@@ -46,4 +61,14 @@ ARCH = Arch(
         stores=("st", "vst", "push", "vpush", "srs")),
     syscalls=SystemCalls(  # svc #0 (EABI: number in r7)
         instructions=("svc", "swi"), number="r7", length=4, table="arm", thumb_length=2),
+    qemu=QemuUser("qemu-arm", ARENA_32),
+    # VFP/NEON are enabled (CPACR, FPEXC) before code runs.
+    unicorn=UnicornModel("UC_ARCH_ARM", "UC_MODE_ARM", "arm_const", "UC_ARM_REG_",
+                         cpu="UC_CPU_ARM_CORTEX_A15", init="arm_vfp", page_size=4096,
+                         syscall_intnos=(UC_ARM_EXCP_SWI,), thumb=("cpsr", CPSR_T)),
+    builds=BuildTargets(agent=("-target", "arm-linux-musleabihf", "-mcpu=cortex_a9"),
+                        vector_profile="armv7-a+neon+vfp4+hwdiv",
+                        # VFPv3 without NEON: one object serves every profile
+                        libm=("-target", "arm-freestanding-eabihf",
+                              "-mcpu=generic+v7a+vfp3d16")),
 )

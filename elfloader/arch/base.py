@@ -1,14 +1,28 @@
-"""What an architecture module provides: psABI facts only.
+"""What an architecture module provides: every per-architecture fact above
+the architecture table, as data.
 
 Each module in :mod:`elfloader.arch` builds one :class:`Arch` from the
-project's architecture table (:mod:`fatelf.arches`, its identity) plus the
-facts of its psABI that the loader and the backends need: its table of
-relocation types, its C calling convention for integer and pointer
-arguments, and the machine code of IREE's import thunk. The loader and the
-backends only read these tables; they never branch on the architecture.
-How an emulator models the CPU lives with the emulated backend; how a
-disassembler reads the machine code (:class:`Disassembly`) lives here, as
-data, for fault reports.
+project's architecture table (:mod:`fatelf.arches`: its identity and CPU
+profiles) plus:
+
+* the facts of its psABI that the loader and the backends need: its table
+  of relocation types, its C calling convention for integer and pointer
+  arguments, the machine code of IREE's import thunk;
+* how a disassembler reads its machine code (:class:`Disassembly`) and how
+  its Linux system calls are made (:class:`SystemCalls`), for fault
+  reports;
+* how the emulators run it: qemu-user (:class:`QemuUser`: program, most
+  capable ``-cpu`` model, fetch-fault branches, arena) and unicorn
+  (:class:`UnicornModel`: constant *names*, so that this package never
+  imports unicorn; :mod:`elfloader.backend.emulated.unicorn_arch` looks them
+  up);
+* what is built for it (:class:`BuildTargets`): the qemu engine's guest
+  agent, the 32-bit libm objects, the vector sample plugin.
+
+The loader, the backends and the build scripts only read these records
+(the per-architecture tables they export, such as
+``elfloader.backend.emulated.choice.QEMU``, are derived from them); they
+never branch on the architecture.
 """
 
 from __future__ import annotations
@@ -17,6 +31,7 @@ import struct
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
+from fatelf import arches
 from fatelf.arches import ArchInfo
 
 # Relocation formulas take S (symbol address), A (addend), P (place address)
@@ -149,6 +164,134 @@ class SystemCalls:
     thumb_length: int | None = None
 
 
+#: Guest addresses ``(start, end)`` of the arena the qemu engine's agent
+#: maps for a 64-bit guest: above the agent's image, below 2 GiB (32-bit
+#: absolute relocations fit).
+ARENA_64 = (0x1000_0000, 0x7000_0000)
+#: The same for a 32-bit guest: also above the stack qemu-user places below
+#: 0x4080_0000.
+ARENA_32 = (0x4800_0000, 0x8000_0000)
+
+
+@dataclass(frozen=True)
+class QemuUser:
+    """What qemu-user runs an architecture's code with.
+
+    Attributes:
+        program: qemu-user's program name, e.g. ``qemu-i386``.
+        arena: guest addresses ``(start, end)`` of the arena the agent maps
+            (:data:`ARENA_64`, :data:`ARENA_32`).
+        vector_profile: ``(architecture, profile)`` in
+            :data:`fatelf.arches.PROFILES` whose scalable vectors the most
+            capable model has: its vector lengths (default first) are the
+            model's, and without :attr:`model` its ``-cpu`` option is the
+            model's; None: no scalable vectors.
+        model: ``-cpu`` option of the most capable model, ``{vlen}``,
+            ``{vq}`` and ``{vlenb}`` standing for the vector length; None:
+            the vector profile's option followed by :attr:`extra` (``max``
+            without a vector profile).
+        extra: ``-cpu`` properties added to the vector profile's option.
+        branches: mnemonic starts of the calls, jumps and returns at whose
+            pc qemu-user reports a fault fetching their target (real CPUs
+            and unicorn: at the target); empty: at the target.
+    """
+
+    program: str
+    arena: tuple[int, int]
+    vector_profile: tuple[str, str] | None = None
+    model: str | None = None
+    extra: str = ""
+    branches: tuple[str, ...] = ()
+
+    @property
+    def vlens(self) -> tuple[int, ...]:
+        """Vector lengths in bits of the most capable model (its default
+        first); empty without scalable vectors."""
+        if self.vector_profile is None:
+            return ()
+        return arches.profile(*self.vector_profile).vlens
+
+    @property
+    def max_model(self) -> str:
+        """``-cpu`` option of the most capable model (see :attr:`model`)."""
+        if self.model is not None:
+            return self.model
+        if self.vector_profile is None:
+            return "max"
+        return arches.profile(*self.vector_profile).qemu_cpu + self.extra
+
+
+#: QEMU's ``EXCP_SWI`` (target/arm/cpu.h): the interrupt number unicorn's
+#: Arm and AArch64 CPUs report for ``svc``.
+UC_ARM_EXCP_SWI = 2
+
+
+@dataclass(frozen=True)
+class UnicornModel:
+    """How unicorn models an architecture's CPU, by the names of unicorn's
+    constants (measured on unicorn 2.1); the unicorn engine's
+    ``unicorn_arch.MODELS`` turns them into unicorn's values.
+
+    Attributes:
+        arch, mode: ``UC_ARCH_*`` and ``UC_MODE_*`` names
+            (``unicorn.unicorn_const``).
+        constants: unicorn's module of this architecture's register, CPU
+            and instruction constants (``x86_const``, ``arm64_const``...).
+        prefix: prefix of its register constants (``UC_X86_REG_``): a psABI
+            register name, upper case, follows it.
+        cpu: ``UC_CPU_*`` model name in :attr:`constants`, or None for
+            unicorn's default.
+        init: name of the setup ``unicorn_arch.INITS`` runs on a fresh CPU
+            before compiled code runs (enabling FP/SIMD units that reset
+            disabled, the x86_32 translation workaround), or None.
+        page_size: the CPU's page size in bytes, set before it starts
+            (unicorn's Arm CPUs default to 1 KiB pages: four times the TLB
+            fills of 4 KiB ones), or None for unicorn's default.
+        syscall_insns: ``UC_X86_INS_*`` names (in :attr:`constants`) of the
+            system-call instructions hooked with ``UC_HOOK_INSN``; in the
+            hook the pc is the instruction's own address.
+        syscall_intnos: interrupt numbers ``UC_HOOK_INTR`` reports for a
+            system call (``int 0x80``: 0x80; ``svc``:
+            :data:`UC_ARM_EXCP_SWI`; ``ecall``: its exception cause); in
+            the hook the pc is the next instruction's.
+        thumb: ``(register, bit)`` set in Thumb state (arm32: ``cpsr`` T),
+            the state a pc's bit 0 marks; None elsewhere.
+    """
+
+    arch: str
+    mode: str
+    constants: str
+    prefix: str
+    cpu: str | None = None
+    init: str | None = None
+    page_size: int | None = None
+    syscall_insns: tuple[str, ...] = ()
+    syscall_intnos: tuple[int, ...] = ()
+    thumb: tuple[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class BuildTargets:
+    """What the project builds for an architecture beyond its identity's
+    freestanding zig target (:attr:`fatelf.arches.ArchInfo.zig_flags`).
+
+    Attributes:
+        agent: ``python -m ziglang cc`` flags building the qemu engine's
+            guest agent (``agent.c``), a static Linux program (musl): the
+            architecture's oldest CPU the engine offers, so one agent runs
+            under every profile.
+        vector_profile: the :data:`fatelf.arches.PROFILES` name of this
+            architecture that ``sample_plugins/vector.sos`` is built for.
+        libm: zig flags building ``hal_cpu/runtime/libm.c`` for executables
+            of this architecture (the least capable CPU, so one object
+            serves every profile); empty: its executables do not link it.
+    """
+
+    agent: tuple[str, ...]
+    vector_profile: str
+    libm: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class Arch:
     """Everything the loader and backends need to know about one architecture.
@@ -165,6 +308,9 @@ class Arch:
         return_insn: machine code of a plain function return.
         disassembly: how its machine code is decoded (fault reports).
         syscalls: how its Linux system calls are made (fault reports).
+        qemu: how qemu-user runs it (the qemu engine).
+        unicorn: how unicorn models its CPU (the unicorn engine).
+        builds: the agent, libm and vector-plugin builds for it.
         int64_align: alignment of 64-bit integers inside C structs (4 on
             i386, 8 elsewhere).
     """
@@ -177,6 +323,9 @@ class Arch:
     return_insn: bytes
     disassembly: Disassembly
     syscalls: SystemCalls
+    qemu: QemuUser
+    unicorn: UnicornModel
+    builds: BuildTargets
     int64_align: int = 8
 
     @property

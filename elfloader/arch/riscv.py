@@ -2,7 +2,7 @@
 calling convention (a0-a7, result in a0, return address in ra) and the
 import thunk, which is the same code for both widths."""
 
-from .base import CallingConvention, Disassembly, reloc_table, words
+from .base import CallingConvention, Disassembly, UnicornModel, reloc_table, words
 
 R_RISCV_32 = 1
 R_RISCV_64 = 2
@@ -78,6 +78,25 @@ STORE_OPCODES = (0x23, 0x27, 0x2F)
 #: which decodes F, D, A and bit manipulation always and V never).
 OPTIONAL_MODES = ("CS_MODE_RISCV_FD", "CS_MODE_RISCV_A", "CS_MODE_RISCV_V",
                   "CS_MODE_RISCV_ZBA", "CS_MODE_RISCV_ZBB", "CS_MODE_RISCV_ZBS")
+
+#: qemu-user ``-cpu`` properties of the bit-manipulation extensions its
+#: most capable models add.
+QEMU_BITMANIP = ",zba=true,zbb=true,zbc=true,zbs=true"
+
+#: riscv exception causes of an ecall from U, S and M mode: unicorn 2.1
+#: reports 8 (U) whatever the mode (it calls the hook before QEMU adds the
+#: privilege level; its CPU runs in M mode), the others are kept in case a
+#: version reports the final cause.
+UC_ECALLS = (8, 9, 11)
+
+
+def unicorn_model(word_size: int) -> UnicornModel:
+    """unicorn's riscv32 (``word_size`` 4) or riscv64 (8) CPU: the float
+    unit switched on (mstatus.FS) before code runs, ``ecall`` reported as
+    an interrupt."""
+    return UnicornModel("UC_ARCH_RISCV", f"UC_MODE_RISCV{8 * word_size}", "riscv_const",
+                        "UC_RISCV_REG_", init="riscv_fpu", syscall_intnos=UC_ECALLS)
+
 
 #: capstone 6.0.0a11 prints the SEW of vsetvli/vsetivli in hexadecimal
 #: (``e0x20``); RVV's assembly syntax is decimal (``e32``).

@@ -3,7 +3,7 @@
 from fatelf.arches import lookup
 
 from . import riscv
-from .base import Arch, SystemCalls
+from .base import ARENA_32, Arch, BuildTargets, QemuUser, SystemCalls
 
 ARCH = Arch(
     info=lookup("riscv32"),
@@ -15,4 +15,13 @@ ARCH = Arch(
     disassembly=riscv.disassembly(4),
     syscalls=SystemCalls(  # ecall; the generic table, as riscv64
         instructions=("ecall",), number="a7", length=4, table="riscv64"),
+    # Full RVV 1.0 on rv32 (no rv32 profile has it), at RVV's lengths.
+    qemu=QemuUser("qemu-riscv32", ARENA_32, ("riscv64", "rv64gcv"),
+                  model="rv32,v=true,vlen={vlen},elen=64,vext_spec=v1.0"
+                        + riscv.QEMU_BITMANIP),
+    unicorn=riscv.unicorn_model(4),
+    # musl's riscv32 setjmp saves double registers unless the ABI is soft.
+    builds=BuildTargets(agent=("-target", "riscv32-linux-musl", "-mcpu=generic_rv32+m+a",
+                               "-mabi=ilp32"),
+                        vector_profile="rv32imf+zve32f"),
 )

@@ -9,7 +9,18 @@ integers are 4-byte aligned inside structs.
 
 from fatelf.arches import lookup
 
-from .base import Arch, CallingConvention, Disassembly, SystemCalls, reloc_table
+from . import x86
+from .base import (
+    ARENA_32,
+    Arch,
+    BuildTargets,
+    CallingConvention,
+    Disassembly,
+    QemuUser,
+    SystemCalls,
+    UnicornModel,
+    reloc_table,
+)
 
 RELOCATIONS = reloc_table({
     1: ("R_386_32", 4, lambda S, A, P, B: S + A),
@@ -51,4 +62,16 @@ ARCH = Arch(
     syscalls=SystemCalls(
         instructions=("int", "sysenter", "syscall"), number="eax", length=2,
         table="x86"),
+    qemu=QemuUser("qemu-i386", ARENA_32, branches=x86.QEMU_BRANCHES),
+    # int 0x80, sysenter; and syscall (AMD's 32-bit entry), which unicorn
+    # too runs as a no-op without the hook. SSE and the x87 state of a
+    # Linux process are set up before code runs.
+    unicorn=UnicornModel("UC_ARCH_X86", "UC_MODE_32", "x86_const", "UC_X86_REG_",
+                         init="x86_32_fpu",
+                         syscall_insns=("UC_X86_INS_SYSENTER", "UC_X86_INS_SYSCALL"),
+                         syscall_intnos=(0x80,)),
+    builds=BuildTargets(agent=("-target", "x86-linux-musl", "-mcpu=i686"),
+                        vector_profile="haswell",
+                        # x87 only: one object serves every profile
+                        libm=("-target", "x86-freestanding-none", "-mcpu=i686")),
 )

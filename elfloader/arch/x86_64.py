@@ -8,7 +8,18 @@ the call pushes the return address.
 
 from fatelf.arches import lookup
 
-from .base import Arch, CallingConvention, Disassembly, SystemCalls, reloc_table
+from . import x86
+from .base import (
+    ARENA_64,
+    Arch,
+    BuildTargets,
+    CallingConvention,
+    Disassembly,
+    QemuUser,
+    SystemCalls,
+    UnicornModel,
+    reloc_table,
+)
 
 RELOCATIONS = reloc_table({
     1: ("R_X86_64_64", 8, lambda S, A, P, B: S + A),
@@ -48,4 +59,10 @@ ARCH = Arch(
     ),
     syscalls=SystemCalls(  # syscall (0F 05); int 0x80 and sysenter are 32-bit entries
         instructions=("syscall",), number="rax", length=2, table="x86_64"),
+    qemu=QemuUser("qemu-x86_64", ARENA_64, branches=x86.QEMU_BRANCHES),
+    # syscall; unicorn runs it as a no-op without the hook.
+    unicorn=UnicornModel("UC_ARCH_X86", "UC_MODE_64", "x86_const", "UC_X86_REG_",
+                         syscall_insns=("UC_X86_INS_SYSCALL",)),
+    builds=BuildTargets(agent=("-target", "x86_64-linux-musl", "-mcpu=x86_64"),
+                        vector_profile="x86-64-v3"),
 )

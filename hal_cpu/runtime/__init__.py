@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from elfloader.arch import ARCHES
 from fatelf.cstruct import CStruct
 
 HERE = Path(__file__).resolve().parent
@@ -60,11 +61,11 @@ LIBM_LINKER = HERE / "libm_link.py"
 
 #: Architectures whose executables link the objects, and the zig flags
 #: that build them: the architecture's least capable CPU (x87 only; VFPv3
-#: without NEON), so that one object serves every profile.
-LIBM_ARCHES: dict[str, tuple[str, ...]] = {
-    "x86_32": ("-target", "x86-freestanding-none", "-mcpu=i686"),
-    "arm32": ("-target", "arm-freestanding-eabihf", "-mcpu=generic+v7a+vfp3d16"),
-}
+#: without NEON), so that one object serves every profile. Derived from
+#: each :attr:`elfloader.arch.Arch.builds`'s ``libm`` (empty: no row), in
+#: the order of the runtime's architectures.
+LIBM_ARCHES: dict[str, tuple[str, ...]] = {a.name: a.builds.libm for a in ARCHES
+                                           if a.builds.libm}
 
 _F16_XMM0 = {"__truncsfhf2": "hal_cpu_truncsfhf2_xmm0",
              "__truncdfhf2": "hal_cpu_truncdfhf2_xmm0"}

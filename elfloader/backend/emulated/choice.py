@@ -1,8 +1,9 @@
 """Which engine runs an architecture, and with which CPU model.
 
 * qemu-user's facts per architecture (:data:`QEMU`: program, most capable
-  ``-cpu`` model, vector lengths, where it reports fetch faults) and where
-  its program is installed (:func:`qemu_program`);
+  ``-cpu`` model, vector lengths, where it reports fetch faults, arena;
+  derived from each :class:`elfloader.arch.Arch`'s ``qemu`` record) and
+  where its program is installed (:func:`qemu_program`);
 * a CPU profile name and vector length resolved against
   :data:`fatelf.arches.PROFILES` (:func:`resolve_profile`);
 * the choice between the engines (:func:`choose`: ``auto``, ``qemu``,
@@ -18,11 +19,10 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
 
 from fatelf import arches
 
-from ...arch import Arch
+from ...arch import ARCHES, Arch, QemuUser
 from ...errors import EngineError
 
 ENGINES = ("auto", "qemu", "unicorn")
@@ -32,67 +32,14 @@ ENGINES = ("auto", "qemu", "unicorn")
 QEMU_DIR_ENV = "PKR_QEMU_DIR"
 
 
-@dataclass(frozen=True)
-class QemuFacts:
-    """What qemu-user runs an architecture's code with.
+#: What qemu-user runs an architecture's code with (the record is
+#: :class:`elfloader.arch.QemuUser`, kept here under its former name).
+QemuFacts = QemuUser
 
-    Attributes:
-        program: qemu-user's program name, e.g. ``qemu-i386``.
-        vector_profile: ``(architecture, profile)`` in
-            :data:`fatelf.arches.PROFILES` whose scalable vectors the most
-            capable model has: its vector lengths (default first) are the
-            model's, and without :attr:`model` its ``-cpu`` option is the
-            model's; None: no scalable vectors.
-        model: ``-cpu`` option of the most capable model, ``{vlen}``,
-            ``{vq}`` and ``{vlenb}`` standing for the vector length; None:
-            the vector profile's option followed by :attr:`extra`.
-        extra: ``-cpu`` properties added to the vector profile's option.
-        branches: mnemonic starts of the calls, jumps and returns at whose
-            pc qemu-user reports a fault fetching their target (real CPUs
-            and unicorn: at the target); empty: at the target.
-    """
-
-    program: str
-    vector_profile: tuple[str, str] | None = None
-    model: str | None = None
-    extra: str = ""
-    branches: tuple[str, ...] = ()
-
-    @property
-    def vlens(self) -> tuple[int, ...]:
-        """Vector lengths in bits of the most capable model (its default
-        first); empty without scalable vectors."""
-        if self.vector_profile is None:
-            return ()
-        return arches.profile(*self.vector_profile).vlens
-
-    @property
-    def max_model(self) -> str:
-        """``-cpu`` option of the most capable model (see :attr:`model`)."""
-        if self.model is not None:
-            return self.model
-        if self.vector_profile is None:
-            return "max"
-        return arches.profile(*self.vector_profile).qemu_cpu + self.extra
-
-
-_BITMANIP = ",zba=true,zbb=true,zbc=true,zbs=true"
-_X86_BRANCHES = ("call", "jmp", "ret", "j", "loop")
-
-#: qemu-user's facts per runtime architecture (every name in
+#: qemu-user's facts per runtime architecture, from each architecture's
+#: :attr:`elfloader.arch.Arch.qemu` (every name in
 #: :data:`fatelf.arches.RUNTIME_ARCHES` has a row).
-QEMU: dict[str, QemuFacts] = {
-    "x86_64": QemuFacts("qemu-x86_64", branches=_X86_BRANCHES),
-    "x86_32": QemuFacts("qemu-i386", branches=_X86_BRANCHES),
-    "aarch64": QemuFacts("qemu-aarch64", ("aarch64", "sve")),
-    "arm32": QemuFacts("qemu-arm"),
-    "riscv64": QemuFacts("qemu-riscv64", ("riscv64", "rv64gcv"),
-                         extra=_BITMANIP),
-    # Full RVV 1.0 on rv32 (no rv32 profile has it), at RVV's lengths.
-    "riscv32": QemuFacts("qemu-riscv32", ("riscv64", "rv64gcv"),
-                         model="rv32,v=true,vlen={vlen},elen=64,"
-                               "vext_spec=v1.0" + _BITMANIP),
-}
+QEMU: dict[str, QemuUser] = {a.name: a.qemu for a in ARCHES}
 
 #: qemu-user's program name per architecture (from :data:`QEMU`).
 QEMU_PROGRAMS = {name: facts.program for name, facts in QEMU.items()}
@@ -160,8 +107,7 @@ def resolve_profile(arch: Arch, cpu: str | None,
 def _default_vlens(arch: Arch) -> tuple[int, ...]:
     """Vector lengths of the most capable model (no profile): SVE on
     aarch64, RVV on riscv; empty without scalable vectors."""
-    facts = QEMU.get(arch.name)
-    return facts.vlens if facts else ()
+    return arch.qemu.vlens
 
 
 def default_vlen(arch: Arch) -> int | None:

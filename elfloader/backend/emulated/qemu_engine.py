@@ -55,7 +55,7 @@ import weakref
 from fatelf import arches
 from fatelf.text import printable_lines
 
-from ...arch import Arch
+from ...arch import ARCHES, Arch
 from ...errors import BackendError, EmulationError, EngineError, Fault
 from ..base import PROT_EXEC, PROT_READ, PROT_WRITE, prot_str
 from . import sandbox, syscalls
@@ -63,10 +63,10 @@ from .choice import INSTALL_HINT, QEMU, QEMU_PROGRAMS, qemu_program
 from .engine import FAULTS, Cpu, Engine, Space
 from .pages import lookup
 
-#: Guest addresses of the arena every agent maps, by pointer size: above
-#: the agent's image (and, for 32-bit guests, above the stack qemu-user
-#: places below 0x4080_0000), below 2 GiB (32-bit absolute relocations fit).
-ARENAS = {8: (0x1000_0000, 0x7000_0000), 4: (0x4800_0000, 0x8000_0000)}
+#: Guest addresses ``(start, end)`` of the arena every agent maps, by
+#: architecture name (each :attr:`elfloader.arch.QemuUser.arena`; why these
+#: addresses: :data:`elfloader.arch.base.ARENA_64` and ``ARENA_32``).
+ARENAS = {a.name: a.qemu.arena for a in ARCHES}
 AGENT_BUNDLE = os.path.join(os.path.dirname(__file__), "agent", "agent.sos")
 
 
@@ -891,7 +891,7 @@ class QemuEngine(Engine):
         sandbox.require()
         agent_fd(arch)
         self.forked = False
-        self.arena = ARENAS[arch.pointer_size]
+        self.arena = arch.qemu.arena
         self.slots: list[int] | None = None
         size = self.arena[1] - self.arena[0]
         # Both None once closed.

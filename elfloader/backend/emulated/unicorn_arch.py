@@ -1,26 +1,29 @@
-"""How unicorn models each architecture's CPU: the emulated backend's only
-per-architecture table.
+"""How unicorn models each architecture's CPU, in unicorn's values.
 
-Each row names unicorn's architecture, mode and CPU model and what must be
-switched on in a fresh CPU before compiled code runs (FP/SIMD units that
-reset disabled, the x86_32 translation workaround), and how unicorn reports
-a system-call instruction (:class:`UcSyscalls`). Register ids are derived
-from the psABI calling convention of :mod:`elfloader.arch` by name, so the
-calling convention is described once. Only the emulated backend imports
-this module (and unicorn).
+The facts are each architecture's :attr:`elfloader.arch.Arch.unicorn`
+record, which names unicorn's constants (architecture, mode, CPU model,
+register prefix, system-call instructions and interrupts) without importing
+unicorn; :data:`MODELS` is derived from them here, where the names become
+unicorn's values. What must be switched on in a fresh CPU before compiled
+code runs (FP/SIMD units that reset disabled, the x86_32 translation
+workaround) is code: the setups of :data:`INITS`, which the records name.
+Register ids are derived from the psABI calling convention of
+:mod:`elfloader.arch` by name, so the calling convention is described
+once. Only the emulated backend imports this module (and unicorn).
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 from dataclasses import dataclass
 from typing import Callable
 
-from unicorn import arm64_const, arm_const, riscv_const, x86_const
+from unicorn import arm_const, riscv_const, x86_const
 from unicorn import unicorn_const as UC
 from unicorn.unicorn_py3.unicorn import uc_hook_h, uclib
 
-from ...arch import Arch
+from ...arch import ARCHES, Arch, UnicornModel
 
 # --- enabling FP/SIMD and other per-CPU setup ---------------------------------
 _CR0_MP, _CR0_EM = 1 << 1, 1 << 2
@@ -69,6 +72,15 @@ def _riscv_init(uc) -> None:
     uc.reg_write(riscv_const.UC_RISCV_REG_MSTATUS, _MSTATUS_FS_DIRTY)
 
 
+#: The setups a fresh CPU gets, by the name an architecture's
+#: :attr:`elfloader.arch.UnicornModel.init` gives.
+INITS: dict[str, Callable[[object], None]] = {
+    "x86_32_fpu": _x86_32_init,
+    "arm_vfp": _arm32_init,
+    "riscv_fpu": _riscv_init,
+}
+
+
 @dataclass(frozen=True)
 class UcSyscalls:
     """How unicorn stops at the system-call instructions of one architecture
@@ -93,15 +105,6 @@ class UcSyscalls:
     insns: tuple[int, ...] = ()
     intnos: frozenset[int] = frozenset()
     thumb: tuple[str, int] | None = None
-
-
-_CPSR_T = 1 << 5
-_ARM_EXCP_SWI = 2
-#: riscv exception causes of an ecall from U, S and M mode: unicorn 2.1
-#: reports 8 (U) whatever the mode (it calls the hook before QEMU adds the
-#: privilege level; its CPU runs in M mode), the others are kept in case a
-#: version reports the final cause.
-_RISCV_ECALLS = frozenset((8, 9, 11))
 
 
 @dataclass(frozen=True)
@@ -133,32 +136,26 @@ class UcModel:
         return getattr(self.regs, self.prefix + name.upper())
 
 
-MODELS: dict[str, UcModel] = {
-    # syscall; unicorn runs it as a no-op without the hook.
-    "x86_64": UcModel(UC.UC_ARCH_X86, UC.UC_MODE_64, x86_const, "UC_X86_REG_",
-                      syscalls=UcSyscalls(insns=(x86_const.UC_X86_INS_SYSCALL,))),
-    # int 0x80, sysenter; and syscall (AMD's 32-bit entry), which unicorn
-    # too runs as a no-op without the hook.
-    "x86_32": UcModel(UC.UC_ARCH_X86, UC.UC_MODE_32, x86_const, "UC_X86_REG_",
-                      init=_x86_32_init, syscalls=UcSyscalls(
-                          insns=(x86_const.UC_X86_INS_SYSENTER,
-                                 x86_const.UC_X86_INS_SYSCALL),
-                          intnos=frozenset((0x80,)))),
-    "aarch64": UcModel(UC.UC_ARCH_ARM64, UC.UC_MODE_ARM, arm64_const,
-                       "UC_ARM64_REG_", page_size=4096,
-                       syscalls=UcSyscalls(intnos=frozenset((_ARM_EXCP_SWI,)))),
-    "arm32": UcModel(UC.UC_ARCH_ARM, UC.UC_MODE_ARM, arm_const, "UC_ARM_REG_",
-                     cpu=arm_const.UC_CPU_ARM_CORTEX_A15, init=_arm32_init,
-                     page_size=4096, syscalls=UcSyscalls(
-                         intnos=frozenset((_ARM_EXCP_SWI,)),
-                         thumb=("cpsr", _CPSR_T))),
-    "riscv64": UcModel(UC.UC_ARCH_RISCV, UC.UC_MODE_RISCV64, riscv_const,
-                       "UC_RISCV_REG_", init=_riscv_init,
-                       syscalls=UcSyscalls(intnos=_RISCV_ECALLS)),
-    "riscv32": UcModel(UC.UC_ARCH_RISCV, UC.UC_MODE_RISCV32, riscv_const,
-                       "UC_RISCV_REG_", init=_riscv_init,
-                       syscalls=UcSyscalls(intnos=_RISCV_ECALLS)),
-}
+def uc_model(facts: UnicornModel) -> UcModel:
+    """unicorn's values for the constant names of ``facts``.
+
+    Raises:
+        AttributeError, ImportError: a name the installed unicorn lacks.
+        KeyError: an ``init`` name :data:`INITS` lacks.
+    """
+    regs = importlib.import_module("unicorn." + facts.constants)
+    return UcModel(
+        getattr(UC, facts.arch), getattr(UC, facts.mode), regs, facts.prefix,
+        cpu=getattr(regs, facts.cpu) if facts.cpu else None,
+        init=INITS[facts.init] if facts.init else None,
+        page_size=facts.page_size,
+        syscalls=UcSyscalls(insns=tuple(getattr(regs, n) for n in facts.syscall_insns),
+                            intnos=frozenset(facts.syscall_intnos), thumb=facts.thumb))
+
+
+#: unicorn's model per runtime architecture, from each
+#: :attr:`elfloader.arch.Arch.unicorn`.
+MODELS: dict[str, UcModel] = {a.name: uc_model(a.unicorn) for a in ARCHES}
 
 
 @dataclass(frozen=True)

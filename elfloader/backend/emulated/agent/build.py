@@ -24,21 +24,16 @@ from pathlib import Path
 
 from fatelf import private_dirs
 
+from ....arch import ARCHES
+
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "agent.c"
 BUNDLE = HERE / "agent.sos"
 
-#: zig target flags per architecture (static Linux programs).
-TARGETS: dict[str, tuple[str, ...]] = {
-    "x86_64": ("-target", "x86_64-linux-musl", "-mcpu=x86_64"),
-    "aarch64": ("-target", "aarch64-linux-musl", "-mcpu=generic"),
-    "riscv64": ("-target", "riscv64-linux-musl", "-mcpu=baseline_rv64"),
-    "x86_32": ("-target", "x86-linux-musl", "-mcpu=i686"),
-    "arm32": ("-target", "arm-linux-musleabihf", "-mcpu=cortex_a9"),
-    # musl's riscv32 setjmp saves double registers unless the ABI is soft.
-    "riscv32": ("-target", "riscv32-linux-musl", "-mcpu=generic_rv32+m+a",
-                "-mabi=ilp32"),
-}
+#: zig target flags per architecture (static Linux programs), in the order
+#: of the runtime's architectures: each :attr:`elfloader.arch.Arch.builds`'s
+#: ``agent``.
+TARGETS: dict[str, tuple[str, ...]] = {a.name: a.builds.agent for a in ARCHES}
 
 CFLAGS = ("-std=c17", "-static", "-O2", "-s", "-Wall", "-Werror", "-g0",
           "-fno-unwind-tables", "-fno-asynchronous-unwind-tables",
