@@ -137,3 +137,15 @@ def test_qemu_arena_fits_the_guest(arch: str) -> None:
     # Below 2 GiB (32-bit absolute relocations fit), page-aligned, non-empty.
     start, end = by_name(arch).qemu.arena
     assert 0 < start < end <= 0x8000_0000 and start % 4096 == end % 4096 == 0
+
+
+@pytest.mark.parametrize("info", [a for a in arches.TABLE if a.narrow], ids=lambda a: a.name)
+@pytest.mark.parametrize("bits", [64, 32])
+def test_host_picks_the_family_member_of_the_interpreter(info, bits, monkeypatch) -> None:
+    # A 32-bit interpreter on a 64-bit kernel of the family runs `narrow`.
+    monkeypatch.setattr(arches.platform, "machine", lambda: info.host_names[0])
+    monkeypatch.setattr(arches, "struct", type("S", (), {
+        "calcsize": staticmethod(lambda fmt: bits // 8)}))
+    found = arches.host()
+    assert found is not None
+    assert found.name == (info.name if bits == 64 else info.narrow)
