@@ -411,7 +411,7 @@ def emulated_overrun(rec: dict) -> str | None:
     return None
 
 
-def compare_emulated(records: list, cases_by_id: dict, args, corpus) -> None:
+def compare_emulated(records: list, cases_by_id: dict, args, corpus) -> int:
     """``vmfb-run`` and ``names``: each native case whose every function
     returned runs again on the emulated backend (same file, same
     architecture, guarded buffers); where that run stops at an access

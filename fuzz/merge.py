@@ -22,7 +22,8 @@ def merge(paths: list[Path]) -> dict:
     """The summed summary, problems and times of the reports at ``paths``."""
     summary: dict = {}
     problems: dict = defaultdict(list)
-    elapsed, commits, compared = 0.0, Counter(), 0
+    elapsed, compared = 0.0, 0
+    commits: Counter = Counter()
     for path in paths:
         rep = json.loads(path.read_text())
         elapsed += rep.get("elapsed_s", 0.0)

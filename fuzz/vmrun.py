@@ -55,6 +55,7 @@ import random
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Programs compiled into the seeds (small ones: every case loads one).
@@ -160,7 +161,7 @@ class ProgramModel:
     """What a seed is made of, for :func:`mutate_run` (file offsets)."""
     name: str
     data: bytes
-    vmfb: object = None                                # fuzz.vmfb.VmfbModel
+    vmfb: Any = None                                   # fuzz.vmfb.VmfbModel
     functions: list = field(default_factory=list)      # FunctionMap
     opcodes: list = field(default_factory=list)        # Site kind core/ext_f32/ext_f64
     registers: list = field(default_factory=list)      # Site kind i32/i64/f32/f64/ref
@@ -550,8 +551,9 @@ def fill_canary(blocks: int = 192) -> list:
     """Fill memory with :data:`CANARY`: blocks of 64 bytes to 256 KiB filled
     and two thirds of them freed (the allocator hands their space out
     again, canary and all), the others kept between them."""
-    kept, sizes = [], [64, 128, 200, 256, 512, 1024, 4096, 16384, 65536, 262144]
-    freed = []
+    sizes = [64, 128, 200, 256, 512, 1024, 4096, 16384, 65536, 262144]
+    kept: list[bytearray] = []
+    freed: list[bytearray] = []
     for i in range(blocks):
         block = bytearray(CANARY * (sizes[i % len(sizes)] // len(CANARY)))
         (kept if i % 3 == 0 else freed).append(block)
