@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import sys
 import threading
 import weakref
 from typing import Callable
@@ -123,6 +124,7 @@ class _Reservation:
     returns to the pool."""
 
     __slots__ = ("__array_interface__", "__weakref__")
+    __array_interface__: dict
 
 
 #: Bytes of released guarded reservations kept for reuse (per process).
@@ -188,6 +190,122 @@ def guarded_bytes(size: int, on_free: Callable[[], None] | None = None
                                  "data": (address, False), "version": 3}
     _guard_live[weakref.ref(owner, _guard_give_back)] = (base, total, on_free)
     return np.asarray(owner)
+
+
+class GuardedStore:
+    """Guarded storage for one owner (a program's ``hal`` module), made for
+    allocations repeated call after call: the storage of
+    :func:`guarded_bytes` (64-byte aligned, ending fewer than 64 bytes
+    before an inaccessible guard page), but each reservation is kept by
+    the store for the owner's life and handed out again, without a system
+    call, once no array over it is left (the store sees that from the
+    reference count of the reservation's own array, with no callback when
+    a buffer is dropped).
+
+    Every reservation the store maps is counted in ``memory`` (a
+    :class:`hal_cpu.vm.refs.MemoryBudget`-like object with ``charge(n,
+    what)``, ``uncharge(n)`` and a ``reclaimers`` list) until it is
+    unmapped; when a charge fails, the store unmaps the reservations no
+    array uses (``reclaimers``) and the charge is tried again.
+
+    Attributes:
+        entries: reservation size -> ``[array, base, total, pages]`` per
+            reservation (``array``: a uint8 array over the pages between
+            its guard pages).
+    """
+
+    __slots__ = ("memory", "entries", "_lock", "_layouts", "_closed")
+
+    def __init__(self, memory):
+        self.memory = memory
+        self.entries: dict[int, list[list]] = {}
+        self._lock = threading.Lock()
+        self._layouts: dict[int, tuple[int, int, int]] = {}
+        self._closed = False
+        memory.reclaimers.append(self.reclaim)
+
+    def take(self, size: int, what: str) -> tuple[np.ndarray, int]:
+        """``size`` uninitialized bytes (a writable uint8 array) and their
+        address.
+
+        Raises:
+            whatever ``memory.charge`` raises past the limit (after
+            reclaiming); elfloader.BackendError: ``mmap`` failed.
+        """
+        lay = self._layouts.get(size)
+        if lay is None:
+            if len(self._layouts) > 4096:
+                self._layouts.clear()
+            lay = self._layouts[size] = layout(size, _PAGE, BINDING_ALIGNMENT, 0,
+                                               True)
+        start, guard, total = lay
+        off = start - _PAGE
+        getrefcount = sys.getrefcount
+        with self._lock:
+            entries = self.entries.get(total)
+            if entries:
+                for entry in entries:
+                    # (referenced by the entry and the call's argument only:
+                    # no array over it is left)
+                    if getrefcount(entry[0]) == 2:
+                        return self._hand_out(entry, off, size, guard)
+        pages = guard - _PAGE
+        self.memory.charge(pages, what)
+        try:
+            from elfloader.backend.native import map_guarded
+            base = map_guarded(total, (0, guard))
+        except BaseException:
+            self.memory.uncharge(pages)
+            raise
+        owner = _Reservation()
+        owner.__array_interface__ = {"shape": (pages,), "typestr": "|u1",
+                                     "data": (base + _PAGE, False), "version": 3}
+        entry = [np.asarray(owner), base, total, pages]
+        with self._lock:
+            self.entries.setdefault(total, []).append(entry)
+            return self._hand_out(entry, off, size, guard)
+
+    @staticmethod
+    def _hand_out(entry: list, off: int, size: int, guard: int):
+        array = entry[0]
+        address = entry[1] + _PAGE + off
+        tail = guard - _PAGE - off - size
+        if tail:
+            _memmove(address + size, CANARY_PREFIX[tail], tail)
+        return array[off:off + size], address
+
+    def reclaim(self) -> None:
+        """Unmap the reservations no array uses (and uncount them)."""
+        from elfloader.backend.native import unmap
+        getrefcount = sys.getrefcount
+        with self._lock:
+            for total, entries in list(self.entries.items()):
+                keep = []
+                for entry in entries:
+                    if getrefcount(entry[0]) == 2:
+                        unmap(entry[1], total)
+                        self.memory.uncharge(entry[3])
+                    else:
+                        keep.append(entry)
+                self.entries[total] = keep
+
+    def close(self) -> None:
+        """Unmap the reservations no array uses; each other one is unmapped
+        when the last array over it goes."""
+        if self._closed:
+            return
+        self._closed = True
+        self.reclaim()
+        from elfloader.backend.native import unmap
+        with self._lock:
+            for total, entries in self.entries.items():
+                for entry in entries:
+                    weakref.finalize(entry[0], unmap, entry[1], total)
+            self.entries = {}
+        try:
+            self.memory.reclaimers.remove(self.reclaim)
+        except ValueError:
+            pass
 
 
 def guarded_pages(size: int) -> int:

@@ -260,7 +260,7 @@ class Buffer:
             back to the module's pool on ``queue.dealloca``.
     """
 
-    __slots__ = ("array", "address", "length", "memory_type", "usage", "root",
+    __slots__ = ("array", "address", "length", "memory_type", "usage", "parent",
                  "owners", "pooled")
     vm_type = "!hal.buffer"
 
@@ -271,9 +271,18 @@ class Buffer:
         self.length = array.size
         self.memory_type = memory_type
         self.usage = usage
-        self.root = self if root is None else root
+        # (None for a root: a buffer referring to itself would be a cycle,
+        # freed only by the garbage collector, keeping its storage from the
+        # pool until then)
+        self.parent = root
         self.owners = 1
         self.pooled = pooled
+
+    @property
+    def root(self) -> "Buffer":
+        """The buffer owning the allocation (itself, unless a subspan)."""
+        parent = self.parent
+        return self if parent is None else parent
 
     def subspan(self, offset: int, length: int) -> "Buffer":
         """``length`` bytes from ``offset`` (checked by the caller)."""
@@ -810,6 +819,8 @@ class HalModule:
         self.memory_limit = memory_limit
         #: the program's one memory limit (every VM allocation counts)
         self.memory = MemoryBudget(memory_limit)
+        # buffers' storage, ending before guard pages, reused once free
+        self._store = _arrays.GuardedStore(self.memory)
         self._features = self._cpu_features()
         self._closed = False
         #: a list to append a :class:`DispatchRecord` to for every dispatch
@@ -923,6 +934,7 @@ class HalModule:
         for _, exe in entries.values():
             exe.close()
         self._pool.clear()
+        self._store.close()
 
     def __enter__(self) -> "HalModule":
         return self
@@ -975,12 +987,12 @@ class HalModule:
 
     def _new_storage(self, size: int, what: str = "allocation") -> tuple[np.ndarray, int]:
         """Uninitialized 64-byte-aligned bytes and their address, counted
-        against the memory limit: a :func:`hal_cpu.arrays.guarded_bytes`
-        array each, ending before an inaccessible guard page (fewer than
-        64 bytes of canary between), so that a kernel bound to it natively
-        faults rather than reading or writing past it; reservations are
-        pooled by size class, so a repeated allocation makes no system
-        call.
+        against the memory limit: storage of the module's
+        :class:`hal_cpu.arrays.GuardedStore`, ending before an inaccessible
+        guard page (fewer than 64 bytes of canary between), so that a
+        kernel bound to it natively faults rather than reading or writing
+        past it; a reservation no buffer uses any more serves the next
+        allocation of its size class without a system call.
 
         Raises:
             VmStatusError: RESOURCE_EXHAUSTED past the memory limit, or when
@@ -988,16 +1000,11 @@ class HalModule:
         """
         if size < 0:
             raise _status(INVALID_ARGUMENT, f"{what}: allocation of {size} bytes")
-        pages = _arrays.guarded_pages(size)
-        memory = self.memory
-        memory.charge(pages, what)
         try:
-            array = _arrays.guarded_bytes(size, lambda: memory.uncharge(pages))
+            return self._store.take(size, what)
         except (MemoryError, elfloader.ElfError):
-            memory.uncharge(pages)
             raise _status(RESOURCE_EXHAUSTED, f"{what}: {size} bytes: the "
                           "host has no memory for them") from None
-        return array, array.ctypes.data
 
     def _release(self, buf: Buffer) -> None:
         root = buf.root

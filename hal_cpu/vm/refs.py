@@ -77,14 +77,18 @@ class MemoryBudget:
         limit: bytes the program may hold at once (a positive int).
 
     Attributes:
-        limit: the limit, bytes; live: bytes counted now.
+        limit: the limit, bytes; live: bytes counted now (storage kept
+            for reuse included, until a reclaimer frees it).
     """
 
-    __slots__ = ("limit", "live", "_lock")
+    __slots__ = ("limit", "live", "reclaimers", "_lock")
 
     def __init__(self, limit: int):
         self.limit = limit
         self.live = 0
+        #: callables that free memory kept for reuse (counted, but not in
+        #: use), called before a charge past the limit is refused
+        self.reclaimers: list = []
         self._lock = threading.Lock()
 
     def charge(self, nbytes: int, what: str) -> None:
@@ -95,6 +99,9 @@ class MemoryBudget:
                 when they would take the live bytes past :attr:`limit`
                 (nothing is counted then).
         """
+        if self.live + nbytes > self.limit and nbytes <= self.limit:
+            for reclaim in list(self.reclaimers):
+                reclaim()
         with self._lock:
             live = self.live
             if nbytes < 0 or live + nbytes > self.limit:
