@@ -420,7 +420,8 @@ def compare_emulated(records: list, cases_by_id: dict, args, corpus) -> int:
     says why)."""
     from .runner import run_cases
     todo = [r for r in records if r["target"] in ("vmfb-run", "names")
-            and r["backend"] == "native" and r["outcome"] == "accepted"]
+            and r["backend"] == "native" and r["outcome"] == "accepted"
+            and cases_by_id[r["id"]].get("kind") != "plugin"]
     if not todo:
         return 0
     by_id = {r["id"]: r for r in todo}
@@ -461,7 +462,8 @@ def confirm_reported(records: list, cases_by_id: dict, corpus) -> int:
     cases run again."""
     from .vmrun import cli_inputs
     todo = [r for r in records if r["target"] in ("vmfb-run", "names")
-            and r["backend"] == "native" and r["outcome"] == "crash" and r.get("acceptable")]
+            and r["backend"] == "native" and r["outcome"] == "crash" and r.get("acceptable")
+            and cases_by_id[r["id"]].get("kind") != "plugin"]
     for rec in todo:
         data = corpus_data(corpus, cases_by_id[rec["id"]])
         lines, ok = [], True

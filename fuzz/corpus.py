@@ -156,7 +156,15 @@ class Corpus:
                 data = path.read_bytes()
                 self.seeds["vmfb-run"].append(Seed(name, "vmfb", data, arch, None,
                                                    ProgramModel.build(data, name)))
-            self.seeds["names"] = self.seeds["vmfb-run"]
+            from .vmrun import PluginNames, plugin_seed_files
+            plugins = []
+            for name, arch, path in plugin_seed_files():
+                data = path.read_bytes()
+                plugins.append(Seed(name, "plugin", data, arch, None,
+                                    PluginNames.build(data, name)))
+            # names: the programs', and the sample plugin's (its name,
+            # description and import names)
+            self.seeds["names"] = self.seeds["vmfb-run"] + plugins
         return self.seeds["vmfb-run"]
 
     def mlir_seeds(self) -> list[Seed]:
@@ -176,7 +184,8 @@ class Corpus:
             # the host's programs natively, the others' emulated
             host = elfloader.arch.host()
             host_name = host.name if host else None
-            return [s for s in self.run_seeds()
+            self.run_seeds()
+            return [s for s in self.seeds[target]
                     if (s.arch == host_name) == (backend == "native")]
         if target == "program":
             if backend == "native":
@@ -203,7 +212,7 @@ class Corpus:
             self.vmfb_seeds()
         if path.startswith("mlir:"):
             self.mlir_seeds()
-        if path.startswith("vmfb-run:"):
+        if path.startswith(("vmfb-run:", "plugin-names:")):
             self.run_seeds()
         for seeds in self.seeds.values():  # (threads/files share elf's)
             for s in seeds:
@@ -264,6 +273,10 @@ def make_case(corpus: Corpus, seed: int, backend: str, index: int,
         from .programs import mutate_program
         arch = s.arch
         muts, extra["host_mode"] = mutate_program(rng, s)
+    elif target == "names" and s.kind == "plugin":
+        from .vmrun import mutate_plugin_names
+        arch = s.arch
+        muts = mutate_plugin_names(rng, s.model)
     elif target in ("vmfb-run", "names"):
         from .vmrun import mutate_run
         arch = s.arch

@@ -42,10 +42,13 @@ canary pattern returned bytes from outside its input buffers: the case is
 ``oob``. A native case runs confined when the machine can
 (:func:`elfloader.backend.emulated.sandbox.confine_native`, set before the
 file is read). The ``names`` target (:func:`run_names`) also runs the
-command line's printers over the file (``hal-cpu run-module`` without a
-function, which lists them, ``check-module``, ``benchmark-module`` of the
-first function): each must end with status 0 or 1, at most one line on
-stderr, and no raw control character of a name in its output.
+command line's printers over the file (``hal-cpu inspect``, ``run-module``
+without a function, which lists them, ``check-module``,
+``benchmark-module`` of the first function), and has cases of the sample
+plugin with its name, description and import names replaced
+(:func:`run_plugin_names`): each command must end with status 0 or 1, at
+most one line on stderr, and no raw control character of a name in its
+output.
 """
 
 from __future__ import annotations
@@ -711,8 +714,11 @@ class PrinterError(Exception):
 
 
 def run_names(case, data, rep, opts):
-    """Target ``names``: as :func:`run`; then the command line's printers."""
+    """Target ``names``: as :func:`run`; then the command line's printers
+    (a sample plugin's names: :func:`run_plugin_names`)."""
     from fatelf import PortableKernelError
+    if case.get("kind") == "plugin":
+        return run_plugin_names(case, data, rep, opts)
     try:
         run(case, data, rep, opts)
     except PortableKernelError:
@@ -749,7 +755,8 @@ def run_printers(case, data, path: str) -> None:
             first = mdef.exports[0].name if mdef.exports else None
         except Exception:  # noqa: BLE001 - the commands say why
             pass
-        commands = [["run-module", path, f"--backend={backend}", "--timeout=2"],
+        commands = [["inspect", path],
+                    ["run-module", path, f"--backend={backend}", "--timeout=2"],
                     ["check-module", path, f"--backend={backend}", "--timeout=2"]]
         if first is not None:
             commands.append(["benchmark-module", path, f"--function={first}",
@@ -762,21 +769,7 @@ def run_printers(case, data, path: str) -> None:
                     status = main(argv)
                 except SystemExit as exc:
                     status = exc.code if isinstance(exc.code, int) else 2
-            text, errors = out.getvalue(), err.getvalue()
-            what = f"hal-cpu {argv[0]}"
-            lines = errors.strip().splitlines()
-            if status not in (0, 1):
-                raise PrinterError(f"{what} ended with status {status}: {errors[-300:]!r}")
-            if status == 1 and len(lines) != 1:
-                raise PrinterError(f"{what} failed with {len(lines)} lines on stderr: "
-                                   f"{errors[-300:]!r}")
-            for stream, label in ((text, "stdout"), (errors, "stderr")):
-                bad = sorted({c for c in stream if (ord(c) < 32 and c not in "\n")
-                              or ord(c) == 0x7f or 0x80 <= ord(c) < 0xa0
-                              or c in "\u202e\u202d"})
-                if bad:
-                    raise PrinterError(f"{what} printed raw control characters "
-                                       f"{bad!r} on {label}")
+            _check_printed(f"hal-cpu {argv[0]}", status, out.getvalue(), err.getvalue())
 
 
 def cli_inputs(data: bytes, timeout: float = 60.0) -> list[tuple[int, str]]:
@@ -828,3 +821,111 @@ def cli_inputs(data: bytes, timeout: float = 60.0) -> list[tuple[int, str]]:
                 errors="replace", timeout=timeout)
             out.append((proc.returncode, proc.stderr))
     return out
+
+
+# --- plugin names (target ``names``) ------------------------------------------------------
+#: The strings of the sample plugin that name it and its imports.
+PLUGIN_STRINGS = (b"sample_standalone", b"sample_plugins/standalone_plugin.c",
+                  b"simple_mul_workgroup", b"param_add_workgroup")
+
+
+@dataclass
+class PluginNames:
+    """Where the sample plugin's name, description and import names lie
+    (``strings``: ``(text, file offset)``) and the end of the region they
+    share (``end``: a name may run over the strings after it up to there)."""
+    name: str
+    data: bytes
+    strings: list = field(default_factory=list)
+    end: int = 0
+
+    @classmethod
+    def build(cls, data: bytes, name: str) -> "PluginNames":
+        m = cls(name, data)
+        for text in PLUGIN_STRINGS:
+            at = data.find(text + b"\0")
+            if at >= 0:
+                m.strings.append((text, at))
+        m.end = max(at + len(text) for text, at in m.strings)
+        return m
+
+
+def plugin_seed_files(arches=ARCHES) -> list[tuple[str, str, Path]]:
+    """``(seed name, arch, path)`` of the sample plugins for ``names``."""
+    return [(f"plugin-names:sample_plugins/prebuilt/standalone_{a}.so", a,
+             ROOT / "sample_plugins" / "prebuilt" / f"standalone_{a}.so") for a in arches]
+
+
+def mutate_plugin_names(rng, m: PluginNames) -> list:
+    """1 to 3 of the plugin's name, description and import names replaced
+    in place (cut to the old length, or run over the strings after it up to
+    the last one's end), each ending with its zero byte."""
+    out = []
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        text, at = rng.choice(m.strings)
+        raw = _encode_name(rng)
+        if rng.random() < 0.2:
+            raw = (raw or b"a") * (m.end // max(1, len(raw)) + 1)
+            room = m.end - at
+        else:
+            room = len(text)
+        raw = raw[:room]
+        out.append((f"plugin name {text.decode()} -> {raw[:40]!r} ({len(raw)} bytes)",
+                    [("set", at, raw + b"\0")]))
+    return out
+
+
+def run_plugin_names(case, data, rep, opts):
+    """A sample plugin whose name, description or import names were
+    replaced: registered, its imports resolved (the names it had and the
+    hostile ones), then ``hal-cpu inspect`` of it (with ``--resolve``); the
+    first typed error is the outcome after every step ran."""
+    import contextlib
+    import io
+
+    from fatelf import PortableKernelError
+    from hal_cpu.cli import main
+    from hal_cpu.plugins import PluginManager
+    backend = "native" if case["backend"] == "native" else "emulated"
+    fd = os.memfd_create("case.so")
+    os.write(fd, data)
+    path = f"/proc/self/fd/{fd}"
+    first = None
+    rep.enter("resolve")
+    names = [t.decode() for t in PLUGIN_STRINGS[2:]] + [n for n in NAMES if n][:6]
+    try:
+        with PluginManager(case["arch"], backend, timeout=CALL_LIMIT) as manager:
+            manager.register_embedded(data)
+            manager.resolve(["?" + n for n in names])
+    except PortableKernelError as exc:
+        rep.mark_failure()
+        first = exc
+    rep.enter("close")
+    for argv in (["inspect", path], ["inspect", path, "--resolve=simple_mul_workgroup",
+                                      "--timeout=2"]):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = main(argv)
+            except SystemExit as exc:
+                status = exc.code if isinstance(exc.code, int) else 2
+        _check_printed(f"hal-cpu {argv[0]}", status, out.getvalue(), err.getvalue())
+    os.close(fd)
+    if first is not None:
+        raise first
+
+
+def _check_printed(what: str, status, text: str, errors: str) -> None:
+    """A command's end as the printers promise: status 0 or 1, one line on
+    stderr when 1, no raw control character but newlines."""
+    lines = errors.strip().splitlines()
+    if status not in (0, 1):
+        raise PrinterError(f"{what} ended with status {status}: {errors[-300:]!r}")
+    if status == 1 and len(lines) != 1:
+        raise PrinterError(f"{what} failed with {len(lines)} lines on stderr: "
+                           f"{errors[-300:]!r}")
+    for stream, label in ((text, "stdout"), (errors, "stderr")):
+        bad = sorted({c for c in stream if (ord(c) < 32 and c not in "\n")
+                      or ord(c) == 0x7f or 0x80 <= ord(c) < 0xa0 or c in "\u202e\u202d"})
+        if bad:
+            raise PrinterError(f"{what} printed raw control characters {bad!r} on {label}")

@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 #: (target, cases per backend)
-SLICES = [("vmfb-run", 16), ("names", 6)]
+SLICES = [("vmfb-run", 16), ("names", 10)]
 PROBLEMS = ("escape", "oob", "crash(guest)", "crash(host)", "hang(guest)", "hang", "blowup")
 
 
@@ -74,8 +74,9 @@ def test_cases_are_deterministic_and_mutate_what_they_say():
             assert data != c.seed(a["seed"]).data, a["mutations"]
             kinds.update(m.split(":", 1)[0] for m in a["mutations"])
             if a["target"] == "names":
-                assert all(m.startswith("name:") for m in a["mutations"])
-    assert {"opcode", "register", "memory", "name"} <= kinds, kinds
+                assert all(m.startswith(("name:", "plugin name ")) for m in a["mutations"])
+                kinds.add(a["kind"])
+    assert {"opcode", "register", "memory", "name", "plugin"} <= kinds, kinds
 
 
 def test_seeds_expose_dispatch_and_allocation_constants():
