@@ -333,6 +333,9 @@ def _compact(rec: dict) -> dict:
     for k in ("engine", "breaches", "was", "note", "kill_host_after"):
         if k in rec:
             out[k] = rec[k]
+    if rec.get("target") in ("vmfb-run", "names"):
+        # the bounds' margins: wall time, CPU time and peak RSS of each case
+        out.update({k: rec.get(k) for k in ("wall_s", "cpu_s", "maxrss_mb")})
     if rec.get("target") == "code":
         out["mutations"] = rec.get("mutations")
     if rec["outcome"] not in ("accepted", "typed"):

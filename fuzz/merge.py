@@ -24,6 +24,7 @@ def merge(paths: list[Path]) -> dict:
     problems: dict = defaultdict(list)
     elapsed, compared = 0.0, 0
     commits: Counter = Counter()
+    peaks: dict = {}
     for path in paths:
         rep = json.loads(path.read_text())
         elapsed += rep.get("elapsed_s", 0.0)
@@ -35,12 +36,16 @@ def merge(paths: list[Path]) -> dict:
                     backend, {c: 0 for c in report.COLUMNS})
                 for k, v in row.items():
                     dst[k] = dst.get(k, 0) + v
+        for c in rep.get("cases", []):
+            for k in ("wall_s", "cpu_s", "maxrss_mb"):
+                if c.get(k) is not None:
+                    peaks[k] = max(peaks.get(k, 0.0), c[k])
         for p in rep.get("problems", []):
             key = json.dumps(p.get("key"), default=str)
             problems[key].append((path.name, p))
     return {"summary": summary, "problems": problems, "elapsed_s": elapsed,
             "commits": dict(commits), "compared_emulated": compared,
-            "runs": len(paths)}
+            "runs": len(paths), "peaks": peaks}
 
 
 def main(argv=None) -> int:
@@ -54,6 +59,8 @@ def main(argv=None) -> int:
     print(f"\n{cases} cases in {m['runs']} runs, {m['elapsed_s']:.0f} s "
           f"({rate:.2f} cases/s); native cases run again emulated: "
           f"{m['compared_emulated']}; commits: {m['commits']}")
+    if m["peaks"]:
+        print("largest per case: " + ", ".join(f"{k} {v}" for k, v in m["peaks"].items()))
     if m["problems"]:
         print(f"\n{len(m['problems'])} distinct problems:")
         for key, found in sorted(m["problems"].items(), key=lambda kv: -sum(
