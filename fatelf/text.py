@@ -48,6 +48,28 @@ def _unsafe(ch: str) -> bool:
     return ch == "\\" or unicodedata.category(ch) in ("Cc", "Zl", "Zp", "Cs", "Cf")
 
 
+def _shown(text: str, keep: str, limit: int | None) -> str:
+    """``text`` (at most ``limit`` characters of it, then a note of the
+    rest) with every unsafe character escaped but those in ``keep``."""
+    more = 0
+    if limit is not None and len(text) > limit:
+        more = len(text) - limit
+        text = text[:limit]
+    out = []
+    for ch in text:
+        if ch in keep:
+            out.append(ch)
+        elif 0xDC80 <= ord(ch) <= 0xDCFF:        # an undecodable byte
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
+        elif _unsafe(ch):
+            out.append(_escape(ch))
+        else:
+            out.append(ch)
+    if more:
+        out.append(f"... ({more} more characters)")
+    return "".join(out)
+
+
 def printable(text: str | bytes | None, limit: int | None = LIMIT) -> str:
     """``text`` as one line that shows what it holds and does nothing to a
     terminal.
@@ -67,21 +89,7 @@ def printable(text: str | bytes | None, limit: int | None = LIMIT) -> str:
         return ""
     if isinstance(text, (bytes, bytearray, memoryview)):
         text = bytes(text).decode("utf-8", "surrogateescape")
-    more = 0
-    if limit is not None and len(text) > limit:
-        more = len(text) - limit
-        text = text[:limit]
-    out = []
-    for ch in text:
-        if 0xDC80 <= ord(ch) <= 0xDCFF:        # an undecodable byte
-            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
-        elif _unsafe(ch):
-            out.append(_escape(ch))
-        else:
-            out.append(ch)
-    if more:
-        out.append(f"... ({more} more characters)")
-    return "".join(out)
+    return _shown(text, "", limit)
 
 
 def printable_lines(text: str | bytes | None, label: str,
@@ -110,17 +118,7 @@ def for_terminal(text: str, prog: str | None = None) -> str:
     is left as it is. With ``prog`` (e.g. ``"hal-cpu"``), a line after the
     first that starts with ``prog:`` is indented with ``"| "``, so that no
     line but the first reads as the tool's own."""
-    out = []
-    for ch in str(text):
-        if ch in "\n\t" or ch == "\\":
-            out.append(ch)
-        elif 0xDC80 <= ord(ch) <= 0xDCFF:
-            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
-        elif _unsafe(ch):
-            out.append(_escape(ch))
-        else:
-            out.append(ch)
-    shown = "".join(out)
+    shown = _shown(str(text), "\n\t\\", None)
     if prog is None or "\n" not in shown:
         return shown
     first, *rest = shown.split("\n")
@@ -136,19 +134,4 @@ def one_line(text: str | None, limit: int | None = LIMIT) -> str:
     gives what applying it once gives, for text within ``limit``)."""
     if text is None:
         return ""
-    text = str(text)
-    more = 0
-    if limit is not None and len(text) > limit:
-        more = len(text) - limit
-        text = text[:limit]
-    out = []
-    for ch in text:
-        if 0xDC80 <= ord(ch) <= 0xDCFF:
-            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
-        elif ch != "\\" and _unsafe(ch):
-            out.append(_escape(ch))
-        else:
-            out.append(ch)
-    if more:
-        out.append(f"... ({more} more characters)")
-    return "".join(out)
+    return _shown(str(text), "\\", limit)
