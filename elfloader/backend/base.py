@@ -61,10 +61,19 @@ class Backend(abc.ABC):
     # block's limit in microseconds, in the order they began.
     _limits_base: int = 0
     _limits_active: list[int] | None = None
+    # Set by close(); every use of a closed backend raises BackendError.
+    _closed: bool = False
 
     @property
     def pointer_size(self) -> int:
         return self.arch.pointer_size
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called: the backend's memory is gone
+        and every use of it (``read``, ``write``, ``call``, a view...)
+        raises :class:`~elfloader.BackendError`."""
+        return self._closed
 
     # --- memory -----------------------------------------------------------
     @abc.abstractmethod

@@ -69,9 +69,10 @@ def _before_fork() -> None:
     # stay held in the child forever: hold every one across the fork, so
     # the child starts with them free.
     for space in list(_SPACES):
-        if not space._closed:
-            space._lock.acquire()
-            _FORK_HELD.append(space._lock)
+        if not space.closed:
+            lock = space.state.lock
+            lock.acquire()
+            _FORK_HELD.append(lock)
 
 
 def _after_fork() -> None:
