@@ -71,7 +71,11 @@ def test_plan_names_the_value_that_needs_data(compile_cache, capsys):
     rc, out, err = cli(capsys, "plan", HOST_CODE, f"--cache_dir={compile_cache}",
                        "--function=third_of_square", "--input=4xi32=1,2,-7,4")
     assert rc == 1 and out == "" and len(err.splitlines()) == 1
-    assert f"{HOST_CODE}: line 19: hal.buffer.load of %" in err, err
+    # a record-only run of the VM: the host read of a dispatch's result is
+    # refused, naming the program, the op and the buffer (iree-compile
+    # 3.13 keeps source locations of the module initializer only)
+    assert err.startswith(f"hal-cpu: error: {HOST_CODE}: "), err
+    assert "FAILED_PRECONDITION" in err and "hal.buffer.load reads buffer" in err
     assert "--trace" in err
     rc, out, err = cli(capsys, "plan", HOST_CODE, f"--cache_dir={compile_cache}",
                        "--function=iota_of_sum", "--input=3xi32=2,3,4", "--trace",
@@ -149,13 +153,12 @@ def test_dynamic_sample_parameters_version_and_errors(compile_cache, capsys):
     rc, out, err = cli(capsys, "run-module", prog, f"--cache_dir={compile_cache}",
                        "--function=error", f"--module={CUSTOM}@create_custom_module")
     assert rc == 1 and out == "EXEC @error\n" and len(err.splitlines()) == 1
-    # (the call's location is the import's declaration, called from line 17)
-    assert f"{prog}: line 6: @custom.error failed: RuntimeError: UNKNOWN; Forced failure" in err
+    assert f"{prog}: @custom.error failed: RuntimeError: UNKNOWN; Forced failure" in err
     # no module: a typed error naming the import before anything runs
     rc, out, err = cli(capsys, "run-module", prog, f"--cache_dir={compile_cache}",
                        "--function=main")
     assert rc == 1 and out == "" and len(err.splitlines()) == 1
-    assert "imports @custom.string.from_tensor, which no registered host module" in err
+    assert "the program needs module 'custom'" in err and "not registered" in err
     # no such file / creation function
     for spec, words in ((MODULES / "none.py", "no such file"),
                         (f"{CUSTOM}@nope", "has no creation function nope()")):

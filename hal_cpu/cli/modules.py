@@ -32,9 +32,7 @@ from fatelf import arches
 from fatelf.text import for_terminal, printable
 
 from ..buffers import format_buffer_view
-from ..vmfb import check_source
 from .options import (
-    Progress,
     add_cpu_flags,
     add_native_flag,
     emulation_options,
@@ -44,6 +42,7 @@ from .options import (
 )
 from .options import arch as arch_type
 from .programs import (
+    SOURCES,
     ModuleError,
     add_program_flags,
     arrays_from_plain,
@@ -51,13 +50,8 @@ from .programs import (
     cache_dir_of,
     compile_for,
     load_hosts,
-    module_registry,
     native_child,
-    parse_inputs,
-    pick_function,
     plain_arrays,
-    run_function,
-    runner_stack,
     split_modules,
     vm_arch,
     vm_files,
@@ -337,17 +331,6 @@ def format_result(value, ty: str, max_elements: int = 1024) -> str:
     return printable(ty.lstrip("!"), 200)     # the program's type name
 
 
-def _sendable(run, announced: bool):
-    """``(run, announced)`` with the results a child process may not be able
-    to send back (interpreter objects such as a returned ``!hal.buffer``)
-    replaced by None; :func:`format_result` prints those by their type
-    alone."""
-    run.results = [v if isinstance(v, (np.ndarray, np.generic)) else None
-                   for v in run.results]
-    run.constants = {}      # only plans print them; a module's may be large
-    return run, announced
-
-
 def _check_failures(failures: Sequence[str], function: str, program: str) -> None:
     """``run-module``'s end when a call of ``function`` failed ``check``
     expectations (on either path): each on a line of stderr, then a
@@ -362,85 +345,7 @@ def _check_failures(failures: Sequence[str], function: str, program: str) -> Non
 
 def cmd_run_module(args) -> int:
     """``hal-cpu run-module``: see the module docstring."""
-    return by_path(args, _vm_run_module, _mlir_run_module)
-
-
-def _mlir_run_module(args, program: str, hosts: list[str]) -> int:
-    args.program = program
-    args.module = hosts
-    check_source(program)
-    arch = args.arch or arches.host_arch()
-    compiled = compile_for(program, arch, cache_dir_of(args), args.compile_flag,
-                           getattr(args, "cpu", None), getattr(args, "timeout", None))
-    function = pick_function(compiled, args.function, program)
-    inputs = parse_inputs(compiled, function, args.input, program)
-    modules = module_registry(args.module)
-    from ..iree import load_program
-    n_results = len(load_program(compiled.hal_mlir).functions[function].result_types)
-    if args.output and len(args.output) != n_results:
-        raise ModuleError(f"{len(args.output)} --output given; @{function} has "
-                          f"{n_results} results", name=program,
-                          field="--output", value=len(args.output))
-    _check_outputs(args.output, program)
-
-    def run(note, backend=args.backend):
-        progress = Progress(not args.no_progress)
-        announced = []
-
-        def announce():
-            # the header goes ahead of what host modules print
-            progress.close()
-            print(f"EXEC @{printable(function, 200)}", flush=True)
-            announced.append(True)
-        modules.before_first_call = announce
-        try:
-            with contextlib.ExitStack() as stack:
-                dispatch = runner_stack(stack, args, arch, note, backend, progress)
-                done = run_function(compiled, inputs, function, program, dispatch,
-                                    modules, getattr(args, "memory_limit", None),
-                                    getattr(args, "timeout", None))
-        finally:
-            progress.close()
-        return done, bool(announced)
-
-    def finish(done, announced):
-        text = _results_text(args, function, done.results, done.result_types,
-                             announced, outputs)
-        if not args.compare:        # (only --compare needs them afterwards)
-            done.results = [None] * len(done.results)
-        return done, text
-
-    def child(note):
-        # What crosses back from a (confined) child: plain data only.
-        done, text = finish(*run(note))
-        results = plain_arrays(done.results) if args.compare else []
-        return (str(done.function), [str(f) for f in done.check_failures],
-                text, results)
-
-    # As hal-cpu run: native kernels run in a child process, confined
-    # unless --run_native, so a crash is reported (then located by an
-    # emulated run) instead of ending hal-cpu, and a kernel cannot reach
-    # the user's files; --timeout bounds the child. Host modules were
-    # loaded above, before the child forks (see programs.py).
-    from ..errors import NativeCrashError
-    with _Outputs(args.output, program) as outputs:
-        try:
-            answer = native_child(args, program, arch, child, read=[
-                program, os.path.dirname(os.path.abspath(compiled.hal_mlir))],
-                hosts=args.module, keep=tuple(outputs.fds.values()))
-        except NativeCrashError as exc:
-            print(for_terminal(f"hal-cpu: error: {exc}", "hal-cpu"), file=sys.stderr)
-            outputs.close(failed=True)
-            _diagnose_plan(run, arch, program)
-            return 1
-    name, failures, text, results = _checked(answer, program)
-    results = arrays_from_plain(results, program)
-    if text:
-        print(text)
-    _check_failures(failures, name, program)
-    if args.compare:
-        _compare(args, program, function, inputs, results)
-    return 0
+    return by_path(args, _vm_run_module)
 
 
 def _checked(answer, label: str) -> tuple:
@@ -481,25 +386,36 @@ def _diagnose_plan(run, arch: str, program: str) -> None:
 
 
 def _compare(args, program: str, function: str, inputs: list,
-             results: list) -> None:
+             results: list, hosts: Sequence[str] = ()) -> None:
     """``--compare``: run the program with IREE's own runtime on this
-    machine and print the max abs error of each result it returns; when
-    IREE cannot run the program (a host module it has no native
-    counterpart of, a plugin it cannot load, no host build...), one line
-    says so and why. Never fails the command: our run already succeeded."""
+    machine and print the max abs error of each result it returns (MLIR is
+    compiled for this machine; a ``.vmfb`` must hold this machine's
+    executables); when IREE cannot run the program (a host module it has
+    no native counterpart of, a plugin it cannot load, no host build...),
+    one line says so and why. Never fails the command: our run already
+    succeeded."""
     from fatelf.errors import PortableKernelError
 
+    from .. import vmfb
     from ..iree import reference_run
     host = arches.host_arch()
 
     def cannot(why: str) -> None:
-        print(f"compare: IREE's runtime cannot run @{function} here: {why}; "
-              "nothing compared")
+        print(f"compare: IREE's runtime cannot run @{printable(function, 200)} "
+              f"here: {why}; nothing compared")
 
     try:
-        host_compiled = compile_for(program, host, cache_dir_of(args),
-                                    args.compile_flag)
-        want = reference_run(host_compiled.vmfb, function, inputs,
+        if vmfb.is_module_file(program):
+            _, arch = vm_arch([program], None)
+            if arch != host:
+                cannot(f"the module holds {arch} executables, not {host} ones "
+                       "(pass the MLIR source to compare)")
+                return
+            path = program
+        else:
+            path = compile_for(program, host, cache_dir_of(args),
+                               args.compile_flag).vmfb
+        want = reference_run(path, function, inputs,
                              executable_plugins=args.executable_plugin)
     except PortableKernelError as exc:
         cannot(_first_line(exc.message if hasattr(exc, "message") else str(exc)))
@@ -507,7 +423,7 @@ def _compare(args, program: str, function: str, inputs: list,
     except Exception as exc:  # noqa: BLE001 - IREE's runtime raises anything
         # IREE's status text: "where: CODE; what" -> what
         why = _first_line(str(exc)).rpartition("; ")[2] or type(exc).__name__
-        if args.module:
+        if hosts:
             why += " (host modules given with --module run in hal-cpu only)"
         cannot(why)
         return
@@ -537,14 +453,14 @@ def _vm_result_type(value) -> str:
 
 
 def _vm_run_module(args, files, hosts, arch) -> int:
-    label = files[-1]
+    label = SOURCES.get(files[-1], files[-1])
     _check_outputs(args.output, label)
     modules, arch = vm_arch(files, arch)
     loaded: list = []
 
-    def run(_note):
+    def run(_note, backend=None):
         with vm_program(args, files, hosts, arch, modules=modules,
-                        host_modules=loaded) as program:
+                        host_modules=loaded, backend=backend) as program:
             fn = program.function(args.function)
             inputs = vm_inputs(fn, args.input, label)
             if args.output and len(args.output) != len(fn.result_types):
@@ -554,17 +470,23 @@ def _vm_run_module(args, files, hosts, arch) -> int:
             if hosts:
                 # (ahead of what host modules print)
                 print(f"EXEC @{printable(fn.name, 200)}", flush=True)
-            results = fn(*inputs)
+            try:
+                results = fn(*inputs)
+            except (ValueError, TypeError) as exc:
+                raise ModuleError(str(exc), name=label, field="--input",
+                                  value=None) from None
             failures = program.take_failures()
             text = _results_text(args, fn.name, results,
                                  [_vm_result_type(v) for v in results], bool(hosts),
                                  outputs)
-            return fn.name, [str(f) for f in failures], text, []
+            sent = (plain_arrays(results), _plain_inputs(inputs)) \
+                if args.compare else []
+            return fn.name, [str(f) for f in failures], text, sent
 
     # Native dispatches run in a child process (confined unless
     # --run_native) whether or not --arch was given: a crashing kernel ends
-    # the child, not hal-cpu. Host modules load in the child before it is
-    # confined.
+    # the child, not hal-cpu; the crash is then located by an emulated run.
+    # Host modules load in the child before it is confined.
     from ..errors import NativeCrashError
     with _Outputs(args.output, label) as outputs:
         try:
@@ -574,12 +496,46 @@ def _vm_run_module(args, files, hosts, arch) -> int:
         except NativeCrashError as exc:
             print(for_terminal(f"hal-cpu: error: {exc}", "hal-cpu"), file=sys.stderr)
             outputs.close(failed=True)
+            if hosts and not loaded:
+                loaded.extend(load_hosts(hosts))
+            _diagnose_plan(run, arch, label)
             return 1
-    name, failures, text, _ = _checked(answer, label)
+    name, failures, text, sent = _checked(answer, label)
     if text:
         print(text)
     _check_failures(failures, name, label)
+    if args.compare:
+        results, inputs = _compared(sent, label)
+        _compare(args, split_modules(args)[0][-1], name, inputs, results, hosts)
     return 0
+
+
+def _plain_inputs(values) -> list:
+    """A call's arguments as plain data: arrays as :func:`plain_arrays`
+    gives them, scalars as ``("scalar", int or float)``."""
+    arrays = plain_arrays(values)
+    return [("scalar", v if isinstance(v, (int, float)) else float(v))
+            if a is None else a for a, v in zip(arrays, values)]
+
+
+def _compared(sent, label: str) -> tuple[list, list]:
+    """``(results, inputs)`` of a run that ``--compare`` compares, from the
+    plain data the (child) run sent, checked.
+
+    Raises:
+        ModuleError: data of another shape (``field`` ``child``).
+    """
+    if not isinstance(sent, tuple) or len(sent) != 2 or not isinstance(sent[1], list):
+        raise ModuleError("the child process running the program sent an "
+                          "answer of another shape", name=label, field="child",
+                          value=type(sent).__name__)
+    results = arrays_from_plain(sent[0], label)
+    scalars = {i: v[1] for i, v in enumerate(sent[1])
+               if isinstance(v, tuple) and len(v) == 2 and v[0] == "scalar"
+               and isinstance(v[1], (int, float)) and not isinstance(v[1], bool)}
+    arrays = arrays_from_plain([None if i in scalars else v
+                                for i, v in enumerate(sent[1])], label)
+    return results, [scalars.get(i, a) for i, a in enumerate(arrays)]
 
 
 # ---------------------------------------------------------------------------
@@ -589,7 +545,7 @@ def cmd_check_module(args) -> int:
     """``hal-cpu check-module``: every public function (or those named), one
     line each: ``PASS @f`` or ``FAIL @f`` followed by IREE's messages for the
     failed expectations, indented; exit status 1 when any function fails."""
-    return by_path(args, _vm_check_module, _mlir_check_module)
+    return by_path(args, _vm_check_module)
 
 
 def _verdict(function: str, messages: Sequence[str]) -> bool:
@@ -633,56 +589,10 @@ def _crashed(exc) -> int:
     return 1
 
 
-def _mlir_check_module(args, program: str, hosts: list[str]) -> int:
-    from ..iree import EvaluationError, load_program
-    args.program = program
-    args.module = hosts
-    check_source(program)
-    arch = args.arch or arches.host_arch()
-    compiled = compile_for(program, arch, cache_dir_of(args), args.compile_flag,
-                           getattr(args, "cpu", None), getattr(args, "timeout", None))
-    functions = [f.lstrip("@") for f in args.function] or list(compiled.functions)
-    for f in functions:
-        pick_function(compiled, f, program)
-    ir = load_program(compiled.hal_mlir)
-
-    def run(note) -> int:
-        failed = 0
-        with contextlib.ExitStack() as stack:
-            dispatch = runner_stack(stack, args, arch, note)
-            for f in functions:
-                if ir.functions[f].arg_types:
-                    print(f"SKIP @{printable(f, 200)} (takes arguments)")
-                    continue
-                modules = module_registry(args.module)
-                try:
-                    run = run_function(compiled, [], f, program, dispatch, modules,
-                                       getattr(args, "memory_limit", None),
-                                       getattr(args, "timeout", None))
-                    messages = run.check_failures
-                except EvaluationError as exc:
-                    messages = [f"error: {exc}"]
-                failed += _verdict(f, messages)
-        sys.stdout.flush()
-        return _passed(len(functions), failed, arch)
-
-    # Native dispatches run in one child process for all the functions
-    # (confined unless --run_native); --timeout bounds each function inside
-    # it, the watchdog the command.
-    from ..errors import NativeCrashError
-    try:
-        return _status(native_child(
-            args, program, arch, run, hosts=args.module, timeout=None,
-            read=[program, os.path.dirname(os.path.abspath(compiled.hal_mlir))]),
-            program)
-    except NativeCrashError as exc:
-        return _crashed(exc)
-
-
 def _vm_check_module(args, files, hosts, arch) -> int:
     from ..iree import EvaluationError
     from ..vm.refs import VmError
-    label = files[-1]
+    label = SOURCES.get(files[-1], files[-1])
     modules, arch = vm_arch(files, arch)
     loaded: list = []
 
@@ -726,7 +636,7 @@ def cmd_benchmark_module(args) -> int:
     import time
     programs, hosts = split_modules(args)
     files, arch = vm_files(args, programs)
-    label = files[-1]
+    label = SOURCES.get(files[-1], files[-1])
     min_time = args.benchmark_min_time
     reps = args.benchmark_repetitions
     if isinstance(min_time, int):

@@ -14,7 +14,6 @@ data and are checked before they are printed or saved.
 
 from __future__ import annotations
 
-import contextlib
 import shlex
 from pathlib import Path
 from typing import Sequence
@@ -33,12 +32,7 @@ from .programs import (
     cache_dir_of,
     compile_for,
     load_hosts,
-    module_registry,
     native_child,
-    parse_inputs,
-    pick_function,
-    run_function,
-    runner_stack,
     vm_arch,
     vm_inputs,
     vm_program,
@@ -76,18 +70,6 @@ def _plan_parser(sub) -> None:
                    metavar="SPEC", help="plugin resolving the executables' imports, "
                    "for --trace and on every printed run line (as run-module; "
                    "repeatable)")
-
-
-def _plan(compiled, inputs, function: str, program: str, modules=None):
-    from ..iree import DataDependenceError, plan_program
-    try:
-        return plan_program(compiled, inputs, function, modules=modules)
-    except DataDependenceError as exc:
-        exc.detail += "; hal-cpu plan --trace prints the steps of an actual run"
-        raise exc.located() from None
-    except (ValueError, TypeError) as exc:
-        raise ModuleError(str(exc), name=program, field="--input",
-                          value=None) from None
 
 
 def _where(b) -> str:
@@ -290,19 +272,13 @@ def cmd_plan(args) -> int:
             raise ModuleError(f"cannot create it: {exc.strerror or exc}",
                               name=str(save), field="--save_dir", value=str(save)) from None
     plans = []
-    modules = module_registry(args.module)
+    hosts = list(args.module)
+    loaded: list = []
     for arch in targets:
         _check_cpu(args, arch)
         compiled = compile_for(program, arch, cache_dir_of(args), args.compile_flag,
                                getattr(args, "cpu", None), getattr(args, "timeout", None))
-        function = pick_function(compiled, args.function, program)
-        inputs = parse_inputs(compiled, function, args.input, program)
-        if args.trace:
-            plans.append((compiled, inputs, _trace(args, compiled, inputs, function,
-                                                   program, modules)))
-        else:
-            plans.append((compiled, inputs, _plan(compiled, inputs, function, program,
-                                                  modules)))
+        plans.append(_steps(args, compiled, program, hosts, loaded))
 
     so_paths: dict[Path, tuple[Path, str | None]] = {}
     if save is not None:
@@ -346,26 +322,70 @@ def _run_flags(args) -> list[str]:
     return flags
 
 
-def _trace(args, compiled, inputs, function: str, program: str, modules):
-    """The steps an actual run performed, as a plan (its results are the
-    ranges the run returned, where it returned buffer views). Natively the
-    run is in a child process (confined unless ``--run_native``) and the
-    steps come back as plain data, checked (:func:`_plan_from_plain`).
+def _steps(args, compiled, program: str, hosts: list, loaded: list) -> tuple:
+    """``(compiled, inputs, plan)``: the steps one call submits, recorded on
+    the VM without running them (executables loaded emulated, to read
+    their exports; a host read of computed data is a
+    :class:`hal_cpu.vm.DataDependenceError` naming the op's line), or with
+    ``--trace`` those of an actual run: natively in a child process
+    (confined unless ``--run_native``) whose steps come back as plain data,
+    checked (:func:`_plan_from_plain`).
 
     Raises:
+        DataDependenceError: the steps depend on computed data.
         NativeCrashError: a kernel ended the child.
-        ModuleError: the child sent steps of another shape.
+        ModuleError: inputs the function cannot take; the child sent steps
+            of another shape.
     """
-    def run(note):
-        with contextlib.ExitStack() as stack:
-            dispatch = runner_stack(stack, args, compiled.arch, note)
-            done = run_function(compiled, inputs, function, program, dispatch,
-                                modules)
-        return _plain_plan(function, done.trace, done.allocations,
-                           dict(getattr(done, "constants", {}) or {}))
-    data = native_child(args, program, compiled.arch, run, hosts=args.module,
-                        read=[program, Path(compiled.hal_mlir).parent])
-    return _plan_from_plain(data, compiled, program)
+    from ..vm.plan import DataDependenceError, Recording, compiled_files, record_call
+    files = compiled_files(compiled)
+
+    def run(_note):
+        if hosts and not loaded:
+            loaded.extend(load_hosts(hosts))
+        record = Recording(files)
+        trace: list | None = [] if args.trace else None
+        with vm_program(args, [str(compiled.vmfb)], hosts, compiled.arch, trace,
+                        host_modules=loaded, record=None if args.trace else record,
+                        backend=None if args.trace else "emulated") as prog:
+            fn = prog.function(args.function)
+            inputs = vm_inputs(fn, args.input, program)
+            try:
+                plan = record_call(fn, inputs, record, trace)
+            except DataDependenceError as exc:
+                raise DataDependenceError(
+                    exc.message + "; hal-cpu plan --trace prints the steps of "
+                    "an actual run", exc.location, name=program) from None
+            except (ValueError, TypeError) as exc:
+                raise ModuleError(str(exc), name=program, field="--input",
+                                  value=None) from None
+        return (_plain_plan(plan.function, plan.steps, plan.buffers,
+                            plan.constants, plan.results),
+                [str(t) for t in fn.arg_types])
+
+    if args.trace:
+        answer = native_child(args, program, compiled.arch, run, hosts=hosts,
+                              read=[program, Path(compiled.vmfb).parent])
+    else:
+        answer = run(None)
+    if (not isinstance(answer, tuple) or len(answer) != 2
+            or not isinstance(answer[1], list)
+            or not all(t in ("i", "I", "f", "F", "r") for t in answer[1])):
+        raise ModuleError("the child process tracing the program sent an "
+                          "answer of another shape", name=program, field="child",
+                          value=type(answer).__name__)
+    data, types = answer
+    plan = _plan_from_plain(data, compiled, program)
+    inputs = vm_inputs(_Signature(plan.function, types), args.input, program)
+    return compiled, inputs, plan
+
+
+class _Signature:
+    """What :func:`hal_cpu.cli.programs.vm_inputs` reads of a function."""
+
+    def __init__(self, name: str, arg_types: list):
+        self.name, self.arg_types = name, arg_types
+        self.declaration, self.cconv = None, "".join(arg_types)
 
 
 def _plain_ref(b) -> tuple:
@@ -373,8 +393,8 @@ def _plain_ref(b) -> tuple:
             int(b.offset), int(b.length))
 
 
-def _plain_plan(function: str, steps, buffers, constants) -> tuple:
-    """A traced run's steps as plain data (what a confined child sends)."""
+def _plain_plan(function: str, steps, buffers, constants, results=()) -> tuple:
+    """A plan's steps as plain data (what a confined child sends)."""
     out: list = []
     for step in steps:
         kind = type(step).__name__
@@ -390,7 +410,9 @@ def _plain_plan(function: str, steps, buffers, constants) -> tuple:
             out.append(("copy", _plain_ref(step.source), _plain_ref(step.target)))
     return (str(function), out, [(str(k), int(v)) for k, v in buffers.items()],
             [(str(k), np.asarray(v, np.uint8).tobytes())
-             for k, v in constants.items()])
+             for k, v in constants.items()],
+            [(_plain_ref(r.storage), [int(d) for d in r.shape], _type_name(r.dtype))
+             for r in results])
 
 
 def _plan_from_plain(data, compiled, program: str):
@@ -401,8 +423,8 @@ def _plan_from_plain(data, compiled, program: str):
     Raises:
         ModuleError: anything else (``field`` ``child``).
     """
-    from ..iree import ProgramPlan
-    from ..iree.steps import BindingRef, CopyStep, Dispatch, FillStep
+    from ..buffers import DTYPES
+    from ..vm.steps import BindingRef, CopyStep, Dispatch, FillStep, ProgramPlan, ResultRef
 
     def bad(what: str):
         return ModuleError("the child process tracing the program sent "
@@ -422,11 +444,11 @@ def _plan_from_plain(data, compiled, program: str):
         return BindingRef(t[0], t[1], count(t[2]), count(t[3]))
 
     executables = {str(p): Path(p) for p in compiled.so_files}
-    if (not isinstance(data, tuple) or len(data) != 4
+    if (not isinstance(data, tuple) or len(data) != 5
             or not isinstance(data[0], str)
             or not all(isinstance(x, list) for x in data[1:])):
         raise bad("plan")
-    function, raw, buffers, constants = data
+    function, raw, buffers, constants, plain_results = data
     steps: list = []
     for item in raw:
         if not isinstance(item, tuple) or not item:
@@ -461,7 +483,14 @@ def _plan_from_plain(data, compiled, program: str):
                 and isinstance(pair[0], str) and isinstance(pair[1], bytes)):
             raise bad("constant")
         stored[pair[0]] = np.frombuffer(pair[1], np.uint8).copy()
-    return ProgramPlan(function, steps, sizes, [], stored)
+    results: list = []
+    for item in plain_results:
+        if not (isinstance(item, tuple) and len(item) == 3
+                and isinstance(item[1], list) and item[2] in DTYPES):
+            raise bad("result")
+        results.append(ResultRef(ref(item[0]), tuple(count(d) for d in item[1]),
+                                 np.dtype(DTYPES[item[2]])))
+    return ProgramPlan(function, steps, sizes, results, stored)
 
 
 def _save(plans, directory: Path, bundle: bool) -> dict:

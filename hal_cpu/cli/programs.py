@@ -1,9 +1,9 @@
 """What the program commands (``run-module``, ``check-module``,
 ``benchmark-module``, ``plan``) share: their flags, compiling MLIR
-(:func:`compile_for`), inputs (:func:`parse_inputs`, :func:`vm_inputs`),
-host modules, the MLIR interpreter's runner (:func:`runner_stack`), linking
-compiled modules (:func:`vm_program`), the ``--timeout`` watchdog and the
-choice between the VM and the MLIR path (:func:`by_path`), and the child
+(:func:`compile_for`, cached by content), inputs (:func:`vm_inputs`), host
+modules, linking compiled modules (:func:`vm_program`: every program runs
+on the VM, :mod:`hal_cpu.vm`), the ``--timeout`` watchdog
+(:func:`by_path`, :func:`watchdog`), and the child
 process native dispatches run in (:func:`native_child`), confined unless
 ``--run_native``, with the results crossing back as plain data
 (:func:`plain_arrays`, :func:`arrays_from_plain`).
@@ -36,16 +36,14 @@ from fatelf.text import printable
 
 from ..buffers import parse_binding
 from ..errors import HalCpuError
-from ..interrupt import run_interruptible
 from ..vmfb import check_source
 from .options import KILL_GRACE, add_native_flag, confinement, emulation_options, load_limit
 from .options import arch as arch_type
 
 __all__ = ["ModuleError", "add_program_flags", "arrays_from_plain", "by_path",
-           "cache_dir_of", "compile_for", "load_hosts", "module_registry",
-           "native_child", "parse_inputs", "pick_function", "plain_arrays",
-           "run_function", "runner_stack", "split_modules", "vm_arch",
-           "vm_files", "vm_inputs", "vm_program", "watchdog", "workers_of"]
+           "cache_dir_of", "compile_for", "load_hosts", "native_child",
+           "plain_arrays", "split_modules", "vm_arch", "vm_files", "vm_inputs",
+           "vm_program", "watchdog", "workers_of"]
 
 
 class ModuleError(HalCpuError):
@@ -163,24 +161,6 @@ def compile_for(program: str, arch: str, cache_dir: str | None = None,
                           name=program, field="program", value=program) from None
 
 
-def pick_function(compiled, name: str | None, program: str) -> str:
-    """The public function ``--function`` names (with or without ``@``), or
-    the program's only one when it names none."""
-    if name is None:
-        if len(compiled.functions) != 1:
-            raise ModuleError(f"has public functions "
-                              f"{printable(', '.join(compiled.functions)) or 'none'}; "
-                              "name one with --function", name=program,
-                              field="--function", value=None)
-        return compiled.functions[0]
-    name = name.lstrip("@")
-    if name not in compiled.functions:
-        raise ModuleError(f"no public function @{printable(name, 200)}; have "
-                          f"{printable(', '.join('@' + f for f in compiled.functions)) or 'none'}",
-                          name=program, field="--function", value=name)
-    return name
-
-
 def _scalar(spec: str, ty: str, index: int, program: str):
     from ..iree.scalars import float_dtype, int_width
     text = spec
@@ -201,98 +181,8 @@ def _scalar(spec: str, ty: str, index: int, program: str):
                       name=program, field="--input", value=spec)
 
 
-def parse_inputs(compiled, function: str, specs: Sequence[str],
-                 program: str | None = None) -> list:
-    """The function's arguments from ``--input`` specs: numpy arrays for
-    tensor arguments (:func:`hal_cpu.buffers.parse_binding`), Python ints or
-    floats for scalar ones.
-
-    Raises:
-        ModuleError: wrong number of specs, or a scalar spec that is not a
-            number of the argument's type.
-        BindingSpecError: a tensor spec that cannot be parsed.
-    """
-    from ..iree import load_program
-    program = program or str(compiled.source)
-    arg_types = load_program(compiled.hal_mlir).functions[function].arg_types
-    if len(specs) != len(arg_types):
-        kinds = ", ".join("tensor" if t.startswith("!hal.buffer_view") else t
-                          for t in arg_types)
-        raise ModuleError(f"@{printable(function, 200)} takes {len(arg_types)} inputs "
-                          f"({printable(kinds)}); "
-                          f"{len(specs)} --input given", name=program,
-                          field="--input", value=len(specs))
-    values = []
-    for i, (ty, spec) in enumerate(zip(arg_types, specs)):
-        if ty.startswith("!hal.buffer_view"):
-            values.append(parse_binding(spec))
-        else:
-            values.append(_scalar(spec, ty.strip(), i, program))
-    return values
-
-
-def module_registry(specs: Sequence[str]):
-    """A :class:`hal_cpu.iree.ModuleRegistry` with the ``--module`` specs
-    loaded in order."""
-    from ..iree import ModuleRegistry, load_module_spec
-    return ModuleRegistry([load_module_spec(s) for s in specs])
-
-
-def run_function(compiled, inputs, function: str, program: str, runner, modules,
-                 memory_limit: int | None = None, timeout: float | None = None):
-    """:func:`hal_cpu.iree.run_program` for the command line: arguments the
-    function cannot take are a :class:`ModuleError` naming ``program``."""
-    from ..iree import EvaluationError, run_program
-    try:
-        return run_program(compiled, inputs, function, runner, modules=modules,
-                           memory_limit=memory_limit, timeout=timeout)
-    except EvaluationError:
-        raise
-    except (ValueError, TypeError) as exc:
-        raise ModuleError(str(exc), name=program, field="--input",
-                          value=None) from None
-
-
-def runner_stack(stack, args, arch: str, note=None, backend: str | None = None,
-                 progress=None):
-    """A ``run_dispatch`` callback for :func:`hal_cpu.iree.run_program`: a
-    :class:`hal_cpu.iree.PlanRunner` (and the plugins, or the emulated
-    machine of ``--engine``/``--cpu``/``--vlen``) entered on ``stack``.
-    ``note(text)`` hears where the run is (as :func:`hal_cpu.isolate.run_in_child`
-    takes it); ``backend`` overrides ``--backend``."""
-    from ..iree import PlanRunner
-    note = note or (lambda _text: None)
-    backend = backend or getattr(args, "backend", "auto")
-    plugins = None
-    emulation = emulation_options(args)
-    if args.executable_plugin or emulation:
-        # Executables and plugins share the plugins' machine (and with it the
-        # engine and CPU profile).
-        from ..plugins import PluginManager
-        note("while loading the plugins")
-        plugins = stack.enter_context(PluginManager.from_specs(
-            args.executable_plugin, arch=arch, backend=backend,
-            timeout=load_limit(args), **emulation))
-    runner = stack.enter_context(PlanRunner(
-        backend=backend, arch=arch, plugins=plugins,
-        workers=getattr(args, "workers", None), timeout=getattr(args, "timeout", None),
-        progress=progress))
-
-    def stop():
-        # Ctrl-C stops the emulated CPUs of every executable at once.
-        for exe in list(runner.executables.values()):
-            exe.backend.stop_workers(256)
-
-    def dispatch(step, bindings):
-        note(f"in export {step.export_name}")
-        # The interpreter stays on this thread, where Ctrl-C interrupts it
-        # between ops; a dispatch runs where Ctrl-C can stop its CPUs.
-        run_interruptible(lambda: runner(step, bindings), stop)
-    return dispatch
-
-
 # ---------------------------------------------------------------------------
-# compiled modules (.vmfb): the VM path
+# compiled modules (.vmfb; MLIR compiled first): the VM
 
 def _is_host_spec(spec: str) -> bool:
     """Whether a ``--module`` value names a Python host module (a ``.py``
@@ -323,19 +213,21 @@ def split_modules(args) -> tuple[list[str], list[str]]:
     return programs, hosts
 
 
-def by_path(args, vm: Callable[..., int], mlir: Callable[..., int]) -> int:
-    """Run a program command on the path its files take, under
-    :func:`watchdog`: ``vm(args, files, hosts, arch)`` (:func:`vm_files`)
-    when a file is a compiled module (``.vmfb``) or several modules link,
-    else ``mlir(args, program, hosts)`` for the one MLIR program; ``hosts``
-    are the host module specs (:func:`split_modules`)."""
-    from .. import vmfb
+def by_path(args, vm: Callable[..., int]) -> int:
+    """Run a program command under :func:`watchdog`: ``vm(args, files,
+    hosts, arch)`` with the program files as compiled modules
+    (:func:`vm_files`: MLIR compiled first, cached) and ``hosts`` the host
+    module specs (:func:`split_modules`). Every program runs on the VM
+    (:mod:`hal_cpu.vm`)."""
     programs, hosts = split_modules(args)
     with watchdog(args, programs[-1]):
-        if any(vmfb.is_module_file(p) for p in programs) or len(programs) > 1:
-            files, arch = vm_files(args, programs)
-            return vm(args, files, hosts, arch)
-        return mlir(args, programs[0], hosts)
+        files, arch = vm_files(args, programs)
+        return vm(args, files, hosts, arch)
+
+
+#: compiled module (``.vmfb`` path) -> the MLIR file it was compiled from
+#: (:func:`vm_files`): errors name the user's file
+SOURCES: dict[str, str] = {}
 
 
 def workers_of(args) -> int | None:
@@ -366,6 +258,7 @@ def vm_files(args, programs: Sequence[str]) -> tuple[list[str], str | None]:
                                getattr(args, "compile_flag", []),
                                getattr(args, "cpu", None), getattr(args, "timeout", None))
         files.append(str(compiled.vmfb))
+        SOURCES[str(compiled.vmfb)] = p
         arch = arch or compiled.arch
     return files, arch
 
@@ -384,7 +277,7 @@ def vm_arch(files: Sequence[str], arch: str | None) -> tuple[list, str]:
     module's, else this machine's."""
     from ..vm.module_def import read_module
     from ..vm.program import module_arch
-    modules = [read_module(f, name=f) for f in files]
+    modules = [read_module(f, name=SOURCES.get(f, f)) for f in files]
     if arch is None:
         arch = module_arch(modules[-1]) or arches.host_arch()
     return modules, arch
@@ -393,30 +286,33 @@ def vm_arch(files: Sequence[str], arch: str | None) -> tuple[list, str]:
 @contextlib.contextmanager
 def vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | None,
                trace: list | None = None, modules: list | None = None,
-               host_modules: list | None = None):
+               host_modules: list | None = None, backend: str | None = None,
+               record=None):
     """Load and link the modules (``modules``: those of ``files`` already
     read; ``host_modules``: those of ``hosts`` already loaded); closes them
-    on exit."""
+    on exit. ``backend`` overrides ``--backend``; ``record``: a
+    :class:`hal_cpu.vm.plan.Recording` (the program's dispatches are
+    recorded, not run)."""
     from ..vm import load_program
     from ..vm.module_def import read_module
     from ..vm.program import module_arch
     if host_modules is None:
         host_modules = load_hosts(hosts)
     if modules is None:
-        modules = [read_module(f, name=f) for f in files]
+        modules = [read_module(f, name=SOURCES.get(f, f)) for f in files]
     if arch is None:
         arch = module_arch(modules[-1]) or arches.host_arch()
     emulation = emulation_options(args)
+    backend = backend or getattr(args, "backend", None) or "auto"
     with contextlib.ExitStack() as stack:
         plugins = None
         if args.executable_plugin or emulation:
             from ..plugins import PluginManager
             plugins = stack.enter_context(PluginManager.from_specs(
-                args.executable_plugin, arch=arch,
-                backend=getattr(args, "backend", "auto"),
+                args.executable_plugin, arch=arch, backend=backend,
                 timeout=load_limit(args), **emulation))
         program = stack.enter_context(load_program(
-            modules, arch=arch, backend=getattr(args, "backend", "auto"),
+            modules, arch=arch, backend=backend, record=record,
             plugins=plugins, workers=workers_of(args), host_modules=host_modules,
             timeout=getattr(args, "timeout", None), trace=trace,
             memory_limit=getattr(args, "memory_limit", None)))

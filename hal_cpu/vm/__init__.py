@@ -26,7 +26,11 @@ Parts, one job each:
   (``runtime/src/iree/modules/hal/exports.inl``: names and calling
   conventions) over :mod:`hal_cpu`'s executables.
 * :mod:`~hal_cpu.vm.program`: linking modules and calling functions
-  (:func:`load_program`).
+  (:func:`load_program`: a ``.vmfb``, or MLIR compiled first).
+* :mod:`~hal_cpu.vm.plan`: a record-only call: the steps a call submits
+  (:mod:`~hal_cpu.vm.steps`: dispatches, fills, copies as data), not run
+  (:func:`plan_program`; :class:`DataDependenceError` when the host program
+  reads what a step computes).
 
 The calling convention inside this package (one for bytecode functions,
 imports, the HAL module and host modules):
@@ -41,8 +45,19 @@ imports, the HAL module and host modules):
   result -> the value, several -> a tuple.
 """
 
+from .plan import DataDependenceError, Recording, plan_program  # noqa: E402
 from .program import Function, LinkError, Program, load_program  # noqa: E402
 from .refs import VmBuffer, VmError, VmList, VmStatusError  # noqa: E402
+from .steps import (  # noqa: E402
+    BindingRef,
+    CopyStep,
+    Dispatch,
+    FillStep,
+    ProgramPlan,
+    ResultRef,
+)
 
 __all__ = ["load_program", "Program", "Function", "LinkError", "VmError",
-           "VmStatusError", "VmBuffer", "VmList"]
+           "VmStatusError", "VmBuffer", "VmList", "plan_program", "Recording",
+           "DataDependenceError", "BindingRef", "CopyStep", "Dispatch",
+           "FillStep", "ProgramPlan", "ResultRef"]

@@ -388,11 +388,17 @@ class CommandBuffer:
     """
 
     __slots__ = ("commands", "need", "binding_capacity", "finalized", "mode",
-                 "categories")
+                 "categories", "steps")
     vm_type = "!hal.command_buffer"
 
     def __init__(self, mode: int, categories: int, binding_capacity: int):
         self.commands: list[Callable] = []
+        #: the commands as data, for a record-only submission
+        #: (:attr:`HalModule.record`): ``("fill", ref, pattern)``,
+        #: ``("update", ref, data)``, ``("copy", src, dst)``,
+        #: ``("dispatch", executable, ordinal, grid, constants, refs)``,
+        #: ``("indirect", executable, ordinal, counts, constants, refs)``
+        self.steps: list[tuple] = []
         self.need: dict[int, int] = {}
         self.binding_capacity = binding_capacity
         self.finalized = False
@@ -826,6 +832,10 @@ class HalModule:
         #: a list to append a :class:`DispatchRecord` to for every dispatch
         #: run (set before the program records its command buffers), or None
         self.trace: list | None = None
+        #: a :class:`hal_cpu.vm.plan.Recording`: submitted commands and
+        #: queue fills and copies are recorded there, not run, and a host
+        #: read of a buffer they write is refused; or None (run them)
+        self.record = None
         self.exports: dict[str, tuple[str, Callable]] = {
             "hal." + name: (cconv, getattr(self, name.replace(".", "_")))
             for name, cconv in _EXPORTS}
@@ -894,6 +904,8 @@ class HalModule:
             info = self._output_info(view, key)
         shape, dtype, nbytes = info
         buf = view.buffer
+        if self.record is not None:
+            self.record.read(buf, "a host read of a buffer view")
         if nbytes > buf.length:
             raise _status(OUT_OF_RANGE, f"buffer view {_format_shape(shape)}x"
                           f"{_element_type_name(view.element_type)} needs "
@@ -1145,7 +1157,10 @@ class HalModule:
             copy[:] = array
             array = copy
         memory = (_u32(memory_types) & ~MEMORY_TYPE_OPTIMAL) | MEMORY_TYPE_CPU
-        return Buffer(array, address, memory, usage | USAGE_CPU)
+        buf = Buffer(array, address, memory, usage | USAGE_CPU)
+        if self.record is not None:
+            self.record.load(buf)     # (the module's data: a constant)
+        return buf
 
     def ex_file_from_memory(self, device, affinity: int, access: int, buffer,
                             offset: int, length: int, flags: int) -> File:
@@ -1208,6 +1223,8 @@ class HalModule:
             raise _status(INVALID_ARGUMENT, f"load length byte count {length} "
                           "exceeds max")
         self._check_range(buffer, offset, length, "hal.buffer.load")
+        if self.record is not None:
+            self.record.read(buffer, "hal.buffer.load")
         v = int.from_bytes(buffer.array[offset:offset + length].tobytes(),
                            "little")
         return v - (1 << 32) if v >> 31 else v
@@ -1479,6 +1496,7 @@ class HalModule:
         ref = self._ref(cb, target, slot, offset, length, what)
         value = _pattern(pattern, pattern_length)
         cb.commands.append(lambda table: _fill(*_resolve(table, ref), value))
+        cb.steps.append(("fill", ref, value))
 
     def command_buffer_update_buffer(self, cb, source, source_offset: int,
                                      target, target_offset: int, length: int,
@@ -1498,6 +1516,7 @@ class HalModule:
                              .tobytes(), np.uint8)
         ref = self._ref(cb, target, slot, target_offset, length, what)
         cb.commands.append(lambda table: _write(*_resolve(table, ref), data))
+        cb.steps.append(("update", ref, data))
 
     def command_buffer_copy_buffer(self, cb, source_slot: int, target_slot: int,
                                    source, source_offset: int, target,
@@ -1509,6 +1528,7 @@ class HalModule:
         dst = self._ref(cb, target, target_slot, target_offset, length, what)
         cb.commands.append(lambda table: _copy(_resolve(table, src),
                                                _resolve(table, dst)))
+        cb.steps.append(("copy", src, dst))
 
     def _dispatch_args(self, cb, executable, ordinal: int, constants, bindings,
                        what: str):
@@ -1547,6 +1567,7 @@ class HalModule:
         if self.trace is not None:
             cmd = _traced(self.trace, cmd, executable, ordinal, grid, consts, refs)
         cb.commands.append(cmd)
+        cb.steps.append(("dispatch", executable, ordinal, grid, consts, refs))
 
     def command_buffer_dispatch_indirect(self, cb, executable, ordinal: int,
                                          workgroups_slot: int, workgroups_buffer,
@@ -1573,6 +1594,7 @@ class HalModule:
                     ordinal, grid, consts, refs)
             cmd(table)
         cb.commands.append(run)
+        cb.steps.append(("indirect", executable, ordinal, counts, consts, refs))
 
     # -- queue ----------------------------------------------------------------------
     def device_queue_alloca(self, device, affinity: int, wait, signal, pool: int,
@@ -1613,6 +1635,10 @@ class HalModule:
             raise _status(INVALID_ARGUMENT, f"fill pattern length "
                           f"{pattern_length} is not 1, 2, 4 or 8")
         length = self._check_range(target, offset, length, what)
+        if self.record is not None:
+            self._queue(wait, signal, self.record.fill, target, offset, length,
+                        _pattern(pattern, pattern_length))
+            return
         self._queue(wait, signal, _fill, target, offset, length,
                     _pattern(pattern, pattern_length))
 
@@ -1634,6 +1660,8 @@ class HalModule:
         length = self._check_range(target, target_offset, length, what)
         data = np.frombuffer(source.data, np.uint8, length, source_offset)
         self._queue(wait, signal, _write, target, target_offset, length, data)
+        if self.record is not None:
+            self.record.load(target)
 
     def device_queue_copy(self, device, affinity: int, wait, signal, source,
                           source_offset: int, target, target_offset: int,
@@ -1647,8 +1675,8 @@ class HalModule:
             raise _bad_ref(target, Buffer, what + " target")
         n = self._check_range(source, source_offset, length, what + " source")
         self._check_range(target, target_offset, n, what + " target")
-        self._queue(wait, signal, _copy, (source, source_offset, n),
-                    (target, target_offset, n))
+        self._queue(wait, signal, _copy if self.record is None else self.record.copy,
+                    (source, source_offset, n), (target, target_offset, n))
 
     def device_queue_read(self, device, affinity: int, wait, signal, source,
                           source_offset: int, target, target_offset: int,
@@ -1668,6 +1696,8 @@ class HalModule:
         length = self._check_range(target, target_offset, length, what)
         data = source.array[source_offset:source_offset + length]
         self._queue(wait, signal, _write, target, target_offset, length, data)
+        if self.record is not None:
+            self.record.load(target)
 
     def device_queue_write(self, device, affinity: int, wait, signal, source,
                            source_offset: int, target, target_offset: int,
@@ -1697,6 +1727,9 @@ class HalModule:
             raise _status(INVALID_ARGUMENT, f"{what}: the command buffer reads "
                           f"binding table slots {sorted(cb.need)} and was "
                           "submitted without a binding table")
+        if self.record is not None:
+            self._queue(wait, signal, _record, self.record, cb.steps, None)
+            return
         self._queue(wait, signal, _execute, cb.commands, None)
 
     def device_queue_execute_indirect(self, device, affinity: int, wait, signal,
@@ -1728,6 +1761,9 @@ class HalModule:
             if slot >= count or lens[slot] < reach:
                 self._slot_error(what, slot, reach, count, lens)
         tab = _Table(table, lens, addrs)
+        if self.record is not None:
+            self._queue(wait, signal, _record, self.record, cb.steps, tab)
+            return
         if (wait is None or (type(wait) is Fence and wait.parts is None
                              and wait.code == 0)) and type(signal) is Fence:
             # (the usual case, without _queue's checks)
@@ -1866,6 +1902,33 @@ def _nothing() -> None:
 def _execute(commands: list, table) -> None:
     for cmd in commands:
         cmd(table)
+
+
+def _record(record, steps: list, table) -> None:
+    """A submission recorded, not run (:attr:`HalModule.record`): each of a
+    command buffer's ``steps`` (:attr:`CommandBuffer.steps`) resolved
+    against the binding table and given to ``record``."""
+    for step in steps:
+        kind = step[0]
+        if kind == "dispatch":
+            _, exe, ordinal, grid, consts, refs = step
+            record.dispatch(exe, ordinal, grid, consts,
+                            [_resolve(table, r) for r in refs])
+        elif kind == "indirect":
+            _, exe, ordinal, counts, consts, refs = step
+            buf, off, _ = _resolve(table, counts)
+            record.read(buf, "hal.command_buffer.dispatch.indirect")
+            grid = tuple(int(v) for v in buf.array[off:off + 12].view(np.uint32))
+            record.dispatch(exe, ordinal, grid, consts,
+                            [_resolve(table, r) for r in refs])
+        elif kind == "fill":
+            record.fill(*_resolve(table, step[1]), step[2])
+        elif kind == "copy":
+            record.copy(_resolve(table, step[1]), _resolve(table, step[2]))
+        else:                   # update: host data, written now
+            buf, off, n = _resolve(table, step[1])
+            _write(buf, off, n, step[2])
+            record.load(buf)
 
 
 def _pattern(pattern: int, length: int) -> bytes:

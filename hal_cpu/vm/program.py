@@ -434,6 +434,19 @@ class Function:
                 return []
             return [c(v) for c, v in zip(results, out)]
 
+    def call_vm(self, *inputs):
+        """Call with the arguments converted as a call does (VM values such
+        as a ``!hal.buffer_view`` pass as they are) and return the results
+        as the VM gives them: buffer views not read (None, one value, or a
+        tuple). A record-only call (:mod:`hal_cpu.vm.plan`) uses it."""
+        program = self.program
+        if len(inputs) != len(self._convert):
+            raise TypeError(f"@{self.name} takes {len(self.arg_types)} arguments "
+                            f"({self.declaration or self.cconv}); got {len(inputs)}")
+        with program._lock:
+            args = [c(v) for c, v in zip(self._convert, inputs)]
+            return program._run(self._fn, args, self.name)
+
     def __repr__(self) -> str:
         return f"<function @{self.name} {self.declaration or self.cconv}>"
 
@@ -641,15 +654,21 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
                  host_modules: Sequence = (), check: bool = True,
                  fill_byte: int = 0, timeout: float | None = None,
                  trace: list | None = None,
-                 memory_limit: int | None = None) -> Program:
+                 memory_limit: int | None = None, record=None,
+                 cache_dir: str | None = None,
+                 compile_flags: Sequence[str] = ()) -> Program:
     """Read, link and initialize VM modules once; call their functions many
     times.
 
     Args:
         paths: a ``.vmfb`` path (or bytes, or a
-            :class:`~hal_cpu.vm.module_def.ModuleDef` already read), or a
-            sequence of them in registration order; the last one's public
-            functions are the program's.
+            :class:`~hal_cpu.vm.module_def.ModuleDef` already read, or a
+            :class:`hal_cpu.iree.Compiled`), an MLIR file (compiled first
+            for ``arch``, default this machine's, with
+            :func:`hal_cpu.iree.compile_program`: cached by content under
+            ``cache_dir``, ``compile_flags`` added), or a sequence of them
+            in registration order; the last one's public functions are the
+            program's.
         arch: the architecture to run the executables as (name or alias);
             default: the one the last module's executables name.
         backend: ``auto`` (native when ``arch`` is this machine's),
@@ -675,6 +694,9 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
             :class:`~hal_cpu.vm.hal_module.DispatchRecord` for every
             dispatch the program runs (``hal-cpu plan`` of a ``.vmfb``), or
             None.
+        record: a :class:`hal_cpu.vm.plan.Recording`: the program's command
+            buffers and queue transfers are recorded as steps, not run
+            (:func:`hal_cpu.vm.plan.plan_program`), or None.
 
     Returns:
         A :class:`Program` (close it, or use it in a ``with`` block).
@@ -687,6 +709,9 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
             variant for ``arch``).
         hal_cpu.vm.translate.UnsupportedOpError: an op this runtime does not
             run (names the op and source line).
+        hal_cpu.iree.CompileError, hal_cpu.iree.IreeToolError: an MLIR
+            file ``iree-compile`` cannot compile, or no supported
+            ``iree-compile``.
     """
     from .hal_module import HalModule
     from .module_def import read_module
@@ -694,6 +719,12 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
         paths = [paths]
     mdefs, labels = [], []
     for p in paths:
+        if hasattr(p, "so_files") and hasattr(p, "vmfb"):       # a Compiled
+            p = p.vmfb
+        elif isinstance(p, (str, os.PathLike)) and _is_source(p):
+            from ..iree.compiler import compile_program
+            p = compile_program(p, arch or arches.host_arch(), cache_dir,
+                                extra_flags=list(compile_flags)).vmfb
         if hasattr(p, "functions") and hasattr(p, "imports"):    # a ModuleDef
             mdefs.append(p)
             labels.append(getattr(p, "source", None) or p.name)
@@ -717,9 +748,19 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
                     plugins=plugins, workers=workers, fill_byte=fill_byte,
                     memory_limit=memory_limit)
     hal.trace = trace
+    hal.record = record
     try:
         return Program(mdefs, labels, hal, host_modules, check=check,
                        timeout=timeout)
     except BaseException:
         hal.close()
         raise
+
+
+def _is_source(path) -> bool:
+    """Whether ``path`` is program source for ``iree-compile`` (MLIR) rather
+    than a compiled module (``.vmfb``)."""
+    from .. import vmfb
+    path = os.fspath(path)
+    return (os.path.isfile(path) and not str(path).endswith((".vmfb", ".fb"))
+            and not vmfb.is_module_file(path))
