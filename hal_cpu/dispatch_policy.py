@@ -1,5 +1,5 @@
 """How an executable runs its dispatches: the argument checks, how many
-workers, the repeat fast path and time-limited runs.
+workers, and the one dispatch engine, :class:`PreparedDispatch`.
 
 :class:`DispatchPolicy` is the part of :class:`hal_cpu.Executable` that
 decides, per dispatch:
@@ -16,6 +16,11 @@ decides, per dispatch:
   :data:`hal_cpu.dispatch.SHARE_SECONDS` on one;
 * with a time limit or progress reports, the time limit of each guest call
   (``Backend.time_limit``) and the deadline between chunks.
+
+:class:`PreparedDispatch` is a dispatch checked once and run many times
+(:meth:`hal_cpu.Executable.prepare`): :meth:`hal_cpu.Executable.dispatch`
+runs one (and keeps it for the repeat path), and so does every dispatch a
+``.vmfb`` program's command buffers replay (:mod:`hal_cpu.vm.hal_module`).
 
 The layouts, the workgroup loop and :func:`~hal_cpu.dispatch.run_grid` are
 :mod:`hal_cpu.dispatch`'s; the bindings' mapping is
@@ -37,9 +42,20 @@ from elfloader import Backend
 
 from . import abi, runtime
 from .arrays import BINDING_ALIGNMENT
-from .dispatch import FIRST_CHUNK, SHARE_SECONDS, DispatchLayout, check_return, run_grid
-from .errors import DispatchError
+from .bindings import finish, map_bindings
+from .dispatch import (
+    FIRST_CHUNK,
+    SHARE_SECONDS,
+    DispatchLayout,
+    check_return,
+    cpu_leases,
+    run_grid,
+)
+from .errors import DispatchError, LibraryError
 
+_memmove = ctypes.memmove
+#: Workgroups a native one-worker grid runs in one crossing.
+FIRST_CHUNK_NATIVE = FIRST_CHUNK["native"]
 _get_ident = threading.get_ident
 _perf_counter = time.perf_counter
 _ndarray = np.ndarray
@@ -150,36 +166,10 @@ def is_int_triple(values: tuple) -> bool:
     return type(x) is int and type(y) is int and type(z) is int
 
 
-class Repeat:
-    """What :meth:`hal_cpu.Executable.dispatch` validated for a small native
-    dispatch, to repeat it (:meth:`DispatchPolicy._repeat`)."""
-
-    __slots__ = ("grid", "workers_arg", "n", "key", "ordinal",
-                 "label", "constants", "constant_count", "consts", "wc",
-                 "wsize", "total", "shares", "pool", "slow")
-
-    grid: tuple
-    workers_arg: int | None
-    n: int
-    key: tuple[int, int, int, int]
-    ordinal: int
-    label: str
-    constants: Any
-    constant_count: int
-    consts: Sequence[int]
-    wc: tuple[int, int, int]
-    wsize: tuple[int, int, int]
-    total: int
-    shares: bool
-    pool: list[DispatchLayout]
-    slow: bool
-
-
 class DispatchPolicy:
     """The dispatch policy of an executable library (the base of
     :class:`hal_cpu.Executable`): the paces of its exports, the dispatches
-    it may repeat, the worker count of each dispatch, and runs under a time
-    limit.
+    it may repeat, the worker count of each dispatch.
 
     The executable provides its backend, file name, environment, layout
     pools and the bookkeeping of its running dispatches (declared below);
@@ -188,125 +178,361 @@ class DispatchPolicy:
     backend: Backend
     path: str
     last_workers: int
-    _env: int
+    #: thread ids of the dispatches running now (one entry per dispatch)
+    running: list[int]
     # export ordinal, bindings, constants, workers -> layouts not in use
     _layouts: dict[tuple, list[DispatchLayout]]
-    _running: list[int]            # thread ids of running dispatches
-    _closed: bool
 
-    def _end_dispatch(self, me: int, key, layout: DispatchLayout | None,
-                      counted: bool = True) -> None:
-        """Stop counting the dispatch of thread ``me`` (the executable's
-        bookkeeping: the last one to end after a close frees it)."""
+    @property
+    def closed(self) -> bool:
+        """Whether the executable was closed (no dispatch may start)."""
+        raise NotImplementedError
+
+    @property
+    def environment(self) -> int:
+        """Address of the executable's environment in its backend."""
+        raise NotImplementedError
+
+    def release_if_idle(self) -> None:
+        """After :meth:`close`: free the executable once no dispatch runs
+        (the last dispatch to end calls it)."""
         raise NotImplementedError
 
     def _init_policy(self, kind: str) -> None:
         """Start with no pace and no dispatch to repeat, for a backend of
         ``kind``."""
-        # export key -> Repeat: a validated small native dispatch to repeat
-        self._quick: dict[Any, Repeat] = {}
-        # export ordinal -> seconds per workgroup in its last dispatch with
-        # the default workers (decides whether the next one shares)
-        self._pace: dict[int, float] = {}
+        # export key -> PreparedDispatch: a validated small native dispatch
+        # to repeat
+        self._quick: dict[Any, PreparedDispatch] = {}
+        #: export ordinal -> seconds per workgroup in its last dispatch with
+        #: the default workers (decides whether the next one shares)
+        self.pace: dict[int, float] = {}
         # export ordinal -> seconds per workgroup measured in its last
         # one-worker dispatch with the default workers: the pace kept is
         # the smaller of the last two such, so that one dispatch slowed
         # down from outside (the thread preempted, a garbage collection)
         # does not make the next one share a small grid. (A repeated
-        # dispatch, _repeat, notes its pace only when it or the one before
-        # it took longer than SHARE_SECONDS.)
+        # dispatch notes its pace only when it or the one before it took
+        # longer than SHARE_SECONDS.)
         self._timed: dict[int, float] = {}
-        self._default_workers = host_workers()
-        self._first_chunk = FIRST_CHUNK.get(kind, 1)
+        #: host threads a grid worth sharing is shared between
+        self.default_workers = self._default_workers = host_workers()
+        #: workgroups of a worker's first chunk (a one-worker grid up to
+        #: this size runs in one crossing)
+        self.first_chunk = FIRST_CHUNK.get(kind, 1)
+        #: export ordinals already warned about copying an unaligned binding
+        self.copy_warned: set[int] = set()
+
+    def layout_pool(self, key: tuple[int, int, int, int]) -> list[DispatchLayout]:
+        """The layouts not in use of ``key`` (export ordinal, bindings,
+        constants, workers); freed when the executable closes."""
+        pool = self._layouts.get(key)
+        if pool is None:
+            pool = self._layouts[key] = []
+        return pool
 
     def _check_dispatch(self, exp: Any, workgroup_count, workgroup_size,
-                        n: int, constants, workers
+                        n: int, constants
                         ) -> tuple[tuple[int, int, int], tuple[int, int, int],
-                                   Sequence[int], int, int, bool]:
+                                   Sequence[int], int]:
         """The checked arguments of a dispatch of ``exp`` with ``n``
-        bindings: ``(grid, workgroup size, constants, workgroup total,
-        workers, timed)``, the workgroup size ``exp``'s unless overridden;
-        for an empty grid (total 0, nothing to run) the workers are 0 and
-        unchecked. ``timed``: the pace of the dispatch is to be measured
-        (one worker chosen by default for a grid that could be shared).
+        bindings: ``(grid, workgroup size, constants, workgroup total)``,
+        the workgroup size ``exp``'s unless overridden.
 
         Raises:
             DispatchError: a count out of range, fewer bindings or
                 constants than the export declares, a constant not a
-                uint32, more workgroups than a dispatch can run, ``workers``
-                not a positive int."""
+                uint32, more workgroups than a dispatch can run."""
         path = self.path
         wc = check_triple(workgroup_count, "workgroup_count", path, 1 << 32, 0)
         wsize = (check_triple(workgroup_size, "workgroup_size", path, 1 << 32, 1)
                  if workgroup_size is not None else exp.workgroup_size)
-        if n < exp.binding_count or n > abi.MAX_BINDING_COUNT:
+        if type(n) is not int or n < exp.binding_count or n > abi.MAX_BINDING_COUNT:
             raise DispatchError(f"export {exp.label} declares {exp.binding_count} "
                                 f"bindings (at most {abi.MAX_BINDING_COUNT}), "
-                                f"{n} given", name=path, field="bindings",
+                                f"{n!r} given", name=path, field="bindings",
                                 value=n)
         consts = (constants if not constants and not exp.constant_count
                   else check_constants(constants, exp, path))
         total = wc[0] * wc[1] * wc[2]
-        if total == 0:
-            return wc, wsize, consts, 0, 0, False
         if total > runtime.MAX_END:
             raise DispatchError(f"{total} workgroups exceed the 2**64 - 1 a "
                                 "dispatch can run", name=path,
                                 field="workgroup_count", value=wc)
-        if workers is None:
-            # Default: one worker unless the grid takes long enough (by the
-            # export's pace in earlier dispatches) to pay for sharing it.
-            if total > 1 and self._default_workers > 1:
-                pace = self._pace.get(exp.ordinal)
-                if (pace * total > SHARE_SECONDS if pace is not None
-                        else total > self._first_chunk):
-                    workers = min(self._default_workers, total, 255)
-                    return wc, wsize, consts, total, workers, False
-                return wc, wsize, consts, total, 1, True
-            return wc, wsize, consts, total, 1, False
-        if type(workers) is int and workers > 0:
-            return wc, wsize, consts, total, min(workers, total, 255), False
-        workers = check_workers(workers, total, path, self._default_workers)
-        return wc, wsize, consts, total, workers, False
+        return wc, wsize, consts, total
 
-    def _note_pace(self, ordinal: int, pace: float) -> None:
+    def note_pace(self, ordinal: int, pace: float) -> None:
         """Keep ``pace`` (seconds per workgroup of a one-worker dispatch
         with the default workers): the export's pace becomes the smaller of
         it and the one measured before."""
         last = self._timed.get(ordinal, pace)
         self._timed[ordinal] = pace
-        self._pace[ordinal] = min(pace, last)
+        self.pace[ordinal] = min(pace, last)
 
-    def _remember(self, export, exp: Any, grid: tuple, wc, total: int,
-                  key, constants, consts, timed: bool, workers_arg) -> None:
-        """Keep what a small native dispatch that ran in place validated,
-        for :meth:`_repeat` (one per export key: the last grid)."""
-        q = Repeat()
-        q.grid, q.workers_arg = grid, workers_arg
-        q.n, q.key, q.ordinal, q.label = key[1], key, exp.ordinal, exp.label
-        q.constants = constants if consts else None
-        q.constant_count, q.consts = len(consts), consts
-        q.wc, q.wsize, q.total = wc, exp.workgroup_size, total
-        # (the pool of layouts for the key; an executable's pools live as
-        # long as it is open)
-        q.pool = self._layouts.setdefault(key, [])
+    def _repeat(self, q: "PreparedDispatch", bindings) -> bool:
+        """Run ``q`` (a dispatch :meth:`hal_cpu.Executable.dispatch`
+        validated and ran in one crossing, natively, bindings in place)
+        again on ``bindings`` by its short path
+        (:meth:`PreparedDispatch.repeat`); False: not taken, nothing
+        done."""
+        return q.repeat(bindings)
+
+
+def _pairs(bindings: Sequence, path: str) -> tuple[list[int], list[int]]:
+    """(address, length) pairs as pointers and lengths.
+
+    Raises:
+        DispatchError: a pair not of two non-negative ints."""
+    pointers, lengths = [], []
+    for i, b in enumerate(bindings):
+        if (type(b) is not tuple or len(b) != 2 or type(b[0]) is not int
+                or type(b[1]) is not int or b[0] < 0 or b[1] < 0
+                or b[0] + b[1] >= 1 << 64):
+            raise DispatchError(f"{b!r} is not an (address, length) pair of "
+                                "non-negative ints", name=path,
+                                field=f"bindings[{i}]", value=b)
+        pointers.append(b[0])
+        lengths.append(b[1])
+    return pointers, lengths
+
+
+def _host_arrays(pointers: Sequence[int], lengths: Sequence[int],
+                 writable: Sequence[bool] | None) -> list[np.ndarray]:
+    """Host memory ranges as uint8 arrays (read-only where ``writable``
+    says so)."""
+    arrays = []
+    for i, (p, n) in enumerate(zip(pointers, lengths)):
+        a = (np.frombuffer(memoryview((ctypes.c_uint8 * n).from_address(p)),
+                           np.uint8) if n else np.zeros(0, np.uint8))
+        if writable is not None and not writable[i]:
+            a.flags.writeable = False
+        arrays.append(a)
+    return arrays
+
+
+class PreparedDispatch:
+    """A dispatch of one export with its grid, constants and binding count
+    checked once, run many times on different bindings
+    (:meth:`hal_cpu.Executable.prepare`).
+
+    It owns the mechanism of a dispatch: the dispatch layouts of its
+    export (dispatch state, constants, binding pointer and length arrays,
+    per-worker workgroup states: ``iree_hal_executable_dispatch_state_v0_t``
+    and ``iree_hal_executable_workgroup_state_v0_t`` of
+    iree/hal/local/executable_library.h, v0.6), taken from the
+    executable's pool per run (several threads may run it at once); under
+    emulation a lease of CPUs per run and, for :meth:`run_addresses`,
+    one guarded guest range per binding kept for its life (64-byte
+    aligned, a canary and a guard page after it); the translation of
+    emulated faults into reports and of writes past a binding or local
+    memory into :class:`~hal_cpu.BindingOverrunError` /
+    :class:`~hal_cpu.LocalMemoryOverrunError`; the check of every
+    workgroup's return status; the worker count (the default decided by
+    the export's pace, as :meth:`hal_cpu.Executable.dispatch` does).
+
+    Natively a grid of at most :data:`hal_cpu.dispatch.FIRST_CHUNK`
+    (256) workgroups on one worker runs in one crossing into the
+    workgroup loop, rewriting only the binding pointers and lengths of a
+    layout it wrote last; larger grids run in chunks
+    (:func:`hal_cpu.dispatch.run_grid`).
+
+    Attributes:
+        executable: the :class:`hal_cpu.Executable`; export: its
+            :class:`hal_cpu.Export`.
+        wc: the grid (x, y, z) in workgroups; wsize: the workgroup size;
+        total: workgroups per run; consts: the uint32 push constants;
+        binding_count: bindings per run; lengths: the byte lengths given
+            to :meth:`hal_cpu.Executable.prepare` (None: a count only).
+        workers_arg: the ``workers`` asked for (None: the default).
+    """
+
+    __slots__ = ("executable", "export", "backend", "path", "ordinal", "label",
+                 "address", "wc", "wsize", "consts", "constant_count", "total",
+                 "binding_count", "lengths", "workers_arg", "grid_arg",
+                 "constants_arg", "shares", "slow", "native", "leases",
+                 "_running", "_pools", "_fast_pool", "_ranges", "_range_lock",
+                 "_local", "__weakref__")
+
+    def __init__(self, executable: Any, export: Any, wc: tuple[int, int, int],
+                 wsize: tuple[int, int, int], consts: Sequence[int], total: int,
+                 binding_count: int, lengths: Sequence[int] | None,
+                 workers_arg: int | None):
+        self.executable = executable
+        self.export = export
+        self.backend: Backend = executable.backend
+        self.path: str = executable.path
+        self.ordinal, self.label, self.address = (export.ordinal, export.label,
+                                                  export.address)
+        self.wc, self.wsize, self.consts, self.total = wc, wsize, consts, total
+        self.constant_count = len(consts)
+        self.binding_count = binding_count
+        self.lengths = list(lengths) if lengths is not None else None
+        self.workers_arg = workers_arg
+        # (what Executable.dispatch's repeat path compares)
+        self.grid_arg: Any = None
+        self.constants_arg: Any = None
+        self.native = self.backend.kind == "native"
+        self.leases = cpu_leases(self.backend)
         # Default workers on a grid that could be shared: the export's pace
-        # decides, as in dispatch().
-        q.shares = workers_arg is None and total > 1 and self._default_workers > 1
-        q.slow = True      # (the next repeat notes its pace)
-        assert not q.shares or timed
-        self._quick[export] = q
+        # decides per run.
+        self.shares = (workers_arg is None and total > 1
+                       and executable.default_workers > 1)
+        self.slow = True        # (the next short run notes its pace)
+        self._running: list[int] = executable.running
+        self._pools: dict[int, list[DispatchLayout]] = {}
+        self._fast_pool = executable.layout_pool(self._key(1))
+        # guarded guest ranges of run_addresses (emulated): [(guest, host
+        # address of its bytes, canary check or None)]
+        self._ranges: list[tuple[int, int, Callable[[], None] | None]] | None = None
+        self._range_lock = threading.Lock()
+        # one worker, one crossing, natively: the short path
+        self._local = export.local_memory_size
 
-    def _repeat(self, q: Repeat, bindings) -> bool:
-        """Run a dispatch with the export, grid (the same tuple, or an equal
-        tuple of ints), workers argument and constants object of ``q`` (a
-        dispatch :meth:`hal_cpu.Executable.dispatch` validated and ran in
-        one crossing, natively, bindings in place) when it is exactly that
-        again: every binding a numpy array the native backend uses in
-        place (writable, C-contiguous, not empty, at a 64-byte aligned
-        address: checked for each call), the layout pool not empty, the
-        default worker count still 1. Returns False (nothing done) when it
-        is not, for the general path to run it."""
+    def __repr__(self) -> str:
+        return (f"<PreparedDispatch {self.label} of {self.path} grid={self.wc} "
+                f"bindings={self.binding_count}>")
+
+    def _key(self, workers: int) -> tuple[int, int, int, int]:
+        return (self.ordinal, self.binding_count, self.constant_count, workers)
+
+    # --- the worker count -------------------------------------------------
+    def _workers(self) -> tuple[int, bool]:
+        """(workers, timed) of the next run: ``timed`` when the default
+        chose one worker for a grid that could be shared (its pace is
+        measured)."""
+        total = self.total
+        w = self.workers_arg
+        if w is not None:
+            return min(w, total, 255), False
+        if not self.shares:
+            return 1, False
+        exe = self.executable
+        pace = exe.pace.get(self.ordinal)
+        if (pace * total > SHARE_SECONDS if pace is not None
+                else total > exe.first_chunk):
+            return min(exe.default_workers, total, 255), False
+        return 1, True
+
+    # --- runs ---------------------------------------------------------------
+    def run(self, bindings: Sequence, *, timeout: float | None = None,
+            progress: Callable[[int, int], None] | None = None) -> None:
+        """Run every workgroup of the grid on ``bindings``.
+
+        Args:
+            bindings: ``binding_count`` bindings, each a C-contiguous numpy
+                array or a buffer (mapped as
+                :meth:`hal_cpu.Executable.dispatch` maps them: natively an
+                aligned writable array in place, else a 64-byte aligned
+                copy, copied back when writable), or all of them
+                ``(address, length)`` pairs of host memory in bytes (as
+                :meth:`run_addresses`).
+            timeout: seconds after which no further workgroup starts
+                (None or 0: none; at most :data:`MAX_TIMEOUT`).
+            progress: called as ``progress(done, total)`` (workgroups)
+                after each chunk.
+
+        Raises:
+            DispatchError: not ``binding_count`` bindings, a binding
+                neither array, buffer nor pair, or a workgroup returned
+                non-zero (the message names the export and workgroup).
+            DispatchTimeoutError: ``timeout`` passed.
+            LibraryError: the executable was closed.
+            BindingOverrunError, LocalMemoryOverrunError: under emulation,
+                the kernel wrote past a binding's or its local memory's
+                end.
+            elfloader.EmulationError: the emulated CPU faulted (the message
+                is a fault report).
+            elfloader.BackendError: the backend was closed.
+        """
+        if len(bindings) != self.binding_count:
+            raise DispatchError(f"prepared dispatch of {self.label} takes "
+                                f"{self.binding_count} bindings, "
+                                f"{len(bindings)} given", name=self.path,
+                                field="bindings", value=len(bindings))
+        if bindings and type(bindings[0]) is tuple:
+            pointers, lengths = _pairs(bindings, self.path)
+            if progress is None:
+                self.run_addresses(pointers, lengths, timeout=timeout)
+                return
+            bindings = _host_arrays(pointers, lengths, None)
+        if not timeout and progress is None and self.native and self.repeat(bindings):
+            return
+        self.run_mapped(bindings, timeout, progress)
+
+    def run_mapped(self, bindings: Sequence, timeout: float | None,
+                   progress: Callable[[int, int], None] | None) -> bool:
+        """:meth:`run` by the general path: every binding mapped by
+        :func:`hal_cpu.bindings.map_bindings`. Returns whether no binding
+        was copied (natively: all used in place)."""
+        exe = self.executable
+        state: list = [None, None, None]
+
+        def mapper():
+            pointers, lengths, finishers = map_bindings(
+                self.backend, bindings, self.native, self.export,
+                exe.copy_warned, self.path)
+            state[:] = pointers, lengths, finishers
+            return pointers, lengths
+
+        def after(ran: bool) -> None:
+            pointers, lengths, finishers = state
+            if finishers is not None:
+                finish(finishers, ran, exe, self.export, pointers, lengths)
+        self._execute(mapper, after, timeout, progress)
+        return state[2] is None
+
+    def run_addresses(self, pointers: Sequence[int],
+                      lengths: Sequence[int] | None = None, *,
+                      writable: Sequence[bool] | None = None,
+                      timeout: float | None = None) -> None:
+        """Run every workgroup of the grid on bindings given as host
+        addresses (the hot path of replayed command buffers).
+
+        Natively the kernel reads and writes the memory at ``pointers``
+        in place: every range must be mapped, writable where the kernel
+        writes, and (as IREE allocates) 64-byte aligned; nothing checks
+        this. Emulated, each range is copied into the guarded guest range
+        this object keeps for its binding (made at the first run; lengths
+        other than :attr:`lengths`, an empty or overlapping range go
+        through copies made per run), and copied back when ``writable``
+        says so.
+
+        Args:
+            pointers: host address of each binding's first byte.
+            lengths: bytes of each binding (None: :attr:`lengths`).
+            writable: per binding, whether it is copied back after an
+                emulated run (None: all).
+            timeout: as for :meth:`run`.
+
+        Raises:
+            As :meth:`run`.
+        """
+        if lengths is None:
+            lengths = self.lengths
+            if lengths is None:
+                raise DispatchError("no binding lengths: prepare with "
+                                    "lengths or pass them", name=self.path,
+                                    field="lengths", value=None)
+        if self.native:
+            if timeout or not self._native_short(pointers, lengths):
+                self._execute(lambda: (pointers, lengths), None, timeout, None)
+            return
+        if (self.lengths is not None and list(lengths) == self.lengths
+                and all(lengths) and not _overlap(pointers, lengths)
+                and self._range_lock.acquire(False)):
+            try:
+                self._run_guarded(pointers, lengths, writable, timeout)
+            finally:
+                self._range_lock.release()
+            return
+        self.run_mapped(_host_arrays(pointers, lengths, writable), timeout, None)
+
+    # --- the native short path ---------------------------------------------
+    def repeat(self, bindings: Sequence) -> bool:
+        """The short path of a native run on arrays: every binding a numpy
+        array the native backend uses in place (writable, C-contiguous,
+        not empty, 64-byte aligned: checked each call). Returns False
+        (nothing done) when it does not apply, for :meth:`run_mapped`."""
         pointers, lengths = [], []
         for a in bindings:
             if type(a) is not _ndarray:
@@ -320,69 +546,234 @@ class DispatchPolicy:
                 return False
             pointers.append(address)
             lengths.append(a.nbytes)
-        if self.backend._closed:  # type: ignore[attr-defined]
+        return self._native_short(pointers, lengths)
+
+    def _native_short(self, pointers: Sequence[int],
+                      lengths: Sequence[int]) -> bool:
+        """Run natively in one crossing on one worker, when the grid is
+        small enough and the default worker count (by the export's pace)
+        is one. False: not run."""
+        if self.total > FIRST_CHUNK_NATIVE or self.backend.closed:
             return False
-        shares = q.shares
+        exe = self.executable
+        shares = self.shares
         if shares:
-            pace = self._pace.get(q.ordinal)
-            if pace is not None and pace * q.total > SHARE_SECONDS:
+            pace = exe.pace.get(self.ordinal)
+            if pace is not None and pace * self.total > SHARE_SECONDS:
                 return False
+        elif self.workers_arg is not None and self.workers_arg > 1 \
+                and self.total > 1:
+            return False
+        if self.backend.timeout_us or not self.total:
+            return not self.total
+        running = self._running
         me = _get_ident()
-        self._running.append(me)
-        if self._closed:
-            self._end_dispatch(me, q.key, None)
-            return False
-        pool = q.pool
+        running.append(me)
+        pool = self._fast_pool
         try:
-            layout = pool.pop()
-        except IndexError:
-            self._end_dispatch(me, q.key, None)
-            return False
-        try:
-            self.last_workers = 1
-            if shares:
-                started = _perf_counter()
-            layout.write_again(q, pointers, lengths)
-            ret = layout.loops[0]()
-            if ret:
-                check_return(layout, ret, q.total, q.wc, q.label, self.path)
-            if layout.local_checks:
-                layout.check_local(q.label, self.path)
-            if shares:
-                # Only a slow dispatch, or the first fast one after it, can
-                # change whether the next one shares: the pace is noted
-                # then (in between, the pace noted last is a fast one).
-                elapsed = _perf_counter() - started
-                if elapsed > SHARE_SECONDS or q.slow:
-                    q.slow = elapsed > SHARE_SECONDS
-                    self._note_pace(q.ordinal, elapsed / q.total)
+            if exe.closed:
+                raise LibraryError("the executable is closed", name=self.path,
+                                   field="dispatch", value=self.label)
+            try:
+                layout = pool.pop()
+            except IndexError:
+                layout = self._new_layout(1)
+            try:
+                exe.last_workers = 1
+                if shares:
+                    started = _perf_counter()
+                layout.write_again(self, pointers, lengths)
+                ret = layout.loops[0]()
+                if ret:
+                    check_return(layout, ret, self.total, self.wc, self.label,
+                                 self.path)
+                if layout.local_checks:
+                    layout.check_local(self.label, self.path)
+                if shares:
+                    # Only a slow dispatch, or the first fast one after it,
+                    # can change whether the next one shares: the pace is
+                    # noted then (in between, the pace noted last is a
+                    # fast one).
+                    elapsed = _perf_counter() - started
+                    if elapsed > SHARE_SECONDS or self.slow:
+                        self.slow = elapsed > SHARE_SECONDS
+                        exe.note_pace(self.ordinal, elapsed / self.total)
+            finally:
+                pool.append(layout)
         finally:
-            self._running.remove(me)
-            pool.append(layout)
-            if self._closed:
-                self._end_dispatch(me, q.key, None, False)
+            running.remove(me)
+            if exe.closed:
+                exe.release_if_idle()
         return True
 
-    def _run_limited(self, layout: DispatchLayout, exp: Any, total: int,
-                     wc: tuple[int, int, int], timeout,
-                     progress: Callable[[int, int], None] | None,
-                     pointers: list[int], lengths: list[int]) -> None:
-        """run_grid with a time limit (``timeout`` seconds, or none) on every
-        guest call and between chunks, and progress reports."""
-        timeout = check_timeout(timeout, "timeout", self.path)
-        deadline = time.monotonic() + timeout if timeout else None
-        with self.backend.time_limit(timeout or 0):
-            try:
-                run_grid(self.backend, layout, exp.address, self._env, total,
-                         label=exp.label, path=self.path, grid=wc,
-                         deadline=deadline, progress=progress)
-            except elfloader.EmulationError as exc:
-                raise self._fault(exc, exp, pointers, lengths, layout) from None
+    def _new_layout(self, workers: int) -> DispatchLayout:
+        layout = DispatchLayout(self.backend, self.binding_count,
+                                self.constant_count, workers, self._local)
+        layout.calls(self.address, self.executable.environment)
+        return layout
 
-    def _fault(self, exc: elfloader.EmulationError, exp: Any,
-               pointers: list[int], lengths: list[int],
-               layout: DispatchLayout) -> BaseException:
-        """The error a fault of the emulated CPU in a dispatch of ``exp``
-        becomes: its report (:func:`hal_cpu.faults.dispatch_fault`)."""
-        from .faults import dispatch_fault
-        return dispatch_fault(exc, self, exp, pointers, lengths, layout)
+    # --- the general path ---------------------------------------------------
+    def _execute(self, mapper: Callable[[], tuple[Sequence[int], Sequence[int]]],
+                 after: Callable[[bool], None] | None, timeout, progress) -> None:
+        """One run: take a layout (and, emulated, CPUs), map the bindings
+        (``mapper`` gives the pointers and lengths the kernel sees), write
+        the layout, run the grid, translate faults; ``after(ran)`` undoes
+        the mapping before the layout goes back."""
+        exe = self.executable
+        total = self.total
+        if not total:
+            if exe.closed:
+                raise LibraryError("the executable is closed", name=self.path,
+                                   field="dispatch", value=self.label)
+            return      # an empty grid runs nothing, as in IREE
+        if timeout:
+            timeout = check_timeout(timeout, "timeout", self.path)
+        workers, timed = self._workers()
+        exe.last_workers = workers
+        me = _get_ident()
+        running = self._running
+        running.append(me)
+        layout = first_cpu = None
+        pointers: Sequence[int] = ()
+        lengths: Sequence[int] = ()
+        ran = False
+        pool = self._pools.get(workers)
+        if pool is None:
+            pool = self._pools[workers] = exe.layout_pool(self._key(workers))
+        try:
+            if exe.closed:
+                raise LibraryError("the executable is closed", name=self.path,
+                                   field="dispatch", value=self.label)
+            try:
+                layout = pool.pop()
+            except IndexError:
+                layout = self._new_layout(workers)
+            leases = self.leases
+            if leases is not None:
+                # Emulated: this dispatch's workers get CPUs of their own.
+                first_cpu = leases.take(workers)
+                layout.calls(self.address, exe.environment, first_cpu)
+            pointers, lengths = mapper()
+            if timed:
+                started = _perf_counter()
+            if workers == 1 and not progress:
+                layout.write_again(self, pointers, lengths)
+            else:
+                layout.write(self.wsize, self.wc, workers, self.consts, pointers,
+                             lengths, total)
+            try:
+                if timeout or progress is not None or self.backend.timeout_us:
+                    # (the emulated backend may carry a per-call limit)
+                    deadline = time.monotonic() + timeout if timeout else None
+                    with self.backend.time_limit(timeout or 0):
+                        run_grid(self.backend, layout, self.address,
+                                 exe.environment, total, label=self.label,
+                                 path=self.path, grid=self.wc,
+                                 deadline=deadline, progress=progress)
+                elif total <= layout.whole:
+                    # (run_grid, minus its set-up, for one crossing)
+                    layout.run_whole(total, self.wc, self.label, self.path)
+                else:
+                    run_grid(self.backend, layout, self.address, exe.environment,
+                             total, label=self.label, path=self.path,
+                             grid=self.wc)
+            except elfloader.EmulationError as exc:
+                from .faults import dispatch_fault
+                raise dispatch_fault(exc, exe, self.export, pointers, lengths,
+                                     layout) from None
+            ran = True
+            if timed:
+                exe.note_pace(self.ordinal, (_perf_counter() - started) / total)
+            elif layout.per_workgroup is not None and workers > 1:
+                exe.pace[self.ordinal] = layout.per_workgroup
+        finally:
+            try:
+                if after is not None:
+                    after(ran)
+            finally:
+                if first_cpu is not None and self.leases is not None:
+                    self.leases.give(first_cpu, workers)
+                running.remove(me)
+                if layout is not None:
+                    pool.append(layout)
+                if exe.closed:
+                    exe.release_if_idle()
+
+    # --- emulated: guarded ranges of their own ------------------------------
+    def _run_guarded(self, pointers: Sequence[int], lengths: Sequence[int],
+                     writable: Sequence[bool] | None, timeout) -> None:
+        """An emulated run on this object's guarded guest ranges: the
+        host bytes copied in, the grid run, the writable ones copied back,
+        every canary checked."""
+        guarded = self._ranges or self._make_ranges()
+        guest = [g for g, _, _ in guarded]
+        overrun: list = []
+
+        def mapper():
+            for (_, host, _), src, length in zip(guarded, pointers, lengths):
+                _memmove(host, src, length)
+            return guest, lengths
+
+        def after(ran: bool) -> None:
+            if not ran:
+                return
+            for i, ((_, host, check), dst, length) in enumerate(
+                    zip(guarded, pointers, lengths)):
+                if writable is None or writable[i]:
+                    _memmove(dst, host, length)
+                if check is not None:
+                    try:
+                        check()
+                    except elfloader.GuardError as exc:
+                        overrun.append(exc)
+        self._execute(mapper, after, timeout, None)
+        if overrun:
+            from .faults import binding_overrun
+            raise binding_overrun(overrun[0], self.executable, self.export,
+                                  guest, lengths) from None
+
+    def _make_ranges(self) -> list[tuple[int, int, Callable[[], None] | None]]:
+        backend = self.backend
+        if self.executable.closed:
+            raise LibraryError("the executable is closed", name=self.path,
+                               field="dispatch", value=self.label)
+        made: list[tuple[int, int, Callable[[], None] | None]] = []
+        try:
+            for length in self.lengths or ():
+                address, check = backend.alloc_guarded(length)
+                made.append((address, 0, check))
+                view = backend.view(address, length)
+                assert view is not None      # (emulated memory has views)
+                host = np.frombuffer(view, np.uint8).ctypes.data
+                view.release()
+                made[-1] = (address, host, check)
+        except BaseException:
+            for address, _, _ in made:
+                backend.release(address)
+            raise
+        self.executable.keep_allocations([g for g, _, _ in made])
+        self._ranges = made
+        return made
+
+    @property
+    def guarded_ranges(self) -> int:
+        """Guarded guest ranges this object holds (emulated; 0 natively or
+        before the first :meth:`run_addresses`)."""
+        return len(self._ranges or ())
+
+    def close(self) -> None:
+        """Free the guarded guest ranges (emulated); runs after this make
+        new ones. Closing the executable frees them too."""
+        with self._range_lock:
+            ranges, self._ranges = self._ranges, None
+            if ranges and not self.executable.closed and not self.backend.closed:
+                self.executable.free_allocations([g for g, _, _ in ranges])
+
+
+def _overlap(pointers: Sequence[int], lengths: Sequence[int]) -> bool:
+    """Whether two of the ranges overlap."""
+    if len(pointers) < 2:
+        return False
+    spans = sorted(zip(pointers, lengths))
+    return any(spans[i][0] + spans[i][1] > spans[i + 1][0]
+               for i in range(len(spans) - 1))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 import weakref
 from dataclasses import dataclass
 from typing import Callable, Sequence, cast
@@ -32,14 +31,18 @@ from elfloader import Backend
 from fatelf.text import printable
 
 from . import abi
-from .bindings import finish, map_bindings
-from .dispatch import CpuLeases, DispatchLayout, cpu_leases, run_grid
-from .dispatch_policy import DispatchPolicy, check_timeout, is_int_triple
-from .errors import ExportNotFoundError, LibraryError, UnresolvedImportError
+from .dispatch import DispatchLayout
+from .dispatch_policy import (
+    DispatchPolicy,
+    PreparedDispatch,
+    check_timeout,
+    check_workers,
+    is_int_triple,
+)
+from .errors import DispatchError, ExportNotFoundError, LibraryError, UnresolvedImportError
 from .memory import GuestView, ptr_array
 
 _get_ident = threading.get_ident
-_perf_counter = time.perf_counter
 _KEY_TYPES = (int, str)
 
 
@@ -99,7 +102,7 @@ _LIVE: "weakref.WeakSet[Executable]" = weakref.WeakSet()
 
 def _after_fork_in_child() -> None:
     for exe in list(_LIVE):
-        exe._after_fork()
+        exe.reset_after_fork()
 
 
 if hasattr(os, "register_at_fork"):
@@ -158,12 +161,11 @@ class Executable(DispatchPolicy):
         # the lock; close() waits until none runs.
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self._running: list[int] = []     # thread ids of running dispatches
+        #: thread ids of the dispatches running now
+        self.running: list[int] = []
         self._closed = True               # until loaded
         self._released = False
         self._layouts: dict[tuple, list[DispatchLayout]] = {}
-        self._leases: CpuLeases | None = None
-        self._copy_warned: set[int] = set()
         self._allocs: list[int] = []
         self.last_workers = 0
         self.imports: list[str] = []
@@ -188,8 +190,6 @@ class Executable(DispatchPolicy):
                 raise
         self._owns_backend = not isinstance(backend, Backend)
         self.backend: Backend = self.module.backend
-        # Natively aligned writable bindings are used in place (no copies).
-        self._in_place = getattr(self.backend, "kind", "") == "native"
         self.arch = self.module.arch
         self.path = self.module.name
         try:
@@ -199,7 +199,6 @@ class Executable(DispatchPolicy):
             self._closed = False
             self.close()
             raise
-        self._leases = cpu_leases(self.backend)
         self._init_policy(self.backend.kind)
         self._closed = False
         _LIVE.add(self)
@@ -420,119 +419,126 @@ class Executable(DispatchPolicy):
         quick = (self._quick.get(export) if type(export) in _KEY_TYPES
                  and workgroup_size is None else None)
         if (quick is not None
-                and (quick.grid is workgroup_count
+                and (quick.grid_arg is workgroup_count
                      or type(workgroup_count) is tuple
-                     and workgroup_count == quick.grid
+                     and workgroup_count == quick.wc
                      and is_int_triple(workgroup_count))
                 and workers is quick.workers_arg and not timeout
-                and progress is None and len(bindings) == quick.n
-                and (constants is quick.constants or not constants
+                and progress is None and len(bindings) == quick.binding_count
+                and (constants is quick.constants_arg or not constants
                      and not quick.constant_count)
                 and not self._closed and self._repeat(quick, bindings)):
             return
+        prepared = self.prepare(export, workgroup_count, constants, len(bindings),
+                                workgroup_size=workgroup_size, workers=workers)
+        if not prepared.total:
+            return  # an empty grid runs nothing, as in IREE
+        if prepared.binding_count and type(bindings[0]) is tuple:
+            prepared.run(bindings, timeout=timeout, progress=progress)
+            return
+        in_place = prepared.run_mapped(bindings, timeout, progress)
+        if (in_place and prepared.native and self.last_workers == 1
+                and prepared.total <= self.first_chunk
+                and workgroup_size is None and not timeout and progress is None
+                and type(export) in _KEY_TYPES
+                and type(workgroup_count) is tuple
+                and (not prepared.consts or type(constants) is tuple)
+                and not self.backend.timeout_us):
+            # Kept for the repeat path: the same export key, grid, workers
+            # argument and constants object run again by prepared.repeat.
+            prepared.grid_arg = workgroup_count
+            prepared.constants_arg = constants if prepared.consts else None
+            self._quick[export] = prepared
+
+    def prepare(self, export: int | str,
+                workgroup_count: Sequence[int] = (1, 1, 1),
+                constants: Sequence[int] = (),
+                bindings: int | Sequence[int] = 0, *,
+                workgroup_size: Sequence[int] | None = None,
+                workers: int | None = None) -> PreparedDispatch:
+        """A dispatch of ``export`` checked once, to run many times on
+        different bindings (:class:`hal_cpu.dispatch_policy.PreparedDispatch`:
+        ``run(bindings)`` with arrays or ``(address, length)`` pairs,
+        ``run_addresses(pointers, lengths)``). It lays out the dispatch
+        state, constants and binding arrays of
+        iree/hal/local/executable_library.h (v0.6) once per layout and
+        rewrites only the binding pointers and lengths per run.
+
+        Args:
+            export: ordinal or name.
+            workgroup_count: (x, y, z) workgroups, as for :meth:`dispatch`.
+            constants: uint32 push constants.
+            bindings: how many bindings each run passes (an int), or the
+                byte length of each (a sequence: the lengths
+                ``run_addresses`` uses by default, and under emulation the
+                sizes of the guarded guest ranges it keeps).
+            workgroup_size: override of the export's (x, y, z).
+            workers: host threads per run (None: the default of
+                :meth:`dispatch`, decided per run by the export's pace).
+
+        Raises:
+            DispatchError: as for :meth:`dispatch` (counts out of range,
+                fewer bindings or constants than the export declares, a
+                constant not a uint32, ``workers`` not a positive int, a
+                length not a non-negative int).
+            ExportNotFoundError: no such export.
+            LibraryError: the executable was closed.
+        """
         if self._closed:
             raise LibraryError("the executable is closed", name=self.path,
                                field="dispatch", value=export)
         exp = self._export_cache.get(export) if type(export) in _KEY_TYPES else None
         if exp is None:
             exp = self.export(export)
-        n = len(bindings)
-        workers_arg = workers
-        wc, wsize, consts, total, workers, timed = self._check_dispatch(
-            exp, workgroup_count, workgroup_size, n, constants, workers)
-        if total == 0:
-            return  # an empty grid runs nothing, as in IREE
-        self.last_workers = workers
-        key = (exp.ordinal, n, len(consts), workers)
-        # No lock on this path (each step is atomic under the GIL): this
-        # dispatch counts as running before it checks for close(), which
-        # marks the executable closed before it looks for running ones.
-        me = _get_ident()
-        self._running.append(me)
-        if self._closed:
-            self._end_dispatch(me, key, None)
-            raise LibraryError("the executable is closed", name=self.path,
-                               field="dispatch", value=export)
-        try:
-            layout = self._layouts[key].pop()
-        except (KeyError, IndexError):
-            layout = None
-        first_cpu = None
-        finishers = pointers = lengths = None
-        ran = False
-        try:
-            if layout is None:
-                layout = DispatchLayout(self.backend, n, len(consts), workers,
-                                        exp.local_memory_size)
-                layout.calls(exp.address, self._env)
-            if self._leases is not None:
-                # Emulated: this dispatch's workers get CPUs of their own.
-                first_cpu = self._leases.take(workers)
-                layout.calls(exp.address, self._env, first_cpu)
-            # (natively, aligned writable arrays are used where they are)
-            pointers, lengths, finishers = map_bindings(
-                self.backend, bindings, self._in_place, exp, self._copy_warned,
-                self.path)
-            if timed:
-                started = _perf_counter()
-            layout.write(wsize, wc, workers, consts, pointers, lengths, total)
-            if timeout or progress is not None or self.backend.timeout_us:
-                # (the emulated backend may carry a per-call limit)
-                self._run_limited(layout, exp, total, wc, timeout, progress,
-                                  pointers, lengths)
-            else:
-                try:
-                    # (run_grid, minus its set-up, for a grid of one crossing)
-                    if total <= layout.whole:
-                        layout.run_whole(total, wc, exp.label, self.path)
-                    else:
-                        run_grid(self.backend, layout, exp.address, self._env,
-                                 total, label=exp.label, path=self.path, grid=wc)
-                except elfloader.EmulationError as exc:
-                    raise self._fault(exc, exp, pointers, lengths, layout) from None
-            ran = True
-            if timed:
-                self._note_pace(exp.ordinal,
-                                (_perf_counter() - started) / total)
-            elif layout.per_workgroup is not None and workers > 1:
-                self._pace[exp.ordinal] = layout.per_workgroup
-            if (finishers is None and workers == 1 and total <= layout.whole
-                    and self._in_place and workgroup_size is None
-                    and not timeout and progress is None
-                    and type(export) in _KEY_TYPES
-                    and type(workgroup_count) is tuple
-                    and (not consts or type(constants) is tuple)
-                    and not self.backend.timeout_us):
-                self._remember(export, exp, workgroup_count, wc, total, key,
-                               constants, consts, timed, workers_arg)
-        finally:
+        lengths: list[int] | None = None
+        if type(bindings) is int:
+            n = bindings
+        else:
             try:
-                if finishers is not None:
-                    finish(finishers, ran, self, exp, pointers, lengths)
-            finally:
-                if first_cpu is not None and self._leases is not None:
-                    self._leases.give(first_cpu, workers)
-                self._running.remove(me)
-                if layout is not None:
-                    self._layouts.setdefault(key, []).append(layout)
-                if self._closed:
-                    self._end_dispatch(me, key, None, False)
+                lengths = list(bindings)  # type: ignore[arg-type]
+            except TypeError:
+                lengths = None
+            if lengths is None or not all(type(v) is int and 0 <= v < 1 << 63
+                                          for v in lengths):
+                raise DispatchError(f"{bindings!r} is neither a binding count "
+                                    "nor a list of byte lengths", name=self.path,
+                                    field="bindings", value=bindings)
+            n = len(lengths)
+        wc, wsize, consts, total = self._check_dispatch(
+            exp, workgroup_count, workgroup_size, n, constants)
+        if workers is not None and not (type(workers) is int and workers > 0):
+            check_workers(workers, 1, self.path, 1)
+        return PreparedDispatch(self, exp, wc, wsize, consts, total, n, lengths,
+                                workers)
 
-    def _end_dispatch(self, me: int, key, layout, counted: bool = True) -> None:
-        """Give ``layout`` back to its pool and stop counting the dispatch
-        (unless ``counted`` is False: done already); the last dispatch to
-        end after :meth:`close` was called frees the executable."""
-        if counted:
-            self._running.remove(me)
-        if layout is not None:
-            self._layouts.setdefault(key, []).append(layout)
-        if self._closed and not self._running:
+    def release_if_idle(self) -> None:
+        """After :meth:`close` was called: free the executable when no
+        dispatch runs any more (called by the last dispatch to end)."""
+        if self._closed and not self.running:
             with self._lock:
                 self._idle.notify_all()
-                if self._released or self._running:
+                if self._released or self.running:
                     return
                 self._released = True
             self._release()
+
+    def keep_allocations(self, addresses: Sequence[int]) -> None:
+        """Backend memory (``alloc``, ``alloc_guarded``) freed when the
+        executable closes, unless :meth:`free_allocations` frees it
+        first."""
+        self._allocs.extend(addresses)
+
+    def free_allocations(self, addresses: Sequence[int]) -> None:
+        """Free memory given to :meth:`keep_allocations` now."""
+        for address in addresses:
+            if address in self._allocs:
+                self._allocs.remove(address)
+                self.backend.release(address)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (no dispatch may start)."""
+        return self._closed
 
     # --- lifetime ---------------------------------------------------------
     def close(self) -> None:
@@ -554,9 +560,9 @@ class Executable(DispatchPolicy):
             if self._released:
                 return
             self._closed = True
-            if me in self._running:
+            if me in self.running:
                 return              # the last dispatch to end frees it
-            while self._running:
+            while self.running:
                 # (a dispatch ending without the lock may miss the wait)
                 self._idle.wait(0.01)
             if self._released:
@@ -582,14 +588,15 @@ class Executable(DispatchPolicy):
         if self._owns_backend:
             self.backend.close()
 
-    def _after_fork(self) -> None:
+    def reset_after_fork(self) -> None:
         """In a forked child: new locks (one held by a thread of the parent
         would never be released); dispatches of other threads never end
         there, so only this thread's stay counted."""
         me = _get_ident()
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self._running = [t for t in self._running if t == me]
+        # (in place: prepared dispatches hold the list)
+        self.running[:] = [t for t in self.running if t == me]
 
     def __enter__(self):
         """Returns the executable; :meth:`close` runs on leaving the block.

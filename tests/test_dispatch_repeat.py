@@ -255,15 +255,14 @@ def test_one_slow_dispatch_does_not_share_the_next(exe, monkeypatch):
     a row (each over SHARE_SECONDS), not after one."""
     if exe._default_workers < 2:
         pytest.skip("one CPU")
-    from hal_cpu import dispatch, dispatch_policy, library
+    from hal_cpu import dispatch, dispatch_policy
     now, step = [0.0], [1e-6]
 
     def clock():
         now[0] += step[0] / 2      # two readings per dispatch
         return now[0]
     # (the first dispatch is timed by the general path, the repeats by the
-    # fast one)
-    monkeypatch.setattr(library, "_perf_counter", clock)
+    # fast one: both PreparedDispatch's)
     monkeypatch.setattr(dispatch_policy, "_perf_counter", clock)
     x, out = _arrays()
     grid = (9, 1, 1)
