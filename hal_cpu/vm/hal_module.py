@@ -51,11 +51,8 @@ through unchanged.
 
 from __future__ import annotations
 
-import ctypes
 import fnmatch
-import threading
-from time import perf_counter as _perf_counter
-from typing import Any, Callable, cast
+from typing import Any, Callable
 
 import numpy as np
 
@@ -65,19 +62,8 @@ from fatelf import arches
 from .. import arrays as _arrays
 from ..arrays import default_memory_limit
 from ..buffers import DTYPES, ML_DTYPE_NAMES, LazyTable, dtype_name
-from ..dispatch import (
-    CHUNK_SECONDS,
-    FIRST_CHUNK,
-    SHARE_SECONDS,
-    CpuLeases,
-    DispatchLayout,
-    check_return,
-    cpu_leases,
-)
-from ..dispatch_policy import check_timeout, host_workers
+from ..dispatch_policy import PreparedDispatch, check_timeout, host_workers
 from .refs import MemoryBudget, VmBuffer, VmStatusError
-
-_memmove = ctypes.memmove
 
 __all__ = ["HalModule", "HAL_MODULE_VERSION", "Device", "Allocator", "Buffer",
            "BufferView", "CommandBuffer", "Executable", "Fence", "File"]
@@ -464,22 +450,13 @@ def _traced(trace: list, cmd: Callable, executable, ordinal: int, grid, consts,
     return run
 
 
-class _DispatchSpec:
-    """A recorded dispatch as :meth:`hal_cpu.dispatch.DispatchLayout.write_again`
-    reads it: workgroup size, grid, constants, workgroup count."""
-
-    __slots__ = ("wsize", "wc", "consts", "total")
-
-    def __init__(self, wsize, wc, consts, total):
-        self.wsize, self.wc, self.consts, self.total = wsize, wc, consts, total
-
-
 class Executable:
-    """A ``!hal.executable``: a loaded :class:`hal_cpu.Executable` and its
-    prepared dispatch layouts."""
+    """A ``!hal.executable``: a loaded :class:`hal_cpu.Executable` and the
+    prepared dispatches (:class:`hal_cpu.dispatch_policy.PreparedDispatch`)
+    of its recorded commands."""
 
-    __slots__ = ("library", "format", "native", "layouts", "closed", "names",
-                 "module", "source", "guarded")
+    __slots__ = ("library", "format", "native", "closed", "names", "module",
+                 "source", "prepared")
     vm_type = "!hal.executable"
 
     def __init__(self, module: "HalModule", library, fmt: str, source):
@@ -488,266 +465,97 @@ class Executable:
         self.format = fmt
         self.source = source
         self.native = getattr(library.backend, "kind", "") == "native"
-        self.layouts: dict[tuple, tuple] = {}
         self.closed = False
         self.names = {e.name: e.ordinal for e in library.exports if e.name}
-        #: guest addresses of the guarded binding ranges of recorded
-        #: dispatches (emulated backends; freed on close)
-        self.guarded: list[int] = []
+        #: the prepared dispatches of the commands recorded on it
+        self.prepared: list[PreparedDispatch] = []
 
     def __repr__(self) -> str:
         return f"<hal.executable {self.library.name} ({self.format})>"
+
+    @property
+    def guarded(self) -> list[int]:
+        """Guest addresses of the guarded binding ranges its recorded
+        dispatches hold (emulated backends; freed on close)."""
+        return [g for p in self.prepared for g in p.guarded_ranges]
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
-        layouts, self.layouts = self.layouts, {}
-        for layout, lock in layouts.values():
-            with lock:
-                layout.close()
-        # (a command runs on its ranges holding its layout's lock, and
-        # checks for close once it holds it)
-        guarded, self.guarded = self.guarded, []
-        for address in guarded:
-            self.library.backend.release(address)
+        self.prepared = []
+        # (frees the layouts and guarded ranges once no dispatch runs)
         self.library.close()
-
-    def _layout(self, export, bindings: int, constants: int) -> tuple:
-        """The dispatch layout (and its lock) the commands of ``export``
-        with these counts share."""
-        key = (export.ordinal, bindings, constants)
-        entry = self.layouts.get(key)
-        if entry is None:
-            lib = self.library
-            layout = DispatchLayout(lib.backend, bindings, constants, 1,
-                                    export.local_memory_size)
-            layout.calls(export.address, lib.environment)
-            entry = self.layouts[key] = (layout, threading.Lock())
-        return entry
-
-    def _guest_command(self, export, grid: tuple[int, int, int],
-                       constants: list[int], refs: list[tuple],
-                       slow: Callable) -> Callable:
-        """A recorded dispatch on an emulated backend as a callable of the
-        resolved binding table: each binding gets a guarded range in guest
-        memory of its own, kept for the command's life (64-byte aligned,
-        ending at a guard page or a canary before one, as
-        :meth:`hal_cpu.Executable.dispatch` maps bindings); a run copies
-        the bindings' bytes in, rewrites only the binding pointers of the
-        export's layout (the same guest ranges every time), crosses into
-        the workgroup loop once, checks the canaries and copies the
-        writable bindings back. Runs ``slow`` instead when the module asks
-        for it (time limit, several workers), when bindings overlap in
-        memory, when the layout is busy on another thread, or when the
-        grid would take longer than one chunk
-        (:data:`hal_cpu.dispatch.CHUNK_SECONDS`, or
-        :data:`hal_cpu.dispatch.SHARE_SECONDS` with the default workers)
-        at the pace of its last run (unknown: a grid of one workgroup runs
-        here, a larger one runs ``slow`` first, which gives its pace: its
-        time per workgroup, copies included)."""
-        lib = self.library
-        module = self.module
-        backend = lib.backend
-        x, y, z = grid
-        total = x * y * z
-        label, path = export.label, lib.path
-        layout, lock = self._layout(export, len(refs), len(constants))
-        described = _DispatchSpec(export.workgroup_size, grid, constants, total)
-        lengths = [r[3] for r in refs]
-        n = len(refs)
-        spec = tuple((r[0], r[2]) if r[1] is None else (-1, r[1].address + r[2])
-                     for r in refs)
-        fixed = tuple(r[1] for r in refs)
-        acquire, release = lock.acquire, lock.release
-        leases = cast(CpuLeases, cpu_leases(backend))     # (emulated)
-        env, address = lib.environment, export.address
-        me = self
-        # guest ranges: [(guest address, host address, check or None)], made
-        # at the first run; pace: seconds per workgroup of the last run
-        state: dict[str, Any] = {"ranges": None, "pace": None}
-        limit = (SHARE_SECONDS if module.workers is None and host_workers() > 1
-                 else CHUNK_SECONDS)
-
-        def ranges():
-            # (guest address, host address or None until known, check)
-            made: list[tuple[int, int | None, Callable[[], None] | None]] = []
-            try:
-                for length in lengths:
-                    guest, check = backend.alloc_guarded(length)
-                    made.append((guest, None, check))
-                    view = backend.view(guest, length)
-                    host = np.frombuffer(view, np.uint8).ctypes.data
-                    view.release()
-                    made[-1] = (guest, host, check)
-            except BaseException:
-                for guest, _, _ in made:
-                    backend.release(guest)
-                raise
-            me.guarded.extend(guest for guest, _, _ in made)
-            state["ranges"] = made
-            return made
-
-        def run(table: _Table | None) -> None:
-            pace = state["pace"]
-            if (module._slow or me.closed or backend._closed
-                    or (pace is None if total > 1 else False)
-                    or pace is not None and pace * total > limit):
-                started = _perf_counter()
-                try:
-                    return slow(table)
-                finally:
-                    if (total > 1 and not module._slow
-                            and lib.last_workers == 1):
-                        # (also when the dispatch failed)
-                        state["pace"] = (_perf_counter() - started) / total
-            sources, writable = [], []
-            if table is not None:
-                addrs, entries = table.addrs, table.entries
-            for (s, o), buf in zip(spec, fixed):
-                if s < 0:
-                    sources.append(o)
-                    writable.append(buf.array.flags.writeable)
-                else:
-                    sources.append(addrs[s] + o)
-                    writable.append(entries[s][0].array.flags.writeable)
-            if n > 1:
-                spans = sorted(zip(sources, lengths))
-                for i in range(n - 1):
-                    if spans[i][0] + spans[i][1] > spans[i + 1][0]:
-                        # (views of one buffer: they must overlap in guest
-                        # memory too, as the library maps them)
-                        return slow(table)
-            if not acquire(False):
-                return slow(table)
-            try:
-                if me.closed or backend._closed:
-                    return slow(table)
-                guarded = state["ranges"] or ranges()
-                pointers = [g for g, _, _ in guarded]
-                for (_, host, _), src, length in zip(guarded, sources, lengths):
-                    _memmove(host, src, length)
-                first = leases.take(1)
-                ran = False
-                try:
-                    loop = layout.calls(address, env, first)[0]
-                    layout.write_again(described, pointers, lengths)
-                    ran = True
-                    started = _perf_counter()
-                    try:
-                        ret = loop()
-                    except elfloader.EmulationError as exc:
-                        from ..faults import dispatch_fault
-                        raise dispatch_fault(exc, lib, export, pointers,
-                                             lengths, layout) from None
-                    state["pace"] = (_perf_counter() - started) / total
-                finally:
-                    leases.give(first, 1)
-                    if ran:
-                        overrun = _finish(guarded, sources, lengths, writable)
-                if overrun is not None:
-                    from ..faults import binding_overrun
-                    raise binding_overrun(overrun, lib, export, pointers,
-                                          lengths) from None
-                if ret:
-                    check_return(layout, ret, total, grid, label, path)
-                if layout.local_checks:
-                    layout.check_local(label, path)
-            finally:
-                release()
-        return run
 
     def dispatch_command(self, ordinal: int, grid: tuple[int, int, int],
                          constants: list[int], refs: list[tuple]) -> Callable:
-        """A recorded dispatch as a callable of the resolved binding table.
+        """A recorded dispatch as a callable of the resolved binding table,
+        run by one :class:`~hal_cpu.dispatch_policy.PreparedDispatch`
+        (made here: export, grid, constants and binding lengths checked
+        once): natively on the buffers' storage in place (64-byte aligned),
+        emulated through guarded guest ranges kept for the command's life.
 
         ``refs`` are ``(slot, buffer or None, offset, length)``; a null
         buffer reads the slot of the table (length :data:`WHOLE`: the rest
         of the slot's range)."""
         lib = self.library
-        export = lib.exports[ordinal]
         module = self.module
         x, y, z = grid
-        total = x * y * z
-        label, path = export.label, lib.path
-        me = self
-
-        def slow(table: _Table | None) -> None:
-            if me.closed:
-                raise _status(FAILED_PRECONDITION, "the executable was unloaded "
-                              "(the HAL module is closed)")
-            views = []
-            for ref in refs:
-                buf, off, n = _resolve(table, ref)
-                views.append(buf.array[off:off + n])
-            kwargs: dict[str, Any] = {}
-            if module.workers is not None:
-                kwargs["workers"] = module.workers
-            if module._timeout:
-                kwargs["timeout"] = module._timeout
-            lib.dispatch(ordinal, grid, views, constants, **kwargs)
-
-        if total == 0:
+        if x * y * z == 0:
             return lambda table: None
         dynamic = any(r[3] == WHOLE and r[1] is None for r in refs)
-        if not self.native:
-            if dynamic or not all(r[3] > 0 for r in refs):
-                return slow
-            return self._guest_command(export, grid, constants, refs, slow)
-        if (dynamic
-                or total > FIRST_CHUNK.get(lib.backend.kind, 1)):
-            return slow
-        layout, lock = self._layout(export, len(refs), len(constants))
-        write_again, loop = layout.write_again, layout.loops[0]
-        # what write_again needs of the dispatch; repeats of this command on
-        # the layout it wrote last rewrite only pointers, lengths and range
-        described = _DispatchSpec(export.workgroup_size, grid, constants, total)
         lengths = [r[3] for r in refs]
-        acquire, release = lock.acquire, lock.release
-        if all(r[1] is None for r in refs):
-            spec = tuple((r[0], r[2]) for r in refs)
-
-            def run_from_table(table: _Table) -> None:
-                # (the common case: every binding from the table)
-                if module._slow or not acquire(False):
-                    return slow(table)
-                try:
+        prepared = lib.prepare(ordinal, grid, constants,
+                               len(refs) if dynamic else lengths,
+                               workers=module.workers)
+        self.prepared.append(prepared)
+        run_addresses = prepared.run_addresses
+        me = self
+        spec = tuple((r[0], r[2]) if r[1] is None else (-1, r[1].address + r[2])
+                     for r in refs)
+        if self.native and not dynamic:
+            if all(r[1] is None for r in refs):
+                def run_from_table(table: _Table) -> None:
+                    # (the common case: every binding from the table)
+                    if me.closed:
+                        _unloaded()
                     a = table.addrs
-                    write_again(described, [a[s] + o for s, o in spec], lengths)
-                    ret = loop()
-                finally:
-                    release()
-                if ret:
-                    check_return(layout, ret, total, grid, label, path)
-                if layout.local_checks:
-                    layout.check_local(label, path)
-            return run_from_table
-        if all(r[1] is not None for r in refs):
-            fixed = [r[1].address + r[2] for r in refs]
+                    run_addresses([a[s] + o for s, o in spec], lengths,
+                                  timeout=module.timeout)
+                return run_from_table
 
-            def pointers(table):
-                return fixed
-        else:
-            spec = tuple((r[0], r[2]) if r[1] is None
-                         else (-1, r[1].address + r[2]) for r in refs)
-
-            def pointers(table):
-                a = table.addrs
-                return [o if s < 0 else a[s] + o for s, o in spec]
+            def run_native(table: _Table | None) -> None:
+                if me.closed:
+                    _unloaded()
+                a = table.addrs if table is not None else ()
+                run_addresses([o if s < 0 else a[s] + o for s, o in spec],
+                              lengths, timeout=module.timeout)
+            return run_native
+        fixed = tuple(r[1] for r in refs)
 
         def run(table: _Table | None) -> None:
-            if module._slow or not acquire(False):
-                return slow(table)
-            try:
-                write_again(described, pointers(table), lengths)
-                ret = loop()
-            finally:
-                release()
-            if ret:
-                check_return(layout, ret, total, grid, label, path)
-            if layout.local_checks:
-                layout.check_local(label, path)
+            if me.closed:
+                _unloaded()
+            pointers, sizes, writable = [], [], []
+            for (s, o), buf, length in zip(spec, fixed, lengths):
+                if s < 0:
+                    pointers.append(o)
+                    writable.append(buf.array.flags.writeable)
+                else:
+                    assert table is not None   # (a slot of the table)
+                    pointers.append(table.addrs[s] + o)
+                    writable.append(table.entries[s][0].array.flags.writeable)
+                    if length == WHOLE:
+                        length = table.lens[s] - o
+                sizes.append(length)
+            run_addresses(pointers, sizes, writable=writable,
+                          timeout=module.timeout)
         return run
+
+
+def _unloaded() -> None:
+    raise _status(FAILED_PRECONDITION, "the executable was unloaded (the HAL "
+                  "module is closed)")
 
 
 # ---------------------------------------------------------------------------
@@ -800,11 +608,6 @@ class HalModule:
                                     or not isinstance(workers, int) or workers < 1):
             raise ValueError(f"{workers!r} is not a positive number of workers")
         self.workers = workers
-        # dispatches go through hal_cpu.Executable.dispatch (not the
-        # prepared layouts) when a time limit or several workers are asked
-        # for, or once the module is closed
-        self._many_workers = workers is not None and workers > 1
-        self._slow = self._many_workers
         if not isinstance(fill_byte, int) or not 0 <= fill_byte <= 255:
             raise ValueError(f"fill_byte {fill_byte!r} is not a byte value")
         self.fill_byte = fill_byte
@@ -849,7 +652,6 @@ class HalModule:
     def timeout(self, value: float | None) -> None:
         check_timeout(value, "timeout", None)
         self._timeout = value or None
-        self._slow = bool(value) or self._many_workers or self._closed
 
     # -- host side -----------------------------------------------------------
     def wrap_input(self, array) -> BufferView:
@@ -941,7 +743,6 @@ class HalModule:
         if self._closed:
             return
         self._closed = True
-        self._slow = True
         entries, self._executables = self._executables, {}
         for _, exe in entries.values():
             exe.close()
@@ -1875,24 +1676,6 @@ class HalModule:
                               "signal (every submitted operation has run)")
             return DEADLINE_EXCEEDED
         return OK
-
-
-def _finish(guarded, sources, lengths, writable):
-    """After a run of a guest command: copy the writable bindings back from
-    their guest ranges and check every range's canary. Returns the first
-    :class:`elfloader.GuardError` found (the kernel wrote past a binding),
-    or None."""
-    overrun = None
-    for (_, host, check), src, length, back in zip(guarded, sources, lengths,
-                                                   writable):
-        if back:
-            _memmove(src, host, length)
-        if check is not None:
-            try:
-                check()
-            except elfloader.GuardError as exc:
-                overrun = overrun or exc
-    return overrun
 
 
 def _nothing() -> None:
