@@ -756,10 +756,11 @@ class PreparedDispatch:
         return made
 
     @property
-    def guarded_ranges(self) -> int:
-        """Guarded guest ranges this object holds (emulated; 0 natively or
-        before the first :meth:`run_addresses`)."""
-        return len(self._ranges or ())
+    def guarded_ranges(self) -> list[int]:
+        """Guest addresses of the guarded ranges this object holds, one per
+        binding (emulated; none natively or before the first
+        :meth:`run_addresses`)."""
+        return [g for g, _, _ in self._ranges or ()]
 
     def close(self) -> None:
         """Free the guarded guest ranges (emulated); runs after this make
