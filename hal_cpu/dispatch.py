@@ -191,6 +191,7 @@ class DispatchLayout:
         #: what the last write_again wrote the dispatch state and constants
         #: for (None: write() wrote them since)
         self.written: Any = None
+        self._trailer: tuple[int, ...] = ()
         per = _up(wg.size, 64) + _up(rng.size, 64)
         total = head + per * workers + 64
         self.block = backend.alloc(total, 64)
@@ -318,21 +319,23 @@ class DispatchLayout:
         worker 0's range are written: the dispatch state and constants in
         the block are ``owner``'s already."""
         if self.written is owner and not self._stopped:
-            self._check_open()
+            if self.backend.closed:
+                self._check_open()
             self._tail.pack_into(self._view,  # type: ignore[arg-type]
-                                 self._ptrs_at, *pointers,
-                                 *lengths, 0, owner.total, _NO_INDEX,
-                                 self.stop, 0, 0)
+                                 self._ptrs_at, *pointers, *lengths,
+                                 *self._trailer)
             return
         self.write(owner.wsize, owner.wc, 1, owner.consts, pointers, lengths,
                    owner.total)
         if self._view is not None:
             self.written = owner
+            # worker 0's range [0, total) after the binding arrays
+            self._trailer = (0, owner.total, _NO_INDEX, self.stop, 0, 0)
 
     def _check_open(self) -> None:
         """Raise before writing through the view of a closed backend's
         memory (gone with it)."""
-        if getattr(self.backend, "_closed", False):
+        if self.backend.closed:
             raise elfloader.BackendError(
                 "the backend of the dispatch layout is closed",
                 field="dispatch", value=self.block)

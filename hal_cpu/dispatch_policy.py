@@ -351,7 +351,7 @@ class PreparedDispatch:
                  "binding_count", "lengths", "workers_arg", "grid_arg",
                  "constants_arg", "shares", "slow", "native", "leases",
                  "_running", "_pools", "_fast_pool", "_ranges", "_range_lock",
-                 "_local", "__weakref__")
+                 "_local", "_short", "__weakref__")
 
     def __init__(self, executable: Any, export: Any, wc: tuple[int, int, int],
                  wsize: tuple[int, int, int], consts: Sequence[int], total: int,
@@ -385,8 +385,12 @@ class PreparedDispatch:
         # address of its bytes, canary check or None)]
         self._ranges: list[tuple[int, int, Callable[[], None] | None]] | None = None
         self._range_lock = threading.Lock()
-        # one worker, one crossing, natively: the short path
         self._local = export.local_memory_size
+        # one worker, one crossing, natively: the short path
+        self._short = (self._make_short() if self.native and 0 < total
+                       <= FIRST_CHUNK_NATIVE and not (
+                           workers_arg is not None and workers_arg > 1
+                           and total > 1) else None)
 
     def __repr__(self) -> str:
         return (f"<PreparedDispatch {self.label} of {self.path} grid={self.wc} "
@@ -514,7 +518,9 @@ class PreparedDispatch:
                                     "lengths or pass them", name=self.path,
                                     field="lengths", value=None)
         if self.native:
-            if timeout or not self._native_short(pointers, lengths):
+            short = self._short
+            if (timeout or short is None or self.backend.timeout_us
+                    or not short(pointers, lengths)):
                 self._execute(lambda: (pointers, lengths), None, timeout, None)
             return
         if (self.lengths is not None and list(lengths) == self.lengths
@@ -553,58 +559,70 @@ class PreparedDispatch:
         """Run natively in one crossing on one worker, when the grid is
         small enough and the default worker count (by the export's pace)
         is one. False: not run."""
-        if self.total > FIRST_CHUNK_NATIVE or self.backend.closed:
+        short = self._short
+        if short is None or self.backend.timeout_us:
             return False
+        return short(pointers, lengths)
+
+    def _make_short(self) -> Callable[[Sequence[int], Sequence[int]], bool]:
+        """The short path as one function with everything it reads bound:
+        the layout from the pool, the binding pointers and lengths
+        rewritten (:meth:`DispatchLayout.write_again`), one crossing, the
+        return and local-memory checks; with the default workers, the
+        pace noted when it may change whether the next run shares."""
         exe = self.executable
-        shares = self.shares
-        if shares:
-            pace = exe.pace.get(self.ordinal)
-            if pace is not None and pace * self.total > SHARE_SECONDS:
-                return False
-        elif self.workers_arg is not None and self.workers_arg > 1 \
-                and self.total > 1:
-            return False
-        if self.backend.timeout_us or not self.total:
-            return not self.total
         running = self._running
-        me = _get_ident()
-        running.append(me)
+        add, drop = running.append, running.remove
         pool = self._fast_pool
-        try:
-            if exe.closed:
-                raise LibraryError("the executable is closed", name=self.path,
-                                   field="dispatch", value=self.label)
+        pop, put = pool.pop, pool.append
+        total, wc, label, path = self.total, self.wc, self.label, self.path
+        ordinal, shares = self.ordinal, self.shares
+        pace_of = exe.pace.get
+        ident = _get_ident
+        owner = self
+
+        def short(pointers: Sequence[int], lengths: Sequence[int]) -> bool:
+            if shares:
+                pace = pace_of(ordinal)
+                if pace is not None and pace * total > SHARE_SECONDS:
+                    return False
+            me = ident()
+            add(me)
             try:
-                layout = pool.pop()
-            except IndexError:
-                layout = self._new_layout(1)
-            try:
-                exe.last_workers = 1
-                if shares:
-                    started = _perf_counter()
-                layout.write_again(self, pointers, lengths)
-                ret = layout.loops[0]()
-                if ret:
-                    check_return(layout, ret, self.total, self.wc, self.label,
-                                 self.path)
-                if layout.local_checks:
-                    layout.check_local(self.label, self.path)
-                if shares:
-                    # Only a slow dispatch, or the first fast one after it,
-                    # can change whether the next one shares: the pace is
-                    # noted then (in between, the pace noted last is a
-                    # fast one).
-                    elapsed = _perf_counter() - started
-                    if elapsed > SHARE_SECONDS or self.slow:
-                        self.slow = elapsed > SHARE_SECONDS
-                        exe.note_pace(self.ordinal, elapsed / self.total)
+                if exe.closed:
+                    raise LibraryError("the executable is closed", name=path,
+                                       field="dispatch", value=label)
+                try:
+                    layout = pop()
+                except IndexError:
+                    layout = owner._new_layout(1)
+                try:
+                    exe.last_workers = 1
+                    if shares:
+                        started = _perf_counter()
+                    layout.write_again(owner, pointers, lengths)
+                    ret = layout.loops[0]()
+                    if ret:
+                        check_return(layout, ret, total, wc, label, path)
+                    if layout.local_checks:
+                        layout.check_local(label, path)
+                    if shares:
+                        # Only a slow dispatch, or the first fast one after
+                        # it, can change whether the next one shares: the
+                        # pace is noted then (in between, the pace noted
+                        # last is a fast one).
+                        elapsed = _perf_counter() - started
+                        if elapsed > SHARE_SECONDS or owner.slow:
+                            owner.slow = elapsed > SHARE_SECONDS
+                            exe.note_pace(ordinal, elapsed / total)
+                finally:
+                    put(layout)
             finally:
-                pool.append(layout)
-        finally:
-            running.remove(me)
-            if exe.closed:
-                exe.release_if_idle()
-        return True
+                drop(me)
+                if exe.closed:
+                    exe.release_if_idle()
+            return True
+        return short
 
     def _new_layout(self, workers: int) -> DispatchLayout:
         layout = DispatchLayout(self.backend, self.binding_count,
