@@ -265,8 +265,8 @@ def _campaign(args, argv, t0, source, corpus, targets, backends, opts, canary) -
               f"stopped there at an access outside a buffer (oob)")
     if confirmed:
         print(f"{confirmed} native crash(es) in the file's code run again with hal-cpu "
-              f"run-module: {sum(1 for r in records if r.get('reported'))} reported as one "
-              f"error line (fault(reported))")
+              f"run-module: {sum(1 for r in records if r.get('reported'))} reported as an "
+              f"error (fault(reported))")
     faults = out["faults"]
     for key, f in faults.items():
         if f["syscall"]:
@@ -454,32 +454,42 @@ def compare_emulated(records: list, cases_by_id: dict, args, corpus) -> int:
     return len(todo)
 
 
+def reported_error(results: list) -> str | None:
+    """The error line with which ``hal-cpu run-module`` reported a fault,
+    from its runs' ``(status, stderr)``: every run ended with status 0 or
+    1, a failed one's stderr starts with one ``hal-cpu: error:`` line
+    (lines after it are the diagnosis: where the emulated rerun found the
+    fault) and holds no traceback; None otherwise, or when none failed."""
+    first = None
+    for status, err in results:
+        if status == 0:
+            continue
+        lines = err.strip().splitlines()
+        if status != 1 or not lines or not lines[0].startswith("hal-cpu: error:") \
+                or "Traceback (most recent call last)" in err:
+            return None
+        first = first or lines[0][:400]
+    return first
+
+
 def confirm_reported(records: list, cases_by_id: dict, corpus) -> int:
     """``vmfb-run`` and ``names``: each native crash in the file's own code
     runs again as a user runs the file, ``hal-cpu run-module FILE
     --function=F --input=...`` for every public function (the command runs
-    native code in a confined child of its own). When every command ends
-    with status 0 or 1, one line on stderr when 1, and at least one failed,
-    the tool reported the fault as one error line: the case is counted as
-    ``fault(reported)`` (``reported`` holds the line). Returns the number of
-    cases run again."""
+    native code in a confined child of its own). When the command reports
+    the fault as an error (:func:`reported_error`), the case counts as
+    ``fault(reported)`` (``reported`` holds the error line). Returns the
+    number of cases run again."""
     from .vmrun import cli_inputs
     todo = [r for r in records if r["target"] in ("vmfb-run", "names")
             and r["backend"] == "native" and r["outcome"] == "crash" and r.get("acceptable")
             and cases_by_id[r["id"]].get("kind") != "plugin"]
     for rec in todo:
-        data = corpus_data(corpus, cases_by_id[rec["id"]])
-        lines, ok = [], True
-        for status, err in cli_inputs(data):
-            stderr = err.strip().splitlines()
-            if status not in (0, 1) or (status == 1 and len(stderr) != 1):
-                ok = False
-                lines.append(f"status {status}: {err[-300:]}")
-            elif status == 1:
-                lines.append(stderr[0][:400])
-        rec["cli"] = lines
-        if ok and lines:
-            rec["reported"] = lines[0]
+        results = cli_inputs(corpus_data(corpus, cases_by_id[rec["id"]]))
+        rec["cli"] = [f"status {st}: {err.strip()[-600:]}" for st, err in results]
+        line = reported_error(results)
+        if line:
+            rec["reported"] = line
     return len(todo)
 
 
@@ -615,12 +625,12 @@ def replay(args) -> int:
                     and rec["outcome"] == "crash" and rec.get("acceptable")):
                 # as the campaign does: the file run by hal-cpu run-module
                 from .vmrun import cli_inputs
-                lines = [f"status {st}: {err.strip()[-300:]}" for st, err in cli_inputs(data)]
-                for line in lines:
-                    print(f"  hal-cpu run-module: {line}")
-                if all(ln.startswith(("status 0", "status 1")) for ln in lines) and any(
-                        ln.startswith("status 1") and "\n" not in ln for ln in lines):
-                    rec["reported"] = lines[0]
+                results = cli_inputs(data)
+                for st, err in results:
+                    print(f"  hal-cpu run-module: status {st}: {err.strip()[-600:]}")
+                line = reported_error(results)
+                if line:
+                    rec["reported"] = line
     finally:
         if canary is not None:
             canary.close()

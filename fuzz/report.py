@@ -23,7 +23,7 @@ def column(rec: dict) -> str:
     if rec["outcome"] == "crash":
         if rec.get("acceptable") and rec.get("reported"):
             # a native crash of the file's code that hal-cpu run-module,
-            # running the same file, reported as one error line
+            # running the same file, reported as an error
             return "fault(reported)"
         return "crash(guest)" if rec.get("acceptable") else "crash(host)"
     if rec["outcome"] == "hang":
