@@ -58,6 +58,7 @@ class Layout:
     size: int
     align: int
     _fmt: str
+    format: str
 
     def __init__(self, cstruct: "CStruct", ptr_size: int, int64_align: int = 8):
         self.name = cstruct.name
@@ -79,7 +80,7 @@ class Layout:
                     self._fields.append((f"{name}.{sname}", code, scount))
                 for sname, soff in sub.offsets.items():
                     self.offsets[f"{name}.{sname}"] = off + soff
-                fmt += sub._fmt[1:]
+                fmt += sub.format[1:]
                 off += sub.size
                 align = max(align, sub.align)
                 continue

@@ -48,7 +48,7 @@ def export(name: str):
     """Mark a method of a :class:`HostModule` subclass as the module's
     function ``name`` (e.g. ``"string.create"``)."""
     def mark(fn):
-        fn._host_export = name
+        fn.host_export = name
         return fn
     return mark
 
@@ -83,8 +83,8 @@ class HostModule:
         found = {}
         for attr in dir(type(self)):
             fn = getattr(type(self), attr, None)
-            if callable(fn) and hasattr(fn, "_host_export"):
-                found[fn._host_export] = getattr(self, attr)
+            if callable(fn) and hasattr(fn, "host_export"):
+                found[fn.host_export] = getattr(self, attr)
         self.functions: dict[str, Callable] = {**found, **(functions or {})}
 
     def __repr__(self) -> str:

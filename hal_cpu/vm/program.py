@@ -338,7 +338,7 @@ def _check_deadline() -> None:
     deadline = getattr(_calls, "deadline", None)
     if deadline is None or time.monotonic() < deadline:
         return
-    frame = sys._getframe(1)
+    frame = sys._getframe(1)  # noqa: SLF001 - CPython's frame access, the caller's name
     name = frame.f_globals.get("_vm_name") or frame.f_code.co_name
     program = _calls.program
     _calls.deadline = None      # report once; the exception unwinds the call
@@ -412,21 +412,21 @@ class Function:
 
     def __call__(self, *inputs) -> list:
         program = self.program
-        if program._closed:
+        if program.closed:
             raise VmError("the program is closed", name=program.label,
                           field="function", value=self.name)
         convert = self._convert
         if len(inputs) != len(convert):
             raise TypeError(f"@{self.name} takes {len(self.arg_types)} arguments "
                             f"({self.declaration or self.cconv}); got {len(inputs)}")
-        with program._lock:
+        with program.lock:
             try:
                 args = [c(v) for c, v in zip(convert, inputs)]
             except VmError as exc:
                 if exc.name is None:
                     raise exc.with_name(program.label) from None
                 raise
-            out = program._run(self._fn, args, self.name)
+            out = program.run_function(self._fn, args, self.name)
             results = self._results
             if len(results) == 1:
                 return [results[0](out)]
@@ -443,12 +443,38 @@ class Function:
         if len(inputs) != len(self._convert):
             raise TypeError(f"@{self.name} takes {len(self.arg_types)} arguments "
                             f"({self.declaration or self.cconv}); got {len(inputs)}")
-        with program._lock:
+        with program.lock:
             args = [c(v) for c, v in zip(self._convert, inputs)]
-            return program._run(self._fn, args, self.name)
+            return program.run_function(self._fn, args, self.name)
 
     def __repr__(self) -> str:
         return f"<function @{self.name} {self.declaration or self.cconv}>"
+
+
+class InputMismatchError(VmStatusError):
+    """An input a function's own check rejects (``hal.buffer_view.assert``
+    on an argument: shape, element type or encoding): the message names the
+    function (``@name``), the input (``input<N>``, from 0) and, for a shape,
+    the expected and actual shapes as lists (``[53, 29]``); status
+    INVALID_ARGUMENT, ``location`` the op's source line when known."""
+
+
+_INPUT_CHECK = re.compile(r"input\d+ (shape|element type|encoding) ")
+_SHAPE_TEXT = re.compile(r"`(\d*(?:x\d+)*)`")
+
+
+def input_mismatch(exc: VmStatusError, fname: str) -> InputMismatchError | None:
+    """``exc`` as an :class:`InputMismatchError` naming function ``fname``
+    when it is a rejected argument of the call (IREE's wording kept, shapes
+    written as lists), else None."""
+    if exc.code != 3 or not _INPUT_CHECK.match(exc.message):
+        return None
+
+    def as_list(m: re.Match) -> str:
+        dims = m.group(1)
+        return "[" + ", ".join(dims.split("x")) + "]" if dims else "[] (scalar)"
+    message = f"@{fname}: " + _SHAPE_TEXT.sub(as_list, exc.message)
+    return InputMismatchError(exc.code, message, exc.location, name=exc.name)
 
 
 def _argument(hal, value, ty: str, index: int, fname: str):
@@ -525,8 +551,10 @@ class Program:
         arch = getattr(hal, "arch", None)
         self.arch = getattr(arch, "name", arch)
         self.modules = list(mdefs)
-        self._lock = threading.RLock()
-        self._closed = False
+        #: held while a function of the program runs (one call at a time)
+        self.lock = threading.RLock()
+        #: :meth:`close` was called
+        self.closed = False
         self._bytecode: list[_BytecodeModule] = []
         self.check = None
         try:
@@ -546,8 +574,8 @@ class Program:
                 registered.append(bc.linked())
                 init = bc.exports.get("__init")
                 if init is not None:
-                    with self._lock:
-                        self._run(bc.env.functions[init.function], (),
+                    with self.lock:
+                        self.run_function(bc.env.functions[init.function], (),
                                   f"{mdef.name}.__init")
         except BaseException:
             self.close()
@@ -562,8 +590,8 @@ class Program:
                 self, name, e.cconv or fdef.cconv, main.env.functions[e.function],
                 (e.attrs or {}).get("iree.abi.declaration"))
 
-    def _run(self, fn, args, name: str):
-        """``fn(*args)`` within :attr:`timeout`; the caller holds the lock."""
+    def run_function(self, fn, args, name: str):
+        """``fn(*args)`` within :attr:`timeout`; the caller holds :attr:`lock`."""
         try:
             if self.timeout is None:
                 if self.hal.timeout:
@@ -588,6 +616,10 @@ class Program:
             # the failed call's frames let go of its values (buffers, lists)
             # now, not when the caller drops the error
             traceback.clear_frames(exc.__traceback__)
+            if isinstance(exc, VmStatusError):
+                mismatch = input_mismatch(exc, name)
+                if mismatch is not None:
+                    raise mismatch.with_name(exc.name or self.label) from None
             if exc.name is None:
                 raise exc.with_name(self.label) from None
             raise
@@ -608,7 +640,7 @@ class Program:
         fn = self.functions.get(name.lstrip("@"))
         if fn is None:
             raise VmError(f"no public function @{printable(name.lstrip('@'), 200)}; "
-                          f"the module has {printable(', '.join(self.functions)) or '(none)'}",
+                          f"the module has {printable(', '.join('@' + f for f in self.functions)) or '(none)'}",
                           name=self.label, field="--function", value=name)
         return fn
 
@@ -625,14 +657,14 @@ class Program:
     def close(self) -> None:
         """Run each module's ``__deinit`` (newest first) and unload the
         executables; idempotent."""
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
+        self.closed = True
         try:
             for bc in reversed(self._bytecode):
                 deinit = bc.exports.get("__deinit")
                 if deinit is not None:
-                    with self._lock:
+                    with self.lock:
                         bc.env.functions[deinit.function]()
         finally:
             self.hal.close()

@@ -52,7 +52,8 @@ def _x86_32_init(uc) -> None:
     noop = ctypes.cast(libc.abs, ctypes.c_void_p)
     handle = uc_hook_h()
     status = uclib.uc_hook_add(
-        uc._uch, ctypes.byref(handle), UC.UC_HOOK_CODE, noop, None,
+        uc._uch,  # noqa: SLF001 - unicorn keeps its engine handle private
+        ctypes.byref(handle), UC.UC_HOOK_CODE, noop, None,
         ctypes.c_uint64(1), ctypes.c_uint64(0))
     if status != UC.UC_ERR_OK:
         uc.hook_add(UC.UC_HOOK_CODE, lambda *args: None)

@@ -183,7 +183,7 @@ class UnicornCpu(Cpu):
                 uc.ctl_set_cpu_model(model.cpu)
             if model.page_size is not None:
                 uc.ctl_set_page_size(model.page_size)
-            self._uch = uc._uch
+            self._uch = uc._uch  # noqa: SLF001 - unicorn keeps its handle private
             unicorn_arch.virtual_tlb(uc)
             self.page_size = uc.ctl_get_page_size()
             self._fill_hook = self._add_tlb_fill_hook()
@@ -628,7 +628,7 @@ class UnicornCpu(Cpu):
         release = getattr(uc, "_Uc__finalizer", None)
         if release is not None:
             release()   # uc_close, once; the engine object is dead after it
-        uc._callbacks.clear()   # the hooks hold this CPU: break the cycle
+        uc._callbacks.clear()  # noqa: SLF001 - unicorn's hook table holds this CPU: break the cycle
 
 
 def _unsupported(space, pc: int) -> str:
