@@ -30,7 +30,9 @@ Parts, one job each:
 * :mod:`~hal_cpu.vm.plan`: a record-only call: the steps a call submits
   (:mod:`~hal_cpu.vm.steps`: dispatches, fills, copies as data), not run
   (:func:`plan_program`; :class:`DataDependenceError` when the host program
-  reads what a step computes).
+  reads what a step computes); :mod:`~hal_cpu.vm.run`: running a plan's
+  steps (:func:`run_plan`; dispatches through :class:`PlanRunner`, which
+  calls :meth:`hal_cpu.Executable.dispatch`, or a caller's kernels).
 
 The calling convention inside this package (one for bytecode functions,
 imports, the HAL module and host modules):
@@ -48,6 +50,7 @@ imports, the HAL module and host modules):
 from .plan import DataDependenceError, Recording, plan_program  # noqa: E402
 from .program import Function, LinkError, Program, load_program  # noqa: E402
 from .refs import VmBuffer, VmError, VmList, VmStatusError  # noqa: E402
+from .run import PlanRunner, run_plan  # noqa: E402
 from .steps import (  # noqa: E402
     BindingRef,
     CopyStep,
@@ -60,4 +63,4 @@ from .steps import (  # noqa: E402
 __all__ = ["load_program", "Program", "Function", "LinkError", "VmError",
            "VmStatusError", "VmBuffer", "VmList", "plan_program", "Recording",
            "DataDependenceError", "BindingRef", "CopyStep", "Dispatch",
-           "FillStep", "ProgramPlan", "ResultRef"]
+           "FillStep", "ProgramPlan", "ResultRef", "PlanRunner", "run_plan"]

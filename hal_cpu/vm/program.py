@@ -36,6 +36,7 @@ numpy arrays where a buffer view is expected.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -50,7 +51,7 @@ from fatelf.text import printable
 from .refs import VmBuffer, VmError, VmStatusError
 
 __all__ = ["LinkError", "ProgramTimeoutError", "Program", "Function",
-           "load_program", "module_arch"]
+           "InputMismatchError", "input_mismatch", "load_program", "module_arch"]
 
 
 class ProgramTimeoutError(VmError):
@@ -472,7 +473,7 @@ def input_mismatch(exc: VmStatusError, fname: str) -> InputMismatchError | None:
 
     def as_list(m: re.Match) -> str:
         dims = m.group(1)
-        return "[" + ", ".join(dims.split("x")) + "]" if dims else "[] (scalar)"
+        return "[" + ", ".join(dims.split("x")) + "]" if dims else "[]"
     message = f"@{fname}: " + _SHAPE_TEXT.sub(as_list, exc.message)
     return InputMismatchError(exc.code, message, exc.location, name=exc.name)
 
@@ -639,8 +640,9 @@ class Program:
             return next(iter(self.functions.values()))
         fn = self.functions.get(name.lstrip("@"))
         if fn is None:
+            have = ", ".join("@" + f for f in self.functions)
             raise VmError(f"no public function @{printable(name.lstrip('@'), 200)}; "
-                          f"the module has {printable(', '.join('@' + f for f in self.functions)) or '(none)'}",
+                          f"the module has {printable(have) or '(none)'}",
                           name=self.label, field="--function", value=name)
         return fn
 

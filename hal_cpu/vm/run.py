@@ -1,5 +1,13 @@
-"""Running a plan: buffers and transfers with numpy, dispatches through
-:class:`hal_cpu.Executable` (or any callback)."""
+"""Running a plan (:func:`hal_cpu.vm.plan_program`'s steps): buffers and
+transfers with numpy, dispatches through :meth:`hal_cpu.Executable.dispatch`
+(or any callback).
+
+A plan is data: a caller may run its dispatches with its own kernels
+(numpy stand-ins, a thread pool, a checker between steps) or through this
+runtime's executables (:class:`PlanRunner`). A program's own calls run on
+the VM (:func:`hal_cpu.vm.load_program`); this runs what a record-only call
+listed, in the same order.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +21,7 @@ from ..arrays import empty as aligned_empty
 from ..arrays import fill_pattern
 from ..arrays import full as aligned_full
 from ..errors import DispatchTimeoutError
-from .errors import EvaluationError
+from .refs import VmError
 from .steps import BindingRef, Dispatch, FillStep, ProgramPlan
 
 __all__ = ["PlanRunner", "run_plan"]
@@ -123,7 +131,7 @@ def run_plan(plan: ProgramPlan, inputs: Sequence[Any],
     """Execute a plan: allocate its buffers, run each step, return the results.
 
     Args:
-        plan: from :func:`hal_cpu.iree.plan_program` for the same ``inputs``.
+        plan: from :func:`hal_cpu.vm.plan_program` for the same ``inputs``.
         inputs: the arrays and scalars the plan was made for. Input arrays are
             copied first, so kernels cannot modify the caller's arrays.
         run_dispatch: ``run_dispatch(dispatch, bindings)`` receives each
@@ -138,7 +146,8 @@ def run_plan(plan: ProgramPlan, inputs: Sequence[Any],
         dtypes.
 
     Raises:
-        EvaluationError: a binding lies outside its buffer.
+        hal_cpu.vm.VmError: a binding lies outside its buffer (``field``
+            ``binding``, ``value`` the step's byte range).
         Whatever ``run_dispatch`` raises.
     """
     if run_dispatch is None:
@@ -163,7 +172,9 @@ def run_plan(plan: ProgramPlan, inputs: Sequence[Any],
     def view(b: BindingRef) -> np.ndarray:
         buf = storage[(b.kind, b.ref)]
         if b.offset < 0 or b.offset + b.length > buf.size:
-            raise EvaluationError(f"binding {b} outside its buffer of {buf.size} bytes")
+            raise VmError(f"binding {b} outside its buffer of {buf.size} bytes",
+                          name=plan.function, field="binding",
+                          value=(b.offset, b.length))
         return buf[b.offset:b.offset + b.length]
 
     for step in plan.steps:
