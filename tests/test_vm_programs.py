@@ -419,13 +419,18 @@ def test_fuzz_slice_program(tmp_path):
 
 
 def test_memory_limit_on_the_mlir_path(compile_cache, capsys):
-    """The MLIR interpreter's runs have the same bound: one line naming the
-    source line and the size; a large result allocated once."""
+    """MLIR runs on the VM with the same bound: one line naming the MLIR
+    file, the op (``hal.device.queue.alloca``), the size and the function;
+    a large result allocated once. No source line: iree-compile 3.13's
+    ``.vmfb`` debug database holds one function's source map only, so the
+    VM names the file, function and op, not the line."""
     rc, out, err = cli(capsys, "run-module", LIMITS, f"--cache_dir={compile_cache}",
                        "--function=sized", f"--input={1 << 40}")
     assert rc == 1 and len(err.splitlines()) == 1
-    assert (f"{LIMITS}: line 25: an allocation of 4398046511104 bytes would take the "
-            "program's buffers past its memory limit") in err
+    assert err.startswith(f"hal-cpu: error: {LIMITS}: RESOURCE_EXHAUSTED: "
+                          "hal.device.queue.alloca: 4398046511104 bytes would take the "
+                          "program's buffers past its memory limit"), err
+    assert err.rstrip().endswith("(in @sized)"), err
     rc, out, err = cli(capsys, "run-module", LIMITS, f"--cache_dir={compile_cache}",
                        "--function=sized", "--input=3000", "--memory_limit=4K")
     assert rc == 1 and "memory limit of 4096 bytes" in err
@@ -438,6 +443,9 @@ def test_memory_limit_on_the_mlir_path(compile_cache, capsys):
 
 
 def test_timeout_stops_a_host_loop_on_the_mlir_path(compile_cache):
+    """--timeout stops a host loop of an MLIR program run on the VM: one
+    line naming the file and the function (no source line: see the memory
+    limit test)."""
     import time as _time
     compile_program(LIMITS, HOST, compile_cache)    # (the command's time is the run's)
     start = _time.monotonic()
@@ -445,12 +453,12 @@ def test_timeout_stops_a_host_loop_on_the_mlir_path(compile_cache):
                     "--function=spin", "--input=5", "--timeout=3")
     took = _time.monotonic() - start
     assert proc.returncode == 1 and took < 3 + 2 + 3, (took, proc.stderr)
-    # (the line is that of the loop's op where the limit was seen: 9 or 16)
-    import re
-    assert re.fullmatch(
-        re.escape(f"hal-cpu: error: {LIMITS}: line ") + r"(9|16)"
-        + re.escape(": the time limit of 3 s passed in @spin (a loop of the "
-                    "program's host code)"), proc.stderr.strip()), proc.stderr
+    # the VM names the file and the function whose loop it stopped, not a
+    # source line: iree-compile 3.13's .vmfb debug database holds one
+    # function's source map only
+    assert proc.stderr.strip() == (
+        f"hal-cpu: error: {LIMITS}: timeout: the time limit of 3 s passed in "
+        "@spin (a loop of the program's host code)"), proc.stderr
 
 
 def test_a_compile_that_never_ends_is_stopped(tmp_path):

@@ -48,7 +48,7 @@ import numpy as np
 from fatelf import arches
 from fatelf.text import printable
 
-from .refs import VmBuffer, VmError, VmStatusError
+from .refs import RESOURCE_EXHAUSTED, VmBuffer, VmError, VmStatusError
 
 __all__ = ["LinkError", "ProgramTimeoutError", "Program", "Function",
            "InputMismatchError", "input_mismatch", "load_program", "module_arch"]
@@ -621,6 +621,13 @@ class Program:
                 mismatch = input_mismatch(exc, name)
                 if mismatch is not None:
                     raise mismatch.with_name(exc.name or self.label) from None
+                if exc.code == RESOURCE_EXHAUSTED and f"@{name}" not in exc.message:
+                    # a buffer past the memory limit: say in which call
+                    err = type(exc).__new__(type(exc))
+                    err.__dict__.update(exc.__dict__)
+                    VmStatusError.__init__(err, exc.code, f"{exc.message} (in @{name})",
+                                           exc.location, name=exc.name or self.label)
+                    raise err from None
             if exc.name is None:
                 raise exc.with_name(self.label) from None
             raise
