@@ -452,15 +452,37 @@ def _vm_result_type(value) -> str:
     return "hal.buffer_view" if isinstance(value, np.ndarray) else type(value).__name__
 
 
+class ExportNotes(list):
+    """A ``trace`` list for :func:`hal_cpu.vm.load_program` that keeps no
+    record: it calls ``note("in export <name>")`` when the program is
+    about to dispatch an export other than the last one (in a child
+    process, the place a native crash names)."""
+
+    def __init__(self, note):
+        super().__init__()
+        self.note, self.last = note, None
+
+    def append(self, record) -> None:
+        key = (id(record.executable), record.ordinal)
+        if key != self.last:
+            self.last = key
+            exports = record.executable.library.exports
+            export = exports[record.ordinal] if record.ordinal < len(exports) else None
+            self.note(f"in export {getattr(export, 'name', None) or record.ordinal}")
+
+
 def _vm_run_module(args, files, hosts, arch) -> int:
     label = SOURCES.get(files[-1], files[-1])
     _check_outputs(args.output, label)
     modules, arch = vm_arch(files, arch)
     loaded: list = []
 
-    def run(_note, backend=None):
+    def run(note, backend=None):
+        # the native run says which export it dispatches: a crash names it
+        notes = None if backend else ExportNotes(note)
         with vm_program(args, files, hosts, arch, modules=modules,
-                        host_modules=loaded, backend=backend) as program:
+                        host_modules=loaded, backend=backend,
+                        trace=notes) as program:
             fn = program.function(args.function)
             inputs = vm_inputs(fn, args.input, label)
             if args.output and len(args.output) != len(fn.result_types):
