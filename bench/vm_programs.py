@@ -14,8 +14,17 @@ for this machine and for aarch64. Cases:
   then ``predict`` called in a batch lasting about S seconds (the count is
   fixed before the rounds): mean per call, natively;
 * the same on the aarch64 build, emulated (qemu engine where installed);
-* ``hal-cpu benchmark-module`` on the host build: its median per call, as
-  a check that the command measures the call and not its own loop;
+* ``iree.runtime`` (IREE's Python runtime, ``local-sync``): the same
+  program loaded once in a ``SystemContext``, ``predict`` called from
+  Python and its result read as a numpy array (``to_host()``), as ours
+  returns one: mean per call of a batch;
+* ``hal-cpu benchmark-module`` on the host build: its median per call
+  (the command runs natively in a confined child, one fork per command:
+  only the calls are counted);
+* a 512x512 f32 matmul (``bench/programs/matmul512.mlir``, inputs of
+  ones) through ``hal-cpu benchmark-module --device=local-sync
+  --workers=1`` against ``iree-benchmark-module --device=local-sync``
+  (one thread on both), per call;
 * processes: ``hal-cpu run-module mlp.vmfb`` (cached program, native) and
   ``iree-run-module`` on the same file: wall time from spawn to exit. The
   Python processes run as users run them, with ``.pyc`` files: without
@@ -48,6 +57,8 @@ import _timing as T  # noqa: E402
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "mlp.mlir"
 INPUT = "4x16xf32=1"
+MATMUL = Path(__file__).resolve().parent / "programs" / "matmul512.mlir"
+MATMUL_INPUTS = ["512x512xf32=1", "512x512xf32=1"]
 
 
 def _iree_tool(name: str) -> str | None:
@@ -55,14 +66,17 @@ def _iree_tool(name: str) -> str | None:
     return str(here) if here.exists() else shutil.which(name)
 
 
-def iree_benchmark(tool: str, vmfb: Path, seconds: float):
+def iree_benchmark(tool: str, vmfb: Path, seconds: float,
+                   function: str = "predict", inputs=(INPUT,)):
     """A measurement: iree-benchmark-module's real_time per call."""
-    pattern = re.compile(r"^BM_predict/\S*real_time\s+([\d.]+)\s+(ns|us|ms|s)\b", re.M)
+    pattern = re.compile(rf"^BM_{function}/\S*real_time\s+([\d.]+)\s+(ns|us|ms|s)\b",
+                         re.M)
     scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
     def measure():
         out = subprocess.run([tool, f"--module={vmfb}", "--device=local-sync",
-                              "--function=predict", f"--input={INPUT}",
+                              f"--function={function}",
+                              *[f"--input={i}" for i in inputs],
                               f"--benchmark_min_time={seconds}s"],
                              capture_output=True, text=True)
         m = pattern.search(out.stdout)
@@ -92,22 +106,38 @@ def batch(fn, seconds: float):
     return measure
 
 
-def cli_benchmark(vmfb: Path, seconds: float):
+def cli_benchmark(vmfb: Path, seconds: float, function: str = "predict",
+                  inputs=(INPUT,), extra=()):
     """A measurement: the median per call ``hal-cpu benchmark-module``
     prints."""
-    pattern = re.compile(r"median ([\d.]+) us")
+    pattern = re.compile(r"median ([\d.]+) (us|ms|s)\b")
+    scale = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 
     def measure():
         out = subprocess.run([sys.executable, "-m", "hal_cpu", "benchmark-module",
-                              f"--module={vmfb}", "--function=predict",
-                              f"--input={INPUT}", "--device=local-sync",
-                              f"--benchmark_min_time={seconds}s"],
+                              f"--module={vmfb}", f"--function={function}",
+                              *[f"--input={i}" for i in inputs], "--device=local-sync",
+                              *extra, f"--benchmark_min_time={seconds}s"],
                              capture_output=True, text=True)
         m = pattern.search(out.stdout)
         if not m:
             raise RuntimeError(f"benchmark-module printed no time:\n{out.stdout}{out.stderr}")
-        return float(m.group(1)) * 1e-6
+        return float(m.group(1)) * scale[m.group(2)]
     return measure
+
+
+def iree_runtime_call(vmfb: Path, x: np.ndarray, seconds: float):
+    """A measurement: ``iree.runtime``'s call of ``predict`` from Python
+    (``local-sync``), its result read as a numpy array; None without the
+    package."""
+    try:
+        import iree.runtime as rt
+    except ImportError:
+        return None
+    ctx = rt.SystemContext(config=rt.Config("local-sync"))
+    ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb.read_bytes()))
+    fn = ctx.modules.module["predict"]
+    return batch(lambda: fn(x).to_host(), seconds)
 
 
 def user_env() -> dict[str, str]:
@@ -124,6 +154,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=None,
                         help="length of each batch (default 0.5, --quick 0.2)")
     parser.add_argument("--no-emulated", action="store_true")
+    parser.add_argument("--no-matmul", action="store_true",
+                        help="leave out the 512x512 matmul cases")
     args = parser.parse_args()
     rounds = T.rounds_of(args)
     seconds = args.seconds or (0.2 if args.quick else 0.5)
@@ -142,6 +174,9 @@ def main() -> int:
     native = load_program(host_vmfb, workers=1)
     predict = native.function("predict")
     cases["load_program, native"] = batch(lambda: predict(x), seconds)
+    peer_call = iree_runtime_call(host_vmfb, x, seconds)
+    if peer_call is not None:
+        cases["iree.runtime call"] = peer_call
     emulated = None
     if not args.no_emulated:
         emu_vmfb = compile_program(PROGRAM, "aarch64").vmfb
@@ -153,6 +188,13 @@ def main() -> int:
             raise SystemExit("the emulated aarch64 result differs from the native one")
         cases["load_program, aarch64 emulated"] = batch(lambda: epredict(x), seconds)
     cases["hal-cpu benchmark-module"] = cli_benchmark(host_vmfb, seconds)
+    if not args.no_matmul:
+        matmul_vmfb = compile_program(MATMUL, host).vmfb
+        if peer:
+            cases["matmul512: iree-benchmark-module"] = iree_benchmark(
+                peer, matmul_vmfb, seconds, "matmul512", MATMUL_INPUTS)
+        cases["matmul512: hal-cpu benchmark-module"] = cli_benchmark(
+            matmul_vmfb, seconds, "matmul512", MATMUL_INPUTS, ("--workers=1",))
     run_module = [sys.executable, "-m", "hal_cpu", "run-module", str(host_vmfb),
                   "--function=predict", f"--input={INPUT}"]
     env = user_env()
@@ -171,12 +213,15 @@ def main() -> int:
     print(f"program: {PROGRAM.name} (matmul, add, relu, softmax), {rounds} rounds, "
           f"batches of ~{seconds:g} s")
     peer_stats = stats.get("iree-benchmark-module")
+    peers = {"iree-benchmark-module", "iree-run-module (process)", "iree.runtime call",
+             "matmul512: iree-benchmark-module"}
     rows = []
     for name, s in stats.items():
-        ref = stats.get("iree-run-module (process)") if "process" in name else peer_stats
-        rows.append([name, *T.stats_cells(s, ref if name not in (
-            "iree-benchmark-module", "iree-run-module (process)") else None)])
-    print(T.table(["case", "min", "median", "ratio to IREE's tool (median)"], rows))
+        ref = (stats.get("iree-run-module (process)") if "process" in name
+               else stats.get("matmul512: iree-benchmark-module") if "matmul512" in name
+               else peer_stats)
+        rows.append([name, *T.stats_cells(s, ref if name not in peers else None)])
+    print(T.table(["case", "min", "median", "ratio to IREE's peer (median)"], rows))
     print()
 
     def med(name):
@@ -193,10 +238,29 @@ def main() -> int:
     if e:
         targets.append(["loaded MLP call, aarch64 emulated", "<= 0.3 ms",
                         T.fmt_time(e), "yes" if e <= 0.3e-3 else "no"])
+    py = med("iree.runtime call")
+    if ours and py:
+        r = ours / py
+        targets.append(["loaded MLP call from Python, native", "<= 1.0x iree.runtime's call",
+                        f"{r:.2f}x ({T.fmt_time(ours)} vs {T.fmt_time(py)})",
+                        "yes" if r <= 1.0 else "no"])
     c = med("hal-cpu benchmark-module")
     if c and ours:
         targets.append(["benchmark-module per call", "~ the API's per call",
                         f"{c / ours:.2f}x the API", "-"])
+    if c and theirs:
+        r = c / theirs
+        targets.append(["benchmark-module per call (MLP)", "<= 1.5x iree-benchmark-module",
+                        f"{r:.2f}x ({T.fmt_time(c)} vs {T.fmt_time(theirs)})",
+                        "yes" if r <= 1.5 else "no"])
+    mo, mt = (med("matmul512: hal-cpu benchmark-module"),
+              med("matmul512: iree-benchmark-module"))
+    if mo and mt:
+        r = mo / mt
+        targets.append(["512x512 f32 matmul, benchmark-module local-sync, one thread",
+                        "<= 1.05x iree-benchmark-module local-sync",
+                        f"{r:.2f}x ({T.fmt_time(mo)} vs {T.fmt_time(mt)})",
+                        "yes" if r <= 1.05 else "no"])
     p = med("hal-cpu run-module (process)")
     if p:
         targets.append(["run-module process, cached program", "<= 0.15 s",

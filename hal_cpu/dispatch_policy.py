@@ -533,6 +533,30 @@ class PreparedDispatch:
             return
         self.run_mapped(_host_arrays(pointers, lengths, writable), timeout, None)
 
+    def runner(self) -> Callable[[Sequence[int]], None]:
+        """:meth:`run_addresses` with the lengths given to
+        :meth:`hal_cpu.Executable.prepare`, no time limit and every
+        binding writable, as a function of the pointers alone: natively
+        the short path itself (one crossing, nothing else called) when
+        the grid allows it. For callers that replay one dispatch many
+        times (the VM's command buffers).
+
+        Raises:
+            DispatchError: no lengths were given to ``prepare``.
+        """
+        lengths = self.lengths
+        if lengths is None:
+            raise DispatchError("no binding lengths: prepare with lengths",
+                                name=self.path, field="lengths", value=None)
+        short, backend, run_addresses = self._short, self.backend, self.run_addresses
+        if short is None:
+            return lambda pointers: run_addresses(pointers, lengths)
+
+        def run(pointers: Sequence[int]) -> None:
+            if backend.timeout_us or not short(pointers, lengths):
+                run_addresses(pointers, lengths)
+        return run
+
     # --- the native short path ---------------------------------------------
     def repeat(self, bindings: Sequence) -> bool:
         """The short path of a native run on arrays: every binding a numpy

@@ -515,13 +515,18 @@ class Executable:
                      for r in refs)
         if self.native and not dynamic:
             if all(r[1] is None for r in refs):
+                fast = prepared.runner()
+
                 def run_from_table(table: _Table) -> None:
                     # (the common case: every binding from the table)
                     if me.closed:
                         _unloaded()
                     a = table.addrs
-                    run_addresses([a[s] + o for s, o in spec], lengths,
-                                  timeout=module.timeout)
+                    if module.timeout:
+                        run_addresses([a[s] + o for s, o in spec], lengths,
+                                      timeout=module.timeout)
+                    else:
+                        fast([a[s] + o for s, o in spec])
                 return run_from_table
 
             def run_native(table: _Table | None) -> None:
