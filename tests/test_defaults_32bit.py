@@ -38,9 +38,10 @@ import fatelf
 from fatelf import arches
 from hal_cpu import runtime
 from hal_cpu.cli import main
-from hal_cpu.iree import compile_program, run_program
+from hal_cpu.iree import compile_program
 from hal_cpu.iree.compiler import _iree_lld
 from hal_cpu.runtime import libm_link
+from hal_cpu.vm import load_program
 
 from conftest import ROOT, emulation_engines
 
@@ -213,7 +214,13 @@ def run(compiled, inputs, function, arch, engine, monkeypatch):
     if engine:
         monkeypatch.setenv("PKR_ENGINE", engine)
     backend = "auto" if arch == "x86_64" else "emulated"
-    return run_program(compiled, inputs, function, backend=backend, arch=arch).results
+    return run_program(compiled, inputs, function, backend=backend, arch=arch)
+
+
+def run_program(compiled, inputs, function, *, backend, arch):
+    """One call of ``function`` of ``compiled`` on the VM: its results."""
+    with load_program(compiled, arch=arch, backend=backend) as program:
+        return program.function(function)(*inputs)
 
 
 def _nonsubnormal(*arrays):
@@ -371,7 +378,7 @@ def test_iree_linker_leaves_a_call_past_the_code(compile_cache, tmp_path):
     with pytest.raises(elfloader.EmulationError):
         run_program(comp, [x], "exp", backend="emulated", arch="x86_32")
     ours = compile_program(src, "x86_32", compile_cache)
-    (got,) = run_program(ours, [x], "exp", backend="emulated", arch="x86_32").results
+    (got,) = run_program(ours, [x], "exp", backend="emulated", arch="x86_32")
     np.testing.assert_allclose(got, np.exp(x.astype(np.float64)), rtol=2e-7)
 
 

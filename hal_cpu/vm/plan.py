@@ -206,7 +206,8 @@ def plan_program(program, inputs: Sequence, function: str | None = None, *,
                  arch: str | None = None, host_modules: Sequence = (),
                  backend: str = "emulated", plugins=None,
                  cache_dir: str | None = None,
-                 compile_flags: Sequence[str] = ()) -> ProgramPlan:
+                 compile_flags: Sequence[str] = (),
+                 memory_limit: int | None = None) -> ProgramPlan:
     """The steps one call of ``function`` submits, without running them.
 
     Args:
@@ -223,6 +224,8 @@ def plan_program(program, inputs: Sequence, function: str | None = None, *,
         plugins: a :class:`hal_cpu.PluginManager` resolving the
             executables' imports.
         cache_dir, compile_flags: as :func:`hal_cpu.iree.compile_program`.
+        memory_limit: bytes of buffers (inputs included) the call may hold,
+            as :func:`hal_cpu.vm.load_program`'s.
 
     Returns:
         A :class:`~hal_cpu.vm.steps.ProgramPlan`: steps, the buffers and
@@ -250,7 +253,8 @@ def plan_program(program, inputs: Sequence, function: str | None = None, *,
         program = compiled.vmfb
     record = Recording(files)
     with load_program(program, arch=arch, backend=backend, plugins=plugins,
-                      host_modules=host_modules, record=record) as prog:
+                      host_modules=host_modules, record=record,
+                      memory_limit=memory_limit) as prog:
         return record_call(prog.function(function), inputs, record)
 
 

@@ -756,7 +756,9 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
     """
     from .hal_module import HalModule
     from .module_def import read_module
-    if isinstance(paths, (str, bytes, os.PathLike)):
+    if (isinstance(paths, (str, bytes, os.PathLike))
+            or (hasattr(paths, "so_files") and hasattr(paths, "vmfb"))
+            or (hasattr(paths, "functions") and hasattr(paths, "imports"))):
         paths = [paths]
     mdefs, labels = [], []
     for p in paths:
