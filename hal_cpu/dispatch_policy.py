@@ -44,6 +44,7 @@ from . import abi, runtime
 from .arrays import BINDING_ALIGNMENT
 from .bindings import finish, map_bindings
 from .dispatch import (
+    CHUNK_SECONDS,
     FIRST_CHUNK,
     SHARE_SECONDS,
     DispatchLayout,
@@ -351,7 +352,7 @@ class PreparedDispatch:
                  "binding_count", "lengths", "workers_arg", "grid_arg",
                  "constants_arg", "shares", "slow", "native", "leases",
                  "_running", "_pools", "_fast_pool", "_ranges", "_range_lock",
-                 "_local", "_short", "__weakref__")
+                 "_local", "_short", "_pace", "__weakref__")
 
     def __init__(self, executable: Any, export: Any, wc: tuple[int, int, int],
                  wsize: tuple[int, int, int], consts: Sequence[int], total: int,
@@ -386,6 +387,9 @@ class PreparedDispatch:
         self._ranges: list[tuple[int, int, Callable[[], None] | None]] | None = None
         self._range_lock = threading.Lock()
         self._local = export.local_memory_size
+        # seconds per workgroup of its last one-worker run (None: unknown):
+        # a grid known to take under CHUNK_SECONDS runs in one crossing
+        self._pace: float | None = None
         # one worker, one crossing, natively: the short path
         self._short = (self._make_short() if self.native and 0 < total
                        <= FIRST_CHUNK_NATIVE and not (
@@ -696,8 +700,7 @@ class PreparedDispatch:
                 first_cpu = leases.take(workers)
                 layout.calls(self.address, exe.environment, first_cpu)
             pointers, lengths = mapper()
-            if timed:
-                started = _perf_counter()
+            started = _perf_counter()
             if workers == 1 and not progress:
                 layout.write_again(self, pointers, lengths)
             else:
@@ -712,8 +715,11 @@ class PreparedDispatch:
                                  exe.environment, total, label=self.label,
                                  path=self.path, grid=self.wc,
                                  deadline=deadline, progress=progress)
-                elif total <= layout.whole:
-                    # (run_grid, minus its set-up, for one crossing)
+                elif total <= layout.whole or (
+                        workers == 1 and self._pace is not None
+                        and self._pace * total <= CHUNK_SECONDS):
+                    # (run_grid, minus its set-up, for one crossing: a
+                    # small grid, or one its last run says is quick)
                     layout.run_whole(total, self.wc, self.label, self.path)
                 else:
                     run_grid(self.backend, layout, self.address, exe.environment,
@@ -724,8 +730,10 @@ class PreparedDispatch:
                 raise dispatch_fault(exc, exe, self.export, pointers, lengths,
                                      layout) from None
             ran = True
-            if timed:
-                exe.note_pace(self.ordinal, (_perf_counter() - started) / total)
+            if workers == 1:
+                self._pace = (_perf_counter() - started) / total
+                if timed:
+                    exe.note_pace(self.ordinal, self._pace)
             elif layout.per_workgroup is not None and workers > 1:
                 exe.pace[self.ordinal] = layout.per_workgroup
         finally:

@@ -14,17 +14,13 @@ Python callables, as IREE's local CPU device (``local-task``) behaves:
 * a command buffer records its commands as prepared callables (a dispatch
   keeps its export, grid, constants and binding references, checked once);
   a queue submission resolves the binding table to addresses and runs the
-  commands in order on the calling thread. Natively, a dispatch of a small
-  grid writes a dispatch layout kept per export
-  (:meth:`hal_cpu.dispatch.DispatchLayout.write_again`: a repeat rewrites
-  only the binding pointers) and crosses into the workgroup loop once.
-  Emulated, each binding of a recorded dispatch has a guarded range in
-  guest memory kept for the command's life (a guard page or canary after
-  it, as :meth:`hal_cpu.Executable.dispatch` maps bindings): a run copies
-  the bindings in, rewrites only the pointers, crosses once, checks the
-  canaries and copies the writable bindings back; grids that would take
-  longer than a chunk at their last pace, overlapping bindings, a time
-  limit or several workers go through :meth:`hal_cpu.Executable.dispatch`;
+  commands in order on the calling thread. A recorded dispatch is a
+  :class:`hal_cpu.dispatch_policy.PreparedDispatch` (the engine
+  :meth:`hal_cpu.Executable.dispatch` runs too), made once per export,
+  grid, constants and binding lengths and run on the table's addresses:
+  natively on the buffers' storage in place (a small grid in one crossing,
+  only the binding pointers rewritten), emulated on guarded guest ranges
+  it keeps (copied in, canaries checked, writable bindings copied back);
 * every buffer's storage is 64-byte aligned and ends before an
   inaccessible guard page (:func:`hal_cpu.arrays.guarded_bytes`; fewer
   than 64 bytes of canary between), so a native kernel running past a
@@ -113,6 +109,10 @@ DEVICE_ID = "local-task"
 
 #: Largest allocation a program may make, in bytes.
 MAX_ALLOCATION = 1 << 40
+#: Prepared dispatches an executable keeps for its recorded commands
+#: (distinct export, grid, constants and binding lengths); past it they
+#: are released and the next commands prepare theirs afresh.
+MAX_PREPARED = 1024
 #: Results up to this many bytes are copied out to the caller; larger
 #: ones are handed over without a copy.
 SLAB_CHUNK_MAX = 1 << 14
@@ -467,8 +467,9 @@ class Executable:
         self.native = getattr(library.backend, "kind", "") == "native"
         self.closed = False
         self.names = {e.name: e.ordinal for e in library.exports if e.name}
-        #: the prepared dispatches of the commands recorded on it
-        self.prepared: list[PreparedDispatch] = []
+        #: (ordinal, grid, constants, lengths) -> the prepared dispatch
+        #: the commands recorded with them share
+        self.prepared: dict[tuple, PreparedDispatch] = {}
 
     def __repr__(self) -> str:
         return f"<hal.executable {self.library.name} ({self.format})>"
@@ -477,13 +478,13 @@ class Executable:
     def guarded(self) -> list[int]:
         """Guest addresses of the guarded binding ranges its recorded
         dispatches hold (emulated backends; freed on close)."""
-        return [g for p in self.prepared for g in p.guarded_ranges]
+        return [g for p in self.prepared.values() for g in p.guarded_ranges]
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
-        self.prepared = []
+        self.prepared = {}
         # (frees the layouts and guarded ranges once no dispatch runs)
         self.library.close()
 
@@ -505,10 +506,18 @@ class Executable:
             return lambda table: None
         dynamic = any(r[3] == WHOLE and r[1] is None for r in refs)
         lengths = [r[3] for r in refs]
-        prepared = lib.prepare(ordinal, grid, constants,
-                               len(refs) if dynamic else lengths,
-                               workers=module.workers)
-        self.prepared.append(prepared)
+        key = (ordinal, grid, tuple(constants), None if dynamic else tuple(lengths))
+        prepared = self.prepared.get(key)
+        if prepared is None:
+            prepared = lib.prepare(ordinal, grid, constants,
+                                   len(refs) if dynamic else lengths,
+                                   workers=module.workers)
+            if len(self.prepared) >= MAX_PREPARED:
+                # (commands recorded with the ones dropped keep theirs)
+                for old in self.prepared.values():
+                    old.close()
+                self.prepared.clear()
+            self.prepared[key] = prepared
         run_addresses = prepared.run_addresses
         me = self
         spec = tuple((r[0], r[2]) if r[1] is None else (-1, r[1].address + r[2])
