@@ -8,7 +8,7 @@ Usage: python bench/grid_sweep.py [--quick] [--rounds R] [--seconds S]
 The kernel is ``bench/programs/rowsum.mlir`` (row sums of a 131072x16
 float32 matrix), compiled with ``hal_cpu.iree.compile_program`` for x86_64
 (generic CPU, flags from ``fatelf.arches``; cached by content hash) and, for
-the emulated cases, for aarch64 and riscv64. ``plan_program`` gives the
+the emulated cases, for aarch64 and riscv64. ``hal_cpu.vm.plan_program`` gives the
 export, the bindings and the natural workgroup count (4096 workgroups of 32
 rows each). Each case dispatches a grid of X workgroups, (X, 1, 1), for X in
 1, 16, 256, 4096: a workgroup past X is not run, so smaller grids compute
@@ -77,6 +77,7 @@ from dispatch import (
 
 import fatelf.arches as A
 from hal_cpu import Executable, iree
+from hal_cpu.vm import plan_program
 
 HERE = Path(__file__).resolve().parent
 PROGRAM = HERE / "programs" / "rowsum.mlir"
@@ -110,7 +111,7 @@ def short(runner: str | None) -> str:
 def plan_for(arch: str):
     """(compiled, dispatch) of the row-sum program for ``arch``."""
     compiled = iree.compile_program(PROGRAM, arch)
-    plan = iree.plan_program(compiled, [np.empty(SHAPE, np.float32)])
+    plan = plan_program(compiled, [np.empty(SHAPE, np.float32)])
     (dispatch,) = plan.dispatches
     return compiled, dispatch
 
@@ -153,7 +154,7 @@ def speedup_cases(arch: str, engine: str):
     with one and two workers; checks the result once."""
     compiled = iree.compile_program(MATMUL, arch)
     shape = np.empty((MATMUL_N, MATMUL_N), np.float32)
-    (d,) = iree.plan_program(compiled, [shape, shape]).dispatches
+    (d,) = plan_program(compiled, [shape, shape]).dispatches
     exe = Executable(d.so_path, backend="emulated", engine=engine)
     data = [aligned_array(shape.shape, np.float32, v) for v in (0.1, 0.1, 0)]
     cases = {}

@@ -16,7 +16,8 @@ input, 32 output channels), each one dispatch, compiled with
 * ``neoverse-v1``: the ``sve`` profile's flags plus
   ``--iree-llvmcpu-target-cpu=neoverse-v1``; run like ``sve``.
 
-``plan_program`` gives each dispatch's export, workgroup count and
+``hal_cpu.vm.plan_program`` (a record-only call on the VM) gives each
+dispatch's export, workgroup count and
 bindings. Both runners get the same ``.so``, export, workgroup count and
 binding contents (inputs all V, output 0; ``--fill``):
 
@@ -73,6 +74,7 @@ from dispatch import aligned_array, benchmark_args, binding_spec, loadavg, run_b
 from emulator_vs_qemu import engine_cpu, median
 
 from hal_cpu import Executable, iree
+from hal_cpu.vm import plan_program
 
 HERE = Path(__file__).resolve().parent
 TOOL = "iree-benchmark-executable"
@@ -250,7 +252,7 @@ def main() -> int:
                 vlen = args.vlen if scalable else None
                 compiled = iree.compile_program(program, "aarch64", cpu=profile,
                                                 extra_flags=flags)
-                plan = iree.plan_program(
+                plan = plan_program(
                     compiled, [np.empty(s, np.float32) for s in in_shapes])
                 (d,) = plan.dispatches
                 for fill in args.fill:

@@ -15,7 +15,8 @@ zero-filled init: one dispatch, 64 workgroups), compiled with
 * for aarch64 and riscv64 with the table's (generic) flags, for the
   emulated backend.
 
-``plan_program`` gives the export, workgroup count and bindings. For each
+``hal_cpu.vm.plan_program`` (a record-only call on the VM) gives the
+export, workgroup count and bindings. For each
 x86_64 build the native cases are, on the same file, export, workgroup
 count and binding contents (inputs all 1.0, output 0):
 
@@ -64,6 +65,7 @@ from dispatch import (
 import fatelf.arches as A
 from hal_cpu import Executable, iree
 from hal_cpu.dispatch_policy import host_workers
+from hal_cpu.vm import plan_program
 
 HERE = Path(__file__).resolve().parent
 PROGRAM = HERE / "programs" / "matmul512.mlir"
@@ -75,7 +77,7 @@ HOST_CPU = "--iree-llvmcpu-target-cpu=host"
 def plan_for(arch: str, extra_flags=()):
     compiled = iree.compile_program(PROGRAM, arch, extra_flags=extra_flags)
     shape = np.empty((N, N), np.float32)
-    (dispatch,) = iree.plan_program(compiled, [shape, shape]).dispatches
+    (dispatch,) = plan_program(compiled, [shape, shape]).dispatches
     return dispatch
 
 

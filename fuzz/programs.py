@@ -291,13 +291,13 @@ def mutate_mlir(rng, data: bytes) -> list:
 
 
 def run_mlir(case, data, rep, opts):
-    """Compile the mutated text (bounded) and run every public function
-    through the MLIR interpreter with a time and memory limit; a program
-    importing the host module gets one behaving as the case says."""
+    """Compile the mutated text (bounded) and run every public function on
+    the VM with a time and memory limit; a program importing the host
+    module gets one behaving as the case says."""
     import numpy as np
 
-    from hal_cpu.iree import ModuleRegistry, compile_program, run_program
-    from hal_cpu.iree.reader import load_program as load_ir
+    from hal_cpu.iree import compile_program
+    from hal_cpu.vm import load_program
     from hal_cpu.vmfb import check_text
     backend = "native" if case["backend"] == "native" else "emulated"
     with tempfile.TemporaryDirectory(prefix="pkr-fuzz-mlir-") as tmp:
@@ -308,25 +308,22 @@ def run_mlir(case, data, rep, opts):
         check_text(path)
         comp = compile_program(path, case["arch"], os.path.join(tmp, "cache"),
                                timeout=COMPILE_LIMIT)
-        ir = load_ir(comp.hal_mlir)
         first = None
-        for name in comp.functions:
-            rep.enter("dispatch")
-            inputs = []
-            for ty in ir.functions[name].arg_types:
-                if ty.startswith("!hal.buffer_view"):
-                    inputs.append(np.zeros(4, np.float32))
-                else:
-                    inputs.append(1)
-            modules = ModuleRegistry([host_module(case.get("host_mode", "ok"))])
-            try:
-                run_program(comp, inputs, name, modules=modules, backend=backend,
-                            timeout=TIME_LIMIT, memory_limit=1 << 30)
-            except Exception as exc:
-                from fatelf import PortableKernelError
-                if not isinstance(exc, PortableKernelError):
-                    raise
-                rep.mark_failure()
-                first = first or exc
+        with load_program(comp, backend=backend, timeout=TIME_LIMIT,
+                          memory_limit=1 << 30,
+                          host_modules=[host_module(case.get("host_mode", "ok"))]
+                          ) as program:
+            for fn in program.functions.values():
+                rep.enter("dispatch")
+                inputs = [np.zeros(4, np.float32) if ty == "r" else 1
+                          for ty in fn.arg_types]
+                try:
+                    fn(*inputs)
+                except Exception as exc:
+                    from fatelf import PortableKernelError
+                    if not isinstance(exc, PortableKernelError):
+                        raise
+                    rep.mark_failure()
+                    first = first or exc
         if first is not None:
             raise first

@@ -17,7 +17,7 @@ writes
 * ``hal_cpu/samples/manifest.json``: how to call each one (see below).
 
 Dispatch parameters (export name, workgroup count, push constants, bindings)
-come from evaluating the HAL-level IR with :mod:`hal_cpu.iree`.  Before
+come from a record-only call on the VM (:func:`hal_cpu.vm.plan_program`).  Before
 writing anything the script also runs each program with IREE's own runtime
 on the host and checks it against the numpy function named by the kernel's
 ``reference`` key (``hal_cpu.demo.REFERENCES``, the functions ``hal-cpu demo``
@@ -78,9 +78,9 @@ from hal_cpu.iree import (
     IreeToolError,
     compile_program,
     iree_compile_version,
-    plan_program,
     reference_run,
 )
+from hal_cpu.vm import plan_program
 
 HERE = Path(__file__).resolve().parent
 
