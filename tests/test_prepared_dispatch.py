@@ -120,7 +120,8 @@ def test_native_time_limit_progress_and_workers(native):
                               workers=2)
     prepared.run([x, out], timeout=30, progress=lambda d, t: seen.append((d, t)))
     np.testing.assert_allclose(out, COLS)
-    assert seen and seen[-1] == (rows, rows)
+    # (worker 0 reports the workgroups done when it ends a chunk)
+    assert seen and all(0 < d <= t == rows for d, t in seen)
     out[:] = 0
     prepared.run_addresses([x.ctypes.data, out.ctypes.data], timeout=30)
     np.testing.assert_allclose(out, COLS)
