@@ -10,10 +10,13 @@ each workgroup of a 3-D grid with the environment, dispatch state and
 workgroup state laid out for the image's pointer width.
 
 A dispatch is made of parts in modules of their own: the checks of its
-arguments, its worker count, the repeat fast path and time-limited runs
-(:mod:`hal_cpu.dispatch_policy`, the base class of :class:`Executable`),
-the mapping of its bindings (:mod:`hal_cpu.bindings`), and the layouts and
-workgroup loop (:mod:`hal_cpu.dispatch`).
+arguments, its worker count and the one engine that runs it,
+:class:`~hal_cpu.dispatch_policy.PreparedDispatch` (what
+:meth:`Executable.prepare` returns and :meth:`Executable.dispatch` runs;
+:mod:`hal_cpu.dispatch_policy`, whose policy is the base class of
+:class:`Executable`), the mapping of its bindings
+(:mod:`hal_cpu.bindings`), and the layouts and workgroup loop
+(:mod:`hal_cpu.dispatch`).
 """
 
 from __future__ import annotations
@@ -382,7 +385,9 @@ class Executable(DispatchPolicy):
                 mapped as one range, so the kernel sees them overlap as
                 they do on the host; if any of them is read-only the range
                 is not copied back.
-                Read-only arrays and ``bytes`` are never written.
+                Read-only arrays and ``bytes`` are never written. Or, all
+                of them, ``(address, length)`` pairs of host memory in
+                bytes (see :meth:`prepare`).
             constants: uint32 push constants (ints in [0, 2**32)).
             workgroup_size: override of the export's (x, y, z) (each in
                 [1, 2**32), z < 2**16).
