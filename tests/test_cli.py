@@ -11,6 +11,7 @@ import pytest
 
 import fatelf
 from hal_cpu import iree as iree_tools
+from hal_cpu import vm
 
 from conftest import PREBUILT, ROOT
 
@@ -42,7 +43,7 @@ def _matmul_args(compiled, arch, tmp_path):
     np.save(tmp_path / "a.npy", a)
     np.save(tmp_path / "b.npy", b)
     comp = compiled("matmul", arch)
-    (d,) = iree_tools.plan_dispatches(comp, [a, b])
+    (d,) = vm.plan_program(comp, [a, b]).dispatches
     wc = ",".join(map(str, d.workgroup_count))
     return a, b, d, [f"--function={d.export_name}", f"--workgroup_count={wc}",
                      f"--binding=@{tmp_path / 'a.npy'}",
@@ -115,7 +116,7 @@ def test_run_with_plugin(compile_cache, tmp_path):
                                       "standalone_example.mlir", "aarch64",
                                       compile_cache)
     a = np.arange(100, dtype=np.float32)
-    (d, _) = iree_tools.plan_dispatches(comp, [a, a], "mixed_invocation")
+    (d, _) = vm.plan_program(comp, [a, a], "mixed_invocation").dispatches
     proc = hal_cpu("run", comp.so_files[0], f"--function={d.export_name}",
                    "--workgroup_count=" + ",".join(map(str, d.workgroup_count)),
                    *[f"--constant={c}" for c in d.constants],

@@ -116,11 +116,12 @@ def test_failing_workgroup_in_the_middle(compile_cache, arch, workers,
         return 7 if tid == 11 else 0
 
     comp = compile_program(EXAMPLE, arch, compile_cache)
-    plan = plan_program(comp, [a, b], "mixed_invocation")
-    d = plan.dispatches[0]          # @mul: one workgroup per 64 elements
-    assert d.export_name == "mul" and d.workgroup_count == (20, 1, 1)
     with PluginManager(arch) as plugins:
         plugins.register_python({"simple_mul_workgroup": mul})
+        # (the plan loads the executables: their imports must resolve)
+        plan = plan_program(comp, [a, b], "mixed_invocation", plugins=plugins)
+        d = plan.dispatches[0]          # @mul: one workgroup per 64 elements
+        assert d.export_name == "mul" and d.workgroup_count == (20, 1, 1)
         with Executable(d.so_path, plugins=plugins) as exe:
             arrays = [np.zeros(bd.length, np.uint8) if bd.kind != "input"
                       else (a, b)[bd.ref] for bd in d.bindings]

@@ -227,12 +227,13 @@ def test_python_imports_on_the_short_path(compile_cache, monkeypatch):
         return 0
 
     comp = compile_program(EXAMPLE, "x86_64", compile_cache)
-    plan = plan_program(comp, [a, b], "mixed_invocation")
-    d = plan.dispatches[0]
-    grid = tuple(d.workgroup_count)
-    consts = tuple(d.constants)
     with PluginManager("x86_64") as plugins:
         plugins.register_python({"simple_mul_workgroup": mul})
+        # (the plan loads the executables: their imports must resolve)
+        plan = plan_program(comp, [a, b], "mixed_invocation", plugins=plugins)
+        d = plan.dispatches[0]
+        grid = tuple(d.workgroup_count)
+        consts = tuple(d.constants)
         with Executable(d.so_path, plugins=plugins) as exe:
             seen = _repeats(exe, monkeypatch)
             arrays = [hal_cpu.zeros(bd.length, np.uint8) if bd.kind != "input"

@@ -30,7 +30,7 @@ ALL_ARCHES = ["x86_64", "aarch64", "riscv64", "x86_32", "arm32", "riscv32"]
 
 def run_with_plugins(compile_cache, mlir, arch, inputs, plugins, function):
     comp = compile_program(mlir, arch, compile_cache)
-    plan = plan_program(comp, inputs, function)
+    plan = plan_program(comp, inputs, function, plugins=plugins)
     with PlanRunner(backend=plugins.backend if plugins else "auto",
                     arch=arch, plugins=plugins) as runner:
         return run_plan(plan, inputs, runner)

@@ -277,14 +277,15 @@ def test_same_name_different_content_do_not_collide(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------
-# the interpreter's buffers are 64-byte aligned
+# a program's buffers are 64-byte aligned
 
 def test_program_bindings_are_aligned_and_not_copied(compile_cache, tmp_path):
     """Every binding a program's dispatch gets (inputs, allocations,
     constants) starts on a 64-byte boundary, so a native dispatch uses it in
     place: no AlignmentCopyWarning, even for a binding over 1 MiB."""
     from hal_cpu import AlignmentCopyWarning
-    from hal_cpu.iree import PlanRunner, compile_program, run_program
+    from hal_cpu.iree import compile_program
+    from hal_cpu.vm import PlanRunner, load_program, plan_program, run_plan
     src = tmp_path / "big.mlir"
     n = 300_000
     src.write_text(ADD_CONST.replace("300", str(n)).replace(
@@ -298,17 +299,22 @@ def test_program_bindings_are_aligned_and_not_copied(compile_cache, tmp_path):
             if b.size:
                 seen.append(b.__array_interface__["data"][0] % 64)
 
-    run_program(compiled, [x], "addc", check)
+    plan = plan_program(compiled, [x], "addc")
+    run_plan(plan, [x], check)
     assert seen and set(seen) == {0}
     with warnings.catch_warnings():
         warnings.simplefilter("error", AlignmentCopyWarning)
         with PlanRunner(backend="auto", arch=HOST) as runner:
-            (out,) = run_program(compiled, [x], "addc", runner).results
+            (out,) = run_plan(plan, [x], runner)
+        with load_program(compiled, backend="auto") as program:
+            (again,) = program("addc", x)
     np.testing.assert_array_equal(out, x + np.float32(1.5))
+    np.testing.assert_array_equal(again, out)
 
     const = tmp_path / "const.mlir"
     const.write_text(ADD_CONST)
     compiled = compile_program(const, HOST, compile_cache)
     seen.clear()
-    run_program(compiled, [np.ones(300, np.float32)], "addc", check)
+    ones = [np.ones(300, np.float32)]
+    run_plan(plan_program(compiled, ones, "addc"), ones, check)
     assert len(seen) == 3 and set(seen) == {0}

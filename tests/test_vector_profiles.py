@@ -65,7 +65,8 @@ def test_profile_runs_iree_kernels(compiled, arch, cpu, vlen):
         with PlanRunner(backend="emulated", arch=arch, plugins=machine) as runner:
             for program, spec in PROFILE_PROGRAMS.items():
                 inputs = spec.make_inputs(rng)
-                plan = plan_program(compiled(program, arch, cpu), inputs)
+                plan = plan_program(compiled(program, arch, cpu), inputs,
+                                    plugins=machine)
                 if (arch, cpu) in NO_FMA and program in USES_EXP:
                     with pytest.raises(elfloader.EmulationError):
                         run_plan(plan, inputs, runner)

@@ -4,8 +4,7 @@
 ``llvm-cpu`` backend of IREE's local device and keeps three outputs: the
 ``.vmfb`` module, the embedded-ELF HAL executables that the module carries
 (dumped with ``--iree-hal-dump-executable-binaries-to``) and the HAL-level IR
-of the host program (``--compile-to=hal``), which :mod:`hal_cpu.iree.plan`
-evaluates.
+of the host program (``--compile-to=hal``), for reading.
 
 Only one compiler version is supported: :data:`SUPPORTED_VERSION` from the
 ``iree-base-compiler`` package (``pip install

@@ -22,6 +22,9 @@ Python objects it returns, checked against the class the module declares for
 that type name in :attr:`HostModule.types`. A function returns None, one
 value, or a tuple of values.
 
+Linking and the crossing of values are the VM's (:mod:`hal_cpu.vm.program`);
+:class:`ModuleRegistry` keeps modules checked, in registration order.
+
 A module is a :class:`HostModule` (or any object with ``name``,
 ``functions`` and ``types``): build one from a dict of callables, or subclass
 it and mark methods with :func:`export`. Modules load from a Python file or
@@ -35,14 +38,11 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 from urllib.parse import parse_qsl
-
-import numpy as np
 
 from fatelf.text import printable
 
-from .errors import EvaluationError
 from .host_api import (
     HOST_MODULE_ABI_VERSION,
     HostCallError,
@@ -51,7 +51,6 @@ from .host_api import (
     RawTensor,
     export,
 )
-from .scalars import element_dtype, float_dtype, int_width, round_float, signed, wrap
 
 __all__ = ["HostModule", "export", "ModuleRegistry", "HostModuleError", "HostCallError",
            "RawTensor", "load_module_spec", "HOST_MODULE_ABI_VERSION"]
@@ -155,10 +154,6 @@ def load_module_spec(spec: str, max_version: int = HOST_MODULE_ABI_VERSION):
     return module
 
 
-def _is_ref_type(ty: str) -> bool:
-    return ty.startswith("!") and not ty.startswith(("!hal.", "!util."))
-
-
 class ModuleRegistry:
     """The host modules a program's imports resolve against.
 
@@ -170,9 +165,6 @@ class ModuleRegistry:
     """
 
     def __init__(self, modules: Sequence[Any] = (), check: bool = True):
-        #: called once, before the first call into a host module (a command
-        #: line prints its header there, ahead of what modules print)
-        self.before_first_call: Callable[[], None] | None = None
         self.modules: list = []
         if check:
             from .check import CheckModule
@@ -208,171 +200,3 @@ class ModuleRegistry:
             if cls is not None:
                 return cls
         return None
-
-    # -- linking ---------------------------------------------------------------
-    def link(self, program) -> dict[str, Callable]:
-        """``import name -> call(machine, args) -> results`` for every import
-        of ``program``.
-
-        Raises:
-            HostModuleError: a required import no module provides, a fallback
-                the program does not define, or a reference type no module
-                declares.
-        """
-        linked = {}
-        for imp in program.imports.values():
-            found = self.find(imp.module, imp.function)
-            if found is not None:
-                arg_types, result_types = imp.signature or (imp.arg_types, imp.result_types)
-                for ty in (*arg_types, *result_types):
-                    if _is_ref_type(ty) and self.type_class(ty) is None:
-                        raise HostModuleError(
-                            f"import @{printable(imp.name, 200)} uses type "
-                            f"{printable(ty, 200)}, which no registered "
-                            "module declares", name=imp.where.path,
-                            field=f"line {imp.where.line}", value=ty)
-                linked[imp.name] = self._host_call(imp.name, found[1], arg_types,
-                                                   result_types)
-            elif imp.fallback is not None:
-                fb = program.functions.get(imp.fallback)
-                if fb is None:
-                    raise HostModuleError(f"import @{printable(imp.name, 200)} falls back "
-                                          f"to @{printable(imp.fallback, 200)}, "
-                                          "which the program does not define",
-                                          name=imp.where.path, value=imp.fallback)
-                linked[imp.name] = _fallback_call(fb)
-            else:
-                have = ", ".join(sorted({m.name for m in self.modules})) or "none"
-                raise HostModuleError(
-                    f"the program imports @{printable(imp.name, 200)}, which no "
-                    f"registered host module provides (modules: {printable(have)}); "
-                    f"register a module named '{printable(imp.module, 200)}' with "
-                    f"function '{printable(imp.function, 200)}'",
-                    name=imp.where.path, field=f"line {imp.where.line}" if imp.where.line
-                    else None, value=imp.name)
-        return linked
-
-    def _host_call(self, name: str, fn: Callable, arg_types, result_types) -> Callable:
-        # The import's name is the program's text; what the function raises
-        # or returns is the module's: all of it shown escaped.
-        name = printable(name, 200)
-
-        def call(m, args):
-            if self.before_first_call is not None:
-                hook, self.before_first_call = self.before_first_call, None
-                hook()
-            host_args = [to_host(m, self, v, t, f"argument {i} of @{name}")
-                         for i, (v, t) in enumerate(zip(args, arg_types))]
-            try:
-                out = fn(*host_args)
-            except EvaluationError:
-                raise
-            except Exception as e:
-                raise HostCallError(f"@{name} failed: {type(e).__name__}: "
-                                    f"{printable(str(e))}") from None
-            if len(result_types) == 0:
-                vals = []
-            elif len(result_types) == 1:
-                vals = [out]
-            else:
-                if not isinstance(out, (tuple, list)) or len(out) != len(result_types):
-                    raise HostCallError(f"@{name} returned {printable(repr(out), 80)}; "
-                                        "it must return "
-                                        f"{len(result_types)} values")
-                vals = list(out)
-            return [from_host(m, self, v, t, f"result {i} of @{name}")
-                    for i, (v, t) in enumerate(zip(vals, result_types))]
-        return call
-
-    def call_builtin(self, m, module: str, function: str, args: list,
-                     types: Sequence[str]) -> list:
-        """Call ``module.function`` for an op of the program (the ``check``
-        ops), converting as for imports.
-
-        Raises:
-            HostModuleError: no registered module provides it.
-        """
-        found = self.find(module, function)
-        if found is None:
-            raise HostModuleError(f"no registered host module provides "
-                                  f"{printable(module, 200)}.{printable(function, 200)}",
-                                  value=f"{module}.{function}")
-        return self._host_call(f"{module}.{function}", found[1], list(types), [])(m, args)
-
-
-def _fallback_call(fb) -> Callable:
-    def call(m, args):
-        if len(fb.arg_types) not in (0, len(args)):
-            raise HostModuleError(f"fallback @{printable(fb.name, 200)} takes {len(fb.arg_types)} "
-                                  f"arguments; the import passes {len(args)}")
-        return m.run(fb, args[:len(fb.arg_types)])
-    return call
-
-
-# -- crossing values -----------------------------------------------------------
-
-def to_host(m, registry: ModuleRegistry, value, ty: str, what: str):
-    """The host module's view of an interpreter value of IR type ``ty``."""
-    w = int_width(ty)
-    if w is not None:
-        return signed(value, w) if w > 1 else int(value)
-    if float_dtype(ty) is not None:
-        return float(value)
-    if ty == "!util.buffer":
-        from .device import HostBuffer
-        return bytes(value.data) if isinstance(value, HostBuffer) else None
-    if ty == "!hal.buffer_view":
-        from .device import BufferView
-        if not isinstance(value, BufferView):
-            raise HostCallError(f"{what} is {printable(repr(value), 80)}, not a buffer view")
-        dt = element_dtype(value.element_type)
-        data = m.device.read(value.buffer, 0, value.buffer.length, what)
-        if dt is None:
-            return RawTensor(value.shape, value.element_type, data)
-        count = int(np.prod(value.shape, dtype=np.int64))
-        return np.frombuffer(data, dt, count).reshape(value.shape).copy()
-    if _is_ref_type(ty):
-        cls = registry.type_class(ty)
-        if value is not None and cls is not None and not isinstance(value, cls):
-            raise HostCallError(f"{what} is a {type(value).__name__}, not a {ty}")
-    return value
-
-
-def from_host(m, registry: ModuleRegistry, value, ty: str, what: str):
-    """The interpreter value of a host module's result of IR type ``ty``.
-
-    Raises:
-        HostCallError: the value is not of that type.
-    """
-    w = int_width(ty)
-    try:
-        if w is not None:
-            return wrap(int(value), w)
-        if float_dtype(ty) is not None:
-            return round_float(float(value), ty)
-    except (TypeError, ValueError):
-        raise HostCallError(f"{what} is {printable(repr(value), 80)}, not a {ty}") from None
-    if ty == "!util.buffer":
-        if not isinstance(value, (bytes, bytearray, memoryview)):
-            raise HostCallError(f"{what} is {printable(repr(value), 80)}, not bytes")
-        from .device import HostBuffer
-        return HostBuffer(np.frombuffer(bytes(value), np.uint8).copy())
-    if ty == "!hal.buffer_view":
-        from ..buffers import dtype_name
-        from .device import BufferView
-        arr = np.asarray(value)
-        try:
-            name = dtype_name(arr.dtype)
-        except Exception:
-            raise HostCallError(f"{what} has dtype {arr.dtype}, which has no IREE "
-                                "element type") from None
-        data = np.frombuffer(np.ascontiguousarray(arr).tobytes(), np.uint8).copy()
-        buf = m.device.constant(data, what.replace(" ", "_"))
-        return BufferView(buf, tuple(int(d) for d in arr.shape), name)
-    if _is_ref_type(ty):
-        cls = registry.type_class(ty)
-        if value is not None and cls is not None and not isinstance(value, cls):
-            raise HostCallError(f"{what} is a {type(value).__name__}, not a {ty} "
-                                f"({cls.__name__})")
-    return value
-

@@ -133,7 +133,7 @@ def describe(kernel: str, c, shapes) -> tuple[dict, dict]:
     bindings = []
     for b in d.bindings:
         if b.kind == "input":
-            arr = inputs[b.ref]
+            arr = inputs[int(b.ref)]
             if (b.offset, b.length) != (0, arr.nbytes):
                 raise SystemExit(f"{kernel}/{c.arch}: input binding {b} is not the whole input")
             bindings.append({"role": "input", "input_index": b.ref, "shape": list(arr.shape),
