@@ -230,7 +230,7 @@ def _commands(programs, plugin: Path, cache: Path) -> dict[str, list]:
                              flag, "--benchmark_min_time=3x"],
         "plan --trace": ["plan", programs["mlir"], *INPUTS, flag, cache_flag,
                          "--trace"],
-        "plan vmfb": ["plan", programs["vmfb"], *INPUTS, flag],
+        "plan vmfb": ["plan", programs["vmfb"], *INPUTS, flag, "--trace"],
     }
 
 

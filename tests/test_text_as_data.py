@@ -172,7 +172,7 @@ def test_check_module_plan_and_benchmark_show_names_escaped(capsys, evil_vmfb):
     assert rc == 0, err
     assert_data(out, err, 0)
     rc, out, err = run(capsys, "plan", evil_vmfb, f"--function={FUNCTION}",
-                       "--input=4xf32=1")
+                       "--input=4xf32=1", "--trace")
     assert rc == 0, err
     assert_data(out, err, 0)
     assert out.startswith("@" + printable(FUNCTION))

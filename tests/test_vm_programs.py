@@ -315,14 +315,34 @@ def test_timeout_ends_a_host_module_that_never_returns(compile_cache, tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# plan of a .vmfb: the steps of a traced run
+# plan of a .vmfb: a record-only call, or with --trace the steps of a run
+
+def test_plan_of_vmfb_records_the_steps_without_running(compile_cache, capsys):
+    """Without --trace, plan of a .vmfb prints the record-only plan that
+    plan of its MLIR prints (same steps, buffers and results)."""
+    module = vmfb(ALL_PROGRAMS["mm_rowsum"].path, "riscv64", compile_cache)
+    args = ["--input=37x53xf32=1", "--input=53x29xf32=2"]
+    rc, out, err = cli(capsys, "plan", module, *args)
+    assert rc == 0, err
+    rc, src, err = cli(capsys, "plan", ALL_PROGRAMS["mm_rowsum"].path, "--arch=riscv64",
+                       f"--cache_dir={compile_cache}", *args)
+    assert rc == 0, err
+    assert out.startswith(f"program:   {module}\nfunction:  @mm_rowsum\n")
+
+    def steps(text):
+        return [ln for ln in text.splitlines()
+                if ln.startswith(("step ", "  export:", "  workgroups:", "  binding ",
+                                  "buffer ", "result "))]
+    assert steps(out) == steps(src) and len([s for s in steps(out)
+                                             if s.startswith("step ")]) == 2
+
 
 def test_plan_of_vmfb_lists_the_dispatches_and_their_run_lines(compile_cache, capsys,
                                                               tmp_path):
     import shlex
     module = vmfb(ALL_PROGRAMS["matmul"].path, "riscv64", compile_cache)
     rc, out, err = cli(capsys, "plan", module, "--input=37x53xf32=1",
-                       "--input=53x29xf32=2")
+                       "--input=53x29xf32=2", "--trace")
     assert rc == 0, err
     lines = out.splitlines()
     assert lines[0].startswith("@matmul (riscv64): 1 dispatches")

@@ -1,12 +1,12 @@
 """``hal-cpu plan``: the steps one call of a program submits.
 
-For an MLIR program, the steps are read from the HAL-level IR without
-running them (executables, exports, workgroup counts, constants, bindings,
-transfers), with a ``hal-cpu run`` command line per dispatch; the
+For an MLIR program or a compiled module (``.vmfb``), the steps are
+recorded by a record-only call on the VM without running them
+(executables, exports, workgroup counts, constants, bindings, transfers),
+with a ``hal-cpu run`` command line per dispatch; from MLIR the
 executables can be saved (``.so``, or one FatELF ``.sos`` per executable
 with ``--arch=all``). A program whose steps depend on computed data has no
-plan, and ``--trace`` prints the steps of an actual run instead, as ``plan``
-of a compiled module (``.vmfb``) does. A traced run on this machine's CPU
+plan, and ``--trace`` prints the steps of an actual run instead. A traced run on this machine's CPU
 runs in a child process, confined unless ``--run_native``
 (:func:`hal_cpu.cli.programs.native_child`); its steps come back as plain
 data and are checked before they are printed or saved.
@@ -260,7 +260,16 @@ def cmd_plan(args) -> int:
     from .. import vmfb
     program = args.program
     if vmfb.is_module_file(program):
-        return _vm_plan(args, program)
+        if args.trace or args.arch == "all" or args.save_dir:
+            return _vm_plan(args, program)
+        # a record-only call, as for MLIR
+        _, arch = vm_arch([program], args.arch)
+        _check_cpu(args, arch)
+        compiled = ModuleFile(program, arch, cache_dir_of(args))
+        _, inputs, plan = _steps(args, compiled, program, list(args.module), [])
+        print(format_plan(plan, compiled, inputs, args.input, {},
+                          run_flags=_run_flags(args)))
+        return 0
     check_source(program)
     targets = (list(arches.RUNTIME_ARCHES) if args.arch == "all"
                else [args.arch or arches.host_arch()])
@@ -520,10 +529,47 @@ def _save(plans, directory: Path, bundle: bool) -> dict:
     return out
 
 
+class ModuleFile:
+    """A compiled module given as is, as :func:`_steps` and
+    :func:`format_plan` read a compiled program: the ``.vmfb`` (``vmfb``,
+    ``source``), its architecture, and its executables written once (by
+    content) under the compile cache's ``executables`` folder, named as
+    their members (``so_files``), where the ``run:`` lines find them.
+
+    Raises:
+        hal_cpu.vmfb.ModuleFileError: an unreadable archive or member.
+    """
+
+    def __init__(self, path: str, arch: str, cache_dir: str | None):
+        import hashlib
+        import os
+
+        from .. import vmfb
+        from ..iree.compiler import default_cache_dir
+        self.vmfb = self.source = Path(path)
+        self.arch = arch
+        self.variant = f"embedded_elf_{arch}"
+        root = Path(cache_dir or default_cache_dir()) / "executables"
+        self.so_files: list[Path] = []
+        digest = hashlib.sha256()
+        for member in vmfb.executables(path):
+            data, _ = vmfb.read_executable(path, member.member)
+            digest.update(data)
+            folder = root / hashlib.sha256(data).hexdigest()[:16]
+            folder.mkdir(parents=True, exist_ok=True)
+            so = folder / member.member
+            if not so.is_file() or so.stat().st_size != len(data):
+                tmp = folder / f".{member.member}.{os.getpid()}.tmp"
+                tmp.write_bytes(data)
+                os.replace(tmp, so)
+            self.so_files.append(so)
+        #: (only its folder is used: the bytes of constants the run lines bind)
+        self.hal_mlir = root / digest.hexdigest()[:16] / "module.hal.mlir"
+
+
 def _vm_plan(args, path: str) -> int:
-    """``plan`` of a compiled module: its bytecode records command buffers
-    that are replayed with binding tables at run time, so the steps of a
-    call are those of a traced run (as ``plan --trace``)."""
+    """``plan --trace`` of a compiled module: the steps of a traced run
+    (the dispatches of replayed command buffers)."""
     from .. import vmfb as _vmfb
     from ..vm.module_def import read_module
     if args.arch == "all" or args.save_dir:
