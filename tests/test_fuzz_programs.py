@@ -116,3 +116,17 @@ def test_canary_check_sees_bytes_from_around_an_input():
         raw = ctypes.string_at(a.ctypes.data + at, 16)
         with pytest.raises(OutOfBufferRead):
             check_result("past", [np.frombuffer(raw, np.uint8)])
+
+
+def test_saved_escape_case_now_ends_in_a_result_or_typed_error():
+    """fuzz/cases/escape-i64-result-as-i32: a register operand of
+    vm.buffer.hash changed so that its 64-bit result lands in the register
+    the function returns as i32; the conversion of the result raised numpy's
+    OverflowError. A result is now wrapped to its width, as a register's
+    low half reads in IREE's VM."""
+    case = ROOT / "fuzz" / "cases" / "escape-i64-result-as-i32.bin"
+    proc = subprocess.run([sys.executable, "-m", "fuzz", "--replay", str(case)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    now = [line for line in proc.stdout.splitlines() if line.startswith("now:")]
+    assert len(now) == 1, proc.stdout + proc.stderr
+    assert now[0].split()[1] in ("accepted", "typed"), now[0]

@@ -48,6 +48,7 @@ import numpy as np
 from fatelf import arches
 from fatelf.text import printable
 
+from .decode import BytecodeError
 from .refs import RESOURCE_EXHAUSTED, VmBuffer, VmError, VmStatusError
 
 __all__ = ["LinkError", "ProgramTimeoutError", "Program", "Function",
@@ -406,9 +407,9 @@ class Function:
                 def convert(v):
                     if getattr(v, "vm_type", None) == "!hal.buffer_view":
                         return to_numpy(v)
-                    return _result(hal, v, ty)
+                    return _result(hal, v, ty, name)
                 return convert
-            return lambda v: _result(hal, v, ty)
+            return lambda v: _result(hal, v, ty, name)
         self._results = [out_converter(t) for t in self.result_types]
 
     def __call__(self, *inputs) -> list:
@@ -504,20 +505,36 @@ def _argument(hal, value, ty: str, index: int, fname: str):
                     "cannot be passed from Python")
 
 
-def _result(hal, value, ty: str):
-    if ty == "i":
-        return np.int32(value)
-    if ty == "I":
-        return np.int64(value)
-    if ty == "f":
-        return np.float32(value)
-    if ty == "F":
-        return np.float64(value)
+_INT_RESULTS = {"i": (32, np.int32), "I": (64, np.int64)}
+_FLOAT_RESULTS = {"f": np.float32, "F": np.float64}
+
+
+def _result(hal, value, ty: str, fname: str = "?"):
+    """A function's result as the caller gets it. A register holds bits:
+    an integer result is wrapped to its width (a hostile function may
+    return a 64-bit value for an ``i32`` result); a value of another kind
+    than the calling convention says is a :class:`BytecodeError`."""
+    if ty in _INT_RESULTS:
+        if not isinstance(value, (int, np.integer)):
+            raise _bad_result(value, ty, fname)
+        bits, dtype = _INT_RESULTS[ty]
+        v = int(value) & ((1 << bits) - 1)
+        return dtype(v - (1 << bits) if v >> (bits - 1) else v)
+    if ty in _FLOAT_RESULTS:
+        if not isinstance(value, (int, float, np.integer, np.floating)):
+            raise _bad_result(value, ty, fname)
+        return _FLOAT_RESULTS[ty](value)
     if getattr(value, "vm_type", None) == "!hal.buffer_view":
         return hal.to_numpy(value)
     if isinstance(value, VmBuffer):
         return value.bytes()
     return value
+
+
+def _bad_result(value, ty: str, fname: str) -> BytecodeError:
+    return BytecodeError(f"returns a {type(value).__name__} where its calling "
+                         f"convention has a {ty!r} result", function=printable(fname),
+                         value=type(value).__name__)
 
 
 class Program:
