@@ -12,6 +12,7 @@ import pytest
 import fatelf
 from hal_cpu import iree as iree_tools
 from hal_cpu import vm
+from hal_cpu.plugins import PluginManager
 
 from conftest import PREBUILT, ROOT
 
@@ -116,7 +117,10 @@ def test_run_with_plugin(compile_cache, tmp_path):
                                       "standalone_example.mlir", "aarch64",
                                       compile_cache)
     a = np.arange(100, dtype=np.float32)
-    (d, _) = vm.plan_program(comp, [a, a], "mixed_invocation").dispatches
+    with PluginManager.from_specs([str(PREBUILT / "standalone.sos")],
+                                  arch="aarch64") as plugins:
+        (d, _) = vm.plan_program(comp, [a, a], "mixed_invocation",
+                                 plugins=plugins).dispatches
     proc = hal_cpu("run", comp.so_files[0], f"--function={d.export_name}",
                    "--workgroup_count=" + ",".join(map(str, d.workgroup_count)),
                    *[f"--constant={c}" for c in d.constants],
