@@ -1,8 +1,8 @@
 """``hal-cpu run-module``, ``hal-cpu check-module`` and ``hal-cpu
 benchmark-module``: call the functions of a compiled IREE module
-(``.vmfb``, run by :mod:`hal_cpu.vm`) or of an MLIR program (compiled with
-:func:`hal_cpu.iree.compile_program`, cached, and interpreted by
-:func:`hal_cpu.iree.run_program`), dispatches and transfers through this
+(``.vmfb``) or of an MLIR program (compiled to one with
+:func:`hal_cpu.iree.compile_program`, cached), both run by :mod:`hal_cpu.vm`,
+dispatches and transfers through this
 runtime, natively or emulated; host modules given with ``--module``.
 
 ``run-module`` prints the results as ``iree-run-module`` prints them::

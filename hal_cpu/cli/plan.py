@@ -426,7 +426,7 @@ def _plain_plan(function: str, steps, buffers, constants, results=()) -> tuple:
 
 def _plan_from_plain(data, compiled, program: str):
     """:func:`_plain_plan`'s data checked and made a
-    :class:`hal_cpu.iree.ProgramPlan`: every value of its type, counts and
+    :class:`hal_cpu.vm.ProgramPlan`: every value of its type, counts and
     offsets non-negative, every executable one the compile wrote.
 
     Raises:
