@@ -754,33 +754,103 @@ class PreparedDispatch:
                      writable: Sequence[bool] | None, timeout) -> None:
         """An emulated run on this object's guarded guest ranges: the
         host bytes copied in, the grid run, the writable ones copied back,
-        every canary checked."""
+        every canary checked. A one-worker grid known (by its last run) to
+        take under :data:`hal_cpu.dispatch.CHUNK_SECONDS` crosses once
+        with nothing else around it; any other goes through the general
+        path."""
         guarded = self._ranges or self._make_ranges()
         guest = [g for g, _, _ in guarded]
         overrun: list = []
+        total = self.total
+        pace = self._pace
+        if (timeout or self.backend.timeout_us or not total
+                or (total > 1 and (pace is None or pace * total > CHUNK_SECONDS))
+                or self._workers()[0] != 1):
+            def mapper():
+                for (_, host, _), src, length in zip(guarded, pointers, lengths):
+                    _memmove(host, src, length)
+                return guest, lengths
 
-        def mapper():
-            for (_, host, _), src, length in zip(guarded, pointers, lengths):
-                _memmove(host, src, length)
-            return guest, lengths
-
-        def after(ran: bool) -> None:
-            if not ran:
-                return
-            for i, ((_, host, check), dst, length) in enumerate(
-                    zip(guarded, pointers, lengths)):
-                if writable is None or writable[i]:
-                    _memmove(dst, host, length)
-                if check is not None:
-                    try:
-                        check()
-                    except elfloader.GuardError as exc:
-                        overrun.append(exc)
-        self._execute(mapper, after, timeout, None)
+            def after(ran: bool) -> None:
+                if ran:
+                    self._copy_back(guarded, pointers, lengths, writable, overrun)
+            self._execute(mapper, after, timeout, None)
+        else:
+            self._run_once(guarded, guest, pointers, lengths, writable, overrun)
         if overrun:
             from .faults import binding_overrun
             raise binding_overrun(overrun[0], self.executable, self.export,
                                   guest, lengths) from None
+
+    @staticmethod
+    def _copy_back(guarded, pointers: Sequence[int], lengths: Sequence[int],
+                   writable: Sequence[bool] | None, overrun: list) -> None:
+        """Copy the writable bindings back from their guest ranges and
+        check every canary (a changed one appended to ``overrun``)."""
+        for i, ((_, host, check), dst, length) in enumerate(
+                zip(guarded, pointers, lengths)):
+            if writable is None or writable[i]:
+                _memmove(dst, host, length)
+            if check is not None:
+                try:
+                    check()
+                except elfloader.GuardError as exc:
+                    overrun.append(exc)
+
+    def _run_once(self, guarded, guest: list[int], pointers: Sequence[int],
+                  lengths: Sequence[int], writable: Sequence[bool] | None,
+                  overrun: list) -> None:
+        """The emulated short path: one worker, one crossing."""
+        exe = self.executable
+        total = self.total
+        me = _get_ident()
+        running = self._running
+        running.append(me)
+        pool = self._fast_pool
+        layout = None
+        try:
+            if exe.closed:
+                raise LibraryError("the executable is closed", name=self.path,
+                                   field="dispatch", value=self.label)
+            try:
+                layout = pool.pop()
+            except IndexError:
+                layout = self._new_layout(1)
+            exe.last_workers = 1
+            leases = self.leases
+            assert leases is not None      # (emulated)
+            first = leases.take(1)
+            ran = False
+            try:
+                loop = layout.calls(self.address, exe.environment, first)[0]
+                for (_, host, _), src, length in zip(guarded, pointers, lengths):
+                    _memmove(host, src, length)
+                layout.write_again(self, guest, lengths)
+                ran = True
+                started = _perf_counter()
+                try:
+                    ret = loop()
+                except elfloader.EmulationError as exc:
+                    from .faults import dispatch_fault
+                    raise dispatch_fault(exc, exe, self.export, guest, lengths,
+                                         layout) from None
+                self._pace = (_perf_counter() - started) / total
+            finally:
+                leases.give(first, 1)
+                if ran:
+                    self._copy_back(guarded, pointers, lengths, writable, overrun)
+            if overrun:
+                return
+            if ret:
+                check_return(layout, ret, total, self.wc, self.label, self.path)
+            if layout.local_checks:
+                layout.check_local(self.label, self.path)
+        finally:
+            running.remove(me)
+            if layout is not None:
+                pool.append(layout)
+            if exe.closed:
+                exe.release_if_idle()
 
     def _make_ranges(self) -> list[tuple[int, int, Callable[[], None] | None]]:
         backend = self.backend
