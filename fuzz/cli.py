@@ -261,8 +261,8 @@ def _campaign(args, argv, t0, source, corpus, targets, backends, opts, canary) -
     if compared:
         print(f"{compared} native case(s) whose functions all returned were run again "
               f"emulated (guarded buffers); "
-              f"{sum(1 for r in records if r.get('was') and r['outcome'] == 'oob')} "
-              f"stopped there at an access outside a buffer (oob)")
+              f"{sum(1 for r in records if r.get('was') and r['outcome'] == 'range')} "
+              f"stopped there at an access outside a binding's range (range)")
     if confirmed:
         print(f"{confirmed} native crash(es) in the file's code run again with hal-cpu "
               f"run-module: {sum(1 for r in records if r.get('reported'))} reported as an "
@@ -418,9 +418,12 @@ def compare_emulated(records: list, cases_by_id: dict, args, corpus) -> int:
     """``vmfb-run`` and ``names``: each native case whose every function
     returned runs again on the emulated backend (same file, same
     architecture, guarded buffers); where that run stops at an access
-    outside a buffer, the native results held bytes read from outside
-    their buffers: the native case becomes ``oob`` (``emulated_replay``
-    says why)."""
+    outside a binding's range, the native kernel read past the range its
+    dispatch bound: the native case becomes ``range`` (``emulated_replay``
+    says why). Natively every buffer ends before a guard page, so such a
+    read stays inside the program's own buffer (a read past the buffer
+    faults); the canary check of the results (``oob``) would show
+    anything from outside it."""
     from .runner import run_cases
     todo = [r for r in records if r["target"] in ("vmfb-run", "names")
             and r["backend"] == "native" and r["outcome"] == "accepted"
@@ -443,8 +446,8 @@ def compare_emulated(records: list, cases_by_id: dict, args, corpus) -> int:
                                   "fault": (emu.get("error") or {}).get("fault")}
         why = emulated_overrun(emu)
         if why:
-            rec.update(was=rec["outcome"], outcome="oob", error={
-                "type": "fuzz.vmrun.OutOfBufferRead",
+            rec.update(was=rec["outcome"], outcome="range", error={
+                "type": "fuzz.vmrun.OutOfRangeRead",
                 "message": f"returned natively; on the emulated backend: {why}",
                 "field": None, "value": None, "traceback": []})
             case = cases_by_id[rec["id"]]
@@ -617,8 +620,8 @@ def replay(args) -> int:
                 print(f"  emulated: {emu['outcome']} at {emu.get('stage')}"
                       + (f" ({why})" if why else ""))
                 if why:
-                    rec.update(was="accepted", outcome="oob", error={
-                        "type": "fuzz.vmrun.OutOfBufferRead",
+                    rec.update(was="accepted", outcome="range", error={
+                        "type": "fuzz.vmrun.OutOfRangeRead",
                         "message": f"returned natively; on the emulated backend: {why}",
                         "field": None, "value": None, "traceback": []})
             if (case.get("target") in ("vmfb-run", "names") and case["backend"] == "native"

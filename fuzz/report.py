@@ -6,13 +6,17 @@ import re
 from collections import Counter, defaultdict
 
 #: Table columns, in order.
-COLUMNS = ("accepted", "typed", "escape", "oob", "fault(reported)", "crash(guest)",
+COLUMNS = ("accepted", "typed", "escape", "oob", "range", "fault(reported)", "crash(guest)",
            "crash(host)", "hang(guest)", "hang", "blowup", "breach", "killed")
 #: Columns of the ``code`` target only, left out of a table where all are 0.
 CODE_COLUMNS = ("breach", "killed")
 #: Columns shown only for the targets that can fill them (or when not 0):
-#: ``oob``, a result holding bytes from outside its input buffers.
+#: ``oob``, a result holding bytes from outside its input buffers;
+#: ``range``, a native result of a kernel that read past the range its
+#: dispatch bound but inside the program's own buffer (the same file
+#: emulated stops at the binding's end).
 TARGET_COLUMNS = {"breach": ("code",), "killed": ("code",), "oob": ("vmfb-run", "names"),
+                  "range": ("vmfb-run", "names"),
                   "fault(reported)": ("vmfb-run", "names")}
 PROJECT_DIRS = ("elfloader/", "hal_cpu/", "fatelf/")
 
