@@ -251,6 +251,9 @@ def vm_files(args, programs: Sequence[str]) -> tuple[list[str], str | None]:
     files = []
     for p in programs:
         if vmfb.is_module_file(p):
+            # given as is: errors name it (not an MLIR file an earlier
+            # command of this process compiled it from)
+            SOURCES.pop(str(p), None)
             files.append(p)
             continue
         check_source(p)
