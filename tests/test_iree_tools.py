@@ -80,7 +80,7 @@ def test_program_compiles(all_compiled, name, arch):
     assert so.name.endswith(f"_{it.variant_name(arch)}.so")
 
     inputs = spec.make_inputs(np.random.default_rng(0))
-    ds = it.plan_dispatches(c, inputs)
+    ds = vm.plan_program(c, inputs).dispatches
     assert len(ds) == spec.num_dispatches
     for d in ds:
         assert d.so_path == so
