@@ -181,13 +181,10 @@ class DispatchPolicy:
     last_workers: int
     #: thread ids of the dispatches running now (one entry per dispatch)
     running: list[int]
+    #: whether the executable was closed (no dispatch may start)
+    closed: bool
     # export ordinal, bindings, constants, workers -> layouts not in use
     _layouts: dict[tuple, list[DispatchLayout]]
-
-    @property
-    def closed(self) -> bool:
-        """Whether the executable was closed (no dispatch may start)."""
-        raise NotImplementedError
 
     @property
     def environment(self) -> int:
@@ -567,6 +564,9 @@ class PreparedDispatch:
         array the native backend uses in place (writable, C-contiguous,
         not empty, 64-byte aligned: checked each call). Returns False
         (nothing done) when it does not apply, for :meth:`run_mapped`."""
+        short = self._short
+        if short is None or self.backend.timeout_us:
+            return False
         pointers, lengths = [], []
         for a in bindings:
             if type(a) is not _ndarray:
@@ -580,16 +580,6 @@ class PreparedDispatch:
                 return False
             pointers.append(address)
             lengths.append(a.nbytes)
-        return self._native_short(pointers, lengths)
-
-    def _native_short(self, pointers: Sequence[int],
-                      lengths: Sequence[int]) -> bool:
-        """Run natively in one crossing on one worker, when the grid is
-        small enough and the default worker count (by the export's pace)
-        is one. False: not run."""
-        short = self._short
-        if short is None or self.backend.timeout_us:
-            return False
         return short(pointers, lengths)
 
     def _make_short(self) -> Callable[[Sequence[int], Sequence[int]], bool]:

@@ -166,7 +166,9 @@ class Executable(DispatchPolicy):
         self._idle = threading.Condition(self._lock)
         #: thread ids of the dispatches running now
         self.running: list[int] = []
-        self._closed = True               # until loaded
+        #: whether :meth:`close` was called (no dispatch may start; read it,
+        #: never set it)
+        self.closed = True               # until loaded
         self._released = False
         self._layouts: dict[tuple, list[DispatchLayout]] = {}
         self._allocs: list[int] = []
@@ -199,11 +201,11 @@ class Executable(DispatchPolicy):
             with self.backend.time_limit(timeout):
                 self._query(plugins if bind_imports else None, bind_imports)
         except BaseException:
-            self._closed = False
+            self.closed = False
             self.close()
             raise
         self._init_policy(self.backend.kind)
-        self._closed = False
+        self.closed = False
         _LIVE.add(self)
 
     # --- loading ----------------------------------------------------------
@@ -341,7 +343,7 @@ class Executable(DispatchPolicy):
             ExportNotFoundError: no such export; lists the available names.
             LibraryError: the executable was closed (its addresses are gone).
         """
-        if self._closed:
+        if self.closed:
             raise LibraryError("the executable is closed", name=self.path,
                                field="export", value=key)
         if isinstance(key, (int, np.integer)):
@@ -432,7 +434,7 @@ class Executable(DispatchPolicy):
                 and progress is None and len(bindings) == quick.binding_count
                 and (constants is quick.constants_arg or not constants
                      and not quick.constant_count)
-                and not self._closed and self._repeat(quick, bindings)):
+                and not self.closed and self._repeat(quick, bindings)):
             return
         prepared = self.prepare(export, workgroup_count, constants, len(bindings),
                                 workgroup_size=workgroup_size, workers=workers)
@@ -489,7 +491,7 @@ class Executable(DispatchPolicy):
             ExportNotFoundError: no such export.
             LibraryError: the executable was closed.
         """
-        if self._closed:
+        if self.closed:
             raise LibraryError("the executable is closed", name=self.path,
                                field="dispatch", value=export)
         exp = self._export_cache.get(export) if type(export) in _KEY_TYPES else None
@@ -519,7 +521,7 @@ class Executable(DispatchPolicy):
     def release_if_idle(self) -> None:
         """After :meth:`close` was called: free the executable when no
         dispatch runs any more (called by the last dispatch to end)."""
-        if self._closed and not self.running:
+        if self.closed and not self.running:
             with self._lock:
                 self._idle.notify_all()
                 if self._released or self.running:
@@ -540,11 +542,6 @@ class Executable(DispatchPolicy):
                 self._allocs.remove(address)
                 self.backend.release(address)
 
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called (no dispatch may start)."""
-        return self._closed
-
     # --- lifetime ---------------------------------------------------------
     def close(self) -> None:
         """Unload the library (and its backend when this object created it);
@@ -564,7 +561,7 @@ class Executable(DispatchPolicy):
         with self._lock:
             if self._released:
                 return
-            self._closed = True
+            self.closed = True
             if me in self.running:
                 return              # the last dispatch to end frees it
             while self.running:
@@ -609,7 +606,7 @@ class Executable(DispatchPolicy):
         Raises:
             LibraryError: the executable was closed.
         """
-        if self._closed:
+        if self.closed:
             raise LibraryError("the executable is closed", name=self.path,
                                field="enter", value=None)
         return self
@@ -618,6 +615,6 @@ class Executable(DispatchPolicy):
         self.close()
 
     def __repr__(self):
-        closed = " closed" if self._closed else ""
+        closed = " closed" if self.closed else ""
         return (f"<Executable {self.name} {self.arch.name} ({self.backend.kind})"
                 f"{closed} exports={[e.label for e in self.exports]}>")
