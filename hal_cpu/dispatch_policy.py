@@ -297,11 +297,27 @@ def _pairs(bindings: Sequence, path: str) -> tuple[list[int], list[int]]:
 def _host_arrays(pointers: Sequence[int], lengths: Sequence[int],
                  writable: Sequence[bool] | None) -> list[np.ndarray]:
     """Host memory ranges as uint8 arrays (read-only where ``writable``
-    says so)."""
+    says so). Ranges that overlap are views of one array over their
+    union, so that :func:`hal_cpu.bindings.shared_ranges` maps them as one
+    range (copied in and back once: two copies of one range would each be
+    copied back, the later one undoing what the kernel wrote through the
+    other)."""
+    unions: list[list[int]] = []        # [start, end] of overlapping spans
+    for p, n in sorted((p, n) for p, n in zip(pointers, lengths) if n):
+        if unions and p < unions[-1][1]:
+            unions[-1][1] = max(unions[-1][1], p + n)
+        else:
+            unions.append([p, p + n])
+    bases = [(start, np.frombuffer(memoryview(
+        (ctypes.c_uint8 * (end - start)).from_address(start)), np.uint8))
+        for start, end in unions]
     arrays = []
     for i, (p, n) in enumerate(zip(pointers, lengths)):
-        a = (np.frombuffer(memoryview((ctypes.c_uint8 * n).from_address(p)),
-                           np.uint8) if n else np.zeros(0, np.uint8))
+        if n:
+            start, base = next(b for b in bases if b[0] <= p < b[0] + b[1].nbytes)
+            a = base[p - start:p - start + n]
+        else:
+            a = np.zeros(0, np.uint8)
         if writable is not None and not writable[i]:
             a.flags.writeable = False
         arrays.append(a)
