@@ -80,8 +80,9 @@ def _launcher_digest(arch: str = "x86_32") -> str:
     redirects = [f"--redirect={name}={target}" for name, target in sorted(
         runtime.LIBM_REDIRECTS.get((arch, profile.name), {}).items())]
     return hashlib.sha256(b"\0".join([
-        obj, runtime.LIBM_LINKER.read_bytes(), sys.executable.encode(),
-        str(lld).encode(), *(r.encode() for r in redirects)])).hexdigest()[:16]
+        obj, runtime.LIBM_LINKER.read_bytes(), str(runtime.LIBM_LINKER).encode(),
+        sys.executable.encode(), str(lld).encode(),
+        *(r.encode() for r in redirects)])).hexdigest()[:16]
 
 
 def _plant_launcher(folder: Path, marker: Path) -> Path:

@@ -331,9 +331,13 @@ def libm_linker_flags(arch: str, tool_dir: PathLike | None = None,
     redirects = [f"--redirect={name}={target}" for name, target in sorted(
         runtime.LIBM_REDIRECTS.get((info.name, profile.name), {}).items())]
     python = sys.executable
+    # Everything the launcher holds goes into its folder's name (the
+    # linker script's path too: two checkouts of this runtime write
+    # launchers of different text, each in a folder of its own).
     digest = hashlib.sha256(b"\0".join([
-        obj, runtime.LIBM_LINKER.read_bytes(), python.encode(),
-        str(lld).encode(), *(r.encode() for r in redirects)])).hexdigest()[:16]
+        obj, runtime.LIBM_LINKER.read_bytes(), str(runtime.LIBM_LINKER).encode(),
+        python.encode(), str(lld).encode(),
+        *(r.encode() for r in redirects)])).hexdigest()[:16]
     folder = _launcher_root(tool_dir) / f".libm-link-{info.name}-{digest}"
     launcher = folder / "iree-lld"
     args = [python, str(runtime.LIBM_LINKER), str(lld), str(folder / "libm.o"),
