@@ -34,7 +34,7 @@ so both trees run the same bytes):
   ``elfloader.load(...).backend.function(address, 2)``, natively and on
   each emulated engine and architecture above;
 * ``mlp <where>``: ``bench/programs/mlp.mlir`` compiled for the host and
-  for aarch64, loaded with ``hal_cpu.vm.load_program(..., workers=1)``,
+  for aarch64, loaded with ``hal_cpu.programs.vm.load_program(..., workers=1)``,
   ``predict`` on a 4x16 f32 array of ones: natively and emulated aarch64
   on both engines (skipped without ``iree-compile``);
 * ``startup --version``, ``startup run mul_add``: a whole
@@ -296,7 +296,7 @@ def open_case(case: dict, group: dict, spec: dict, D):
             module.backend.close()
         return (lambda: function(6, 0)), close_module
     if kind == "mlp":
-        from hal_cpu.vm import load_program
+        from hal_cpu.programs.vm import load_program
         program = load_program(spec["vmfb"][arch], backend=backend, workers=1,
                                **options)
         predict = program.function("predict")
@@ -326,7 +326,7 @@ def setup_main(spec: dict) -> int:
         out["run"] = S.hal_cpu_argv(kernel, name)
     if spec["mlp"]:
         try:
-            from hal_cpu.iree import compile_program
+            from hal_cpu.programs import compile_program
             for arch in {a for a in (name, "aarch64") if a}:
                 out["vmfb"][arch] = str(compile_program(PROGRAM, arch).vmfb)
         except Exception as e:

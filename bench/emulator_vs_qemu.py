@@ -118,7 +118,7 @@ def build(names: list[str], arches: list[str], out: Path) -> dict:
     static executable; returns (kernel, arch) -> (so path, exe path)."""
     # zig's cache in the per-user folder the build tools check (never a
     # fixed name in a shared temporary folder).
-    from hal_cpu.zigbuild import cache_dir
+    from hal_cpu.buildtools.zig import cache_dir
     os.environ.setdefault("ZIG_GLOBAL_CACHE_DIR", str(cache_dir()))
     compiles = []
     for arch in arches:

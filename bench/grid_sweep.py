@@ -6,9 +6,9 @@ Usage: python bench/grid_sweep.py [--quick] [--rounds R] [--seconds S]
            [--engine qemu,unicorn] [--no-speedup]
 
 The kernel is ``bench/programs/rowsum.mlir`` (row sums of a 131072x16
-float32 matrix), compiled with ``hal_cpu.iree.compile_program`` for x86_64
+float32 matrix), compiled with ``hal_cpu.programs.compile_program`` for x86_64
 (generic CPU, flags from ``fatelf.arches``; cached by content hash) and, for
-the emulated cases, for aarch64 and riscv64. ``hal_cpu.vm.plan_program`` gives the
+the emulated cases, for aarch64 and riscv64. ``hal_cpu.programs.vm.plan_program`` gives the
 export, the bindings and the natural workgroup count (4096 workgroups of 32
 rows each). Each case dispatches a grid of X workgroups, (X, 1, 1), for X in
 1, 16, 256, 4096: a workgroup past X is not run, so smaller grids compute
@@ -76,8 +76,9 @@ from dispatch import (
 )
 
 import fatelf.arches as A
-from hal_cpu import Executable, iree
-from hal_cpu.vm import plan_program
+from hal_cpu import Executable
+from hal_cpu import programs as iree
+from hal_cpu.programs.vm import plan_program
 
 HERE = Path(__file__).resolve().parent
 PROGRAM = HERE / "programs" / "rowsum.mlir"

@@ -8,7 +8,7 @@ Usage: python bench/iree_under_qemu.py [--quick] [--rounds R]
 The programs are ``bench/programs/matmul256.mlir`` (256x256x256 f32 matmul)
 and ``bench/programs/conv3x3.mlir`` (3x3 f32 convolution, NHWC 1x34x34x32
 input, 32 output channels), each one dispatch, compiled with
-``hal_cpu.iree.compile_program`` (cached by content hash) for aarch64:
+``hal_cpu.programs.compile_program`` (cached by content hash) for aarch64:
 
 * ``generic``: CPU profile ``armv8-a`` (NEON); run on qemu's ``cortex-a57``;
 * ``sve``: CPU profile ``sve`` (vector-length agnostic SVE); run on qemu's
@@ -16,7 +16,7 @@ input, 32 output channels), each one dispatch, compiled with
 * ``neoverse-v1``: the ``sve`` profile's flags plus
   ``--iree-llvmcpu-target-cpu=neoverse-v1``; run like ``sve``.
 
-``hal_cpu.vm.plan_program`` (a record-only call on the VM) gives each
+``hal_cpu.programs.vm.plan_program`` (a record-only call on the VM) gives each
 dispatch's export, workgroup count and
 bindings. Both runners get the same ``.so``, export, workgroup count and
 binding contents (inputs all V, output 0; ``--fill``):
@@ -73,8 +73,9 @@ import numpy as np
 from dispatch import aligned_array, benchmark_args, binding_spec, loadavg, run_benchmark, versions
 from emulator_vs_qemu import engine_cpu, median
 
-from hal_cpu import Executable, iree
-from hal_cpu.vm import plan_program
+from hal_cpu import Executable
+from hal_cpu import programs as iree
+from hal_cpu.programs.vm import plan_program
 
 HERE = Path(__file__).resolve().parent
 TOOL = "iree-benchmark-executable"

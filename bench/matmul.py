@@ -7,7 +7,7 @@ Usage: python bench/matmul.py [--quick] [--rounds R] [--seconds S]
 
 The program is ``bench/programs/matmul512.mlir`` (``lhs @ rhs`` on a
 zero-filled init: one dispatch, 64 workgroups), compiled with
-``hal_cpu.iree.compile_program`` (cached by content hash):
+``hal_cpu.programs.compile_program`` (cached by content hash):
 
 * for x86_64 with the table's flags (``fatelf.arches``: generic CPU), and
   with ``--iree-llvmcpu-target-cpu=host`` added (this machine's vector
@@ -15,7 +15,7 @@ zero-filled init: one dispatch, 64 workgroups), compiled with
 * for aarch64 and riscv64 with the table's (generic) flags, for the
   emulated backend.
 
-``hal_cpu.vm.plan_program`` (a record-only call on the VM) gives the
+``hal_cpu.programs.vm.plan_program`` (a record-only call on the VM) gives the
 export, workgroup count and bindings. For each
 x86_64 build the native cases are, on the same file, export, workgroup
 count and binding contents (inputs all 1.0, output 0):
@@ -63,9 +63,10 @@ from dispatch import (
 )
 
 import fatelf.arches as A
-from hal_cpu import Executable, iree
+from hal_cpu import Executable
+from hal_cpu import programs as iree
 from hal_cpu.dispatch_policy import host_workers
-from hal_cpu.vm import plan_program
+from hal_cpu.programs.vm import plan_program
 
 HERE = Path(__file__).resolve().parent
 PROGRAM = HERE / "programs" / "matmul512.mlir"

@@ -71,7 +71,7 @@ def _iree_python(name: str, kernel: dict, host: str):
     try:
         import iree.runtime as rt
 
-        from hal_cpu.iree import compile_program
+        from hal_cpu.programs import compile_program
         compiled = compile_program(SAMPLES / kernel["source"], host)
     except Exception as exc:  # noqa: BLE001 - the peer is optional
         print(f"(no iree.runtime peer for {name}: {exc})", file=sys.stderr)

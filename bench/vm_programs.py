@@ -10,7 +10,7 @@ for this machine and for aarch64. Cases:
 
 * ``iree-benchmark-module --device=local-sync --function=predict`` (the
   peer): its ``real_time`` per call, ``--benchmark_min_time=S``;
-* ``hal_cpu.vm.load_program(vmfb, workers=1)``: the program loaded once,
+* ``hal_cpu.programs.vm.load_program(vmfb, workers=1)``: the program loaded once,
   then ``predict`` called in a batch lasting about S seconds (the count is
   fixed before the rounds): mean per call, natively;
 * the same on the aarch64 build, emulated (qemu engine where installed);
@@ -161,8 +161,8 @@ def main() -> int:
     seconds = args.seconds or (0.2 if args.quick else 0.5)
 
     from fatelf import arches
-    from hal_cpu.iree import compile_program
-    from hal_cpu.vm import load_program
+    from hal_cpu.programs import compile_program
+    from hal_cpu.programs.vm import load_program
 
     host = arches.host_arch()
     host_vmfb = compile_program(PROGRAM, host).vmfb

@@ -108,15 +108,15 @@ def preload() -> None:
     import fatelf  # noqa: F401
     import hal_cpu  # noqa: F401
     import hal_cpu.dispatch  # noqa: F401
-    import hal_cpu.iree.check  # noqa: F401
-    import hal_cpu.iree.host_modules  # noqa: F401
     import hal_cpu.plugins  # noqa: F401
+    import hal_cpu.programs.check  # noqa: F401
+    import hal_cpu.programs.host_modules  # noqa: F401
+    import hal_cpu.programs.vm.hal_module  # noqa: F401
+    import hal_cpu.programs.vm.module_def  # noqa: F401
+    import hal_cpu.programs.vm.program  # noqa: F401
+    import hal_cpu.programs.vm.translate  # noqa: F401
+    import hal_cpu.programs.vm.vmfb  # noqa: F401
     import hal_cpu.runtime  # noqa: F401
-    import hal_cpu.vm.hal_module  # noqa: F401
-    import hal_cpu.vm.module_def  # noqa: F401
-    import hal_cpu.vm.program  # noqa: F401
-    import hal_cpu.vm.translate  # noqa: F401
-    import hal_cpu.vmfb  # noqa: F401
 
 
 def instrument(rep: Reporter) -> None:
@@ -386,9 +386,9 @@ def run_files(case, data, rep, opts):
     import fatelf
     import hal_cpu
     from fatelf import PortableKernelError
-    from hal_cpu import vmfb
     from hal_cpu.buffers import parse_binding
     from hal_cpu.plugins import PluginManager
+    from hal_cpu.programs.vm import vmfb
     kind = case.get("file_kind", "plain")
     tmp = tempfile.mkdtemp(prefix="pkr-fuzz-")
     path = os.path.join(tmp, "input.so")

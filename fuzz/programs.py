@@ -1,4 +1,4 @@
-"""Target ``program``: hostile compiled programs run by :mod:`hal_cpu.vm`.
+"""Target ``program``: hostile compiled programs run by :mod:`hal_cpu.programs.vm`.
 
 Seeds are the ``vmfb`` target's compiled modules (:mod:`fuzz.vmfb`). A case
 is a seed with zero to two of the ``vmfb`` target's FlatBuffer mutations
@@ -52,7 +52,7 @@ _TENSOR = re.compile(r"tensor<([0-9x?]*)x?(i1|i8|i16|i32|i64|f16|f32|f64|bf16)>"
 def bytecode_mutation(rng, data: bytes):
     """``(description, ops)`` changing 1-8 bytes of the seed's VM bytecode,
     or None when the seed has none."""
-    from hal_cpu.vm.module_def import read_module
+    from hal_cpu.programs.vm.module_def import read_module
     mdef = read_module(data, name="seed")
     start, length = mdef._bytecode
     if length <= 0:
@@ -95,7 +95,7 @@ class _String:
 def host_module(mode: str):
     """The ``custom`` module of IREE's custom-module samples, behaving as
     ``mode`` says."""
-    from hal_cpu.iree import HostModule
+    from hal_cpu.programs import HostModule
 
     def create(data):
         if mode == "never":
@@ -159,7 +159,7 @@ def run(case, data, rep, opts):
     module docstring); a ``never`` case runs as a command line."""
     if case.get("host_mode") == "never":
         return _run_command(case, data, rep, opts)
-    from hal_cpu.vm import load_program
+    from hal_cpu.programs.vm import load_program
     backend = "native" if case["backend"] == "native" else "emulated"
     rep.enter("parse")
     hosts = [host_module(case.get("host_mode", "ok"))]
@@ -296,9 +296,9 @@ def run_mlir(case, data, rep, opts):
     module gets one behaving as the case says."""
     import numpy as np
 
-    from hal_cpu.iree import compile_program
-    from hal_cpu.vm import load_program
-    from hal_cpu.vmfb import check_text
+    from hal_cpu.programs import compile_program
+    from hal_cpu.programs.vm import load_program
+    from hal_cpu.programs.vm.vmfb import check_text
     backend = "native" if case["backend"] == "native" else "emulated"
     with tempfile.TemporaryDirectory(prefix="pkr-fuzz-mlir-") as tmp:
         path = os.path.join(tmp, "case.mlir")

@@ -1,12 +1,12 @@
-"""Target ``vmfb``: hostile compiled modules for :mod:`hal_cpu.vm.module_def`.
+"""Target ``vmfb``: hostile compiled modules for :mod:`hal_cpu.programs.vm.module_def`.
 
 Seeds are real ``.vmfb`` files, compiled by ``iree-compile`` from the
 repository's programs (:data:`PROGRAMS` for :data:`ARCHES`, through
-:func:`hal_cpu.iree.compile_program` and its cache). :class:`VmfbModel`
+:func:`hal_cpu.programs.compile_program` and its cache). :class:`VmfbModel`
 maps a seed: the ZIP local header of ``module.fb`` (method, flags, sizes,
 ZIP64 sizes, name and extra lengths), the size prefix, and every field the
 FlatBuffer reaches from its root, walked with the reader's own schema
-(:data:`hal_cpu.vm.module_def.SCHEMA`): tables' vtables (sizes, slot
+(:data:`hal_cpu.programs.vm.module_def.SCHEMA`): tables' vtables (sizes, slot
 offsets, the table's signed offset to it), offsets to tables, vectors and
 strings, vector lengths, scalars (versions, ordinals, register counts,
 external data offsets and lengths, union types, location indexes) and the
@@ -22,9 +22,9 @@ random bytes in the FlatBuffer; truncation at the structure's edges;
 appended bytes.
 
 The child (:func:`run`) reads the mutated file as bytes and as a path
-(:func:`hal_cpu.vm.module_def.read_module`), takes every function's
+(:func:`hal_cpu.programs.vm.module_def.read_module`), takes every function's
 bytecode, every read-only segment's bytes and every debug location, and
-lists and reads the archive's executables through :mod:`hal_cpu.vmfb`.
+lists and reads the archive's executables through :mod:`hal_cpu.programs.vm.vmfb`.
 Each must finish with success or a typed error.
 """
 
@@ -50,7 +50,7 @@ _WALK_ELEMENTS = 48
 
 def seed_files() -> list[tuple[str, Path]]:
     """``(seed name, path)`` of each seed, compiled when not cached."""
-    from hal_cpu.iree import compile_program
+    from hal_cpu.programs import compile_program
     out = []
     for program in PROGRAMS:
         for arch in ARCHES:
@@ -75,7 +75,7 @@ class VmfbModel:
 
     @classmethod
     def build(cls, data: bytes, name: str) -> "VmfbModel":
-        from hal_cpu.vm import module_def as md
+        from hal_cpu.programs.vm import module_def as md
         m = cls(name, data)
         u16 = lambda p: struct.unpack_from("<H", data, p)[0]  # noqa: E731
         u32 = lambda p: struct.unpack_from("<I", data, p)[0]  # noqa: E731
@@ -205,7 +205,7 @@ class VmfbModel:
 
 # --- mutators ------------------------------------------------------------------------
 def _values(rng, f: Field, m: VmfbModel) -> list[int]:
-    from hal_cpu.vm import module_def as md
+    from hal_cpu.programs.vm import module_def as md
     n, fb_len = len(m.data), m.fb_end - m.fb_start
     v = f.value
     if f.kind == "uoffset":
@@ -355,8 +355,8 @@ def run(case, data, rep, opts):
     import tempfile
 
     from fatelf import PortableKernelError
-    from hal_cpu import vmfb
-    from hal_cpu.vm.module_def import read_module
+    from hal_cpu.programs.vm import vmfb
+    from hal_cpu.programs.vm.module_def import read_module
     first_typed = []
 
     def step(name, fn):

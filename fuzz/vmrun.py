@@ -4,10 +4,10 @@ VM reads meaning, then loaded and run.
 Seeds are real ``.vmfb`` files compiled by the pinned ``iree-compile`` from
 the repository's programs (:data:`PROGRAMS`) for x86_64 (run natively) and
 aarch64 and riscv64 (run emulated), through
-:func:`hal_cpu.iree.compile_program` and its cache.
+:func:`hal_cpu.programs.compile_program` and its cache.
 
 :class:`ProgramModel` maps a seed with the VM's own reader and decoder
-(:func:`hal_cpu.vm.module_def.read_module`, :func:`hal_cpu.vm.decode.decode`):
+(:func:`hal_cpu.programs.vm.module_def.read_module`, :func:`hal_cpu.programs.vm.decode.decode`):
 every instruction of every function, with the file offset of its opcode
 byte and of each field (registers, immediates, branch targets, callee
 ordinals), the function descriptors, the strings naming functions, imports
@@ -118,7 +118,7 @@ def seed_files(arches=ARCHES) -> list[tuple[str, str, Path]]:
     warning)."""
     import sys
 
-    from hal_cpu.iree import compile_program
+    from hal_cpu.programs import compile_program
     out = []
     for program in PROGRAMS:
         for arch in arches:
@@ -182,9 +182,9 @@ class ProgramModel:
 
     @classmethod
     def build(cls, data: bytes, name: str) -> "ProgramModel":
-        from hal_cpu.vm import isa
-        from hal_cpu.vm.decode import decode
-        from hal_cpu.vm.module_def import read_module
+        from hal_cpu.programs.vm import isa
+        from hal_cpu.programs.vm.decode import decode
+        from hal_cpu.programs.vm.module_def import read_module
 
         from .vmfb import VmfbModel
         m = cls(name, data)
@@ -258,7 +258,7 @@ class ProgramModel:
 
 
 def _callee_name(ins, import_names) -> str | None:
-    from hal_cpu.vm import isa
+    from hal_cpu.programs.vm import isa
     if not ins.op.name.startswith("call") or not ins.args:
         return None
     callee = ins.args[0]
@@ -271,7 +271,7 @@ def _callee_name(ins, import_names) -> str | None:
 def _field_sites(raw: bytes, ins, base: int, fn: int) -> list[Site]:
     """The sites of one instruction's fields (as :func:`decode` reads them);
     each list's registers, the values of its list entries."""
-    from hal_cpu.vm import isa
+    from hal_cpu.programs.vm import isa
     sites = []
     pc = ins.offset + (2 if ins.op.opset != isa.CORE else 1)
     u16 = lambda p: struct.unpack_from("<H", raw, p)[0]  # noqa: E731
@@ -318,7 +318,7 @@ def _set(site, value: int, what: str):
 
 
 def _layouts():
-    from hal_cpu.vm import isa
+    from hal_cpu.programs.vm import isa
     out: dict = {}
     for opset, table in isa.OPS.items():
         for op in table.values():
@@ -331,7 +331,7 @@ _LAYOUTS: dict | None = None
 
 def m_opcode(rng, m: ProgramModel):
     global _LAYOUTS
-    from hal_cpu.vm import isa
+    from hal_cpu.programs.vm import isa
     if _LAYOUTS is None:
         _LAYOUTS = _layouts()
     s = rng.choice(m.opcodes)
@@ -346,7 +346,7 @@ def m_opcode(rng, m: ProgramModel):
 
 
 def m_register(rng, m: ProgramModel):
-    from hal_cpu.vm import isa
+    from hal_cpu.programs.vm import isa
     s = rng.choice(m.registers)
     fmap = next(f for f in m.functions if f.ordinal == s.fn)
     v = s.value
@@ -372,7 +372,7 @@ def m_target(rng, m: ProgramModel):
 
 
 def m_callee(rng, m: ProgramModel):
-    from hal_cpu.vm import isa
+    from hal_cpu.programs.vm import isa
     s = rng.choice(m.callees)
     choices = [rng.randrange(max(1, m.n_functions)), m.n_functions, 0x7FFFFFFF,
                isa.IMPORT_BIT | rng.randrange(max(1, m.imports)), isa.IMPORT_BIT | m.imports,
@@ -668,7 +668,7 @@ def run(case, data, rep, opts):
     module docstring); the first typed error is the outcome, after every
     function ran."""
     from fatelf import PortableKernelError
-    from hal_cpu.vm import load_program
+    from hal_cpu.programs.vm import load_program
     backend = "native" if case["backend"] == "native" else "emulated"
     if case["target"] == "names":
         # the file the printers read: made before the child is confined (it
@@ -750,7 +750,7 @@ def run_printers(case, data, path: str) -> None:
     if True:
         first = None
         try:
-            from hal_cpu.vm.module_def import read_module
+            from hal_cpu.programs.vm.module_def import read_module
             mdef = read_module(data, name="case.vmfb")
             first = mdef.exports[0].name if mdef.exports else None
         except Exception:  # noqa: BLE001 - the commands say why
@@ -783,8 +783,8 @@ def cli_inputs(data: bytes, timeout: float = 60.0) -> list[tuple[int, str]]:
     import sys
     import tempfile
 
-    from hal_cpu.vm.module_def import read_module
-    from hal_cpu.vm.translate import parse_cconv
+    from hal_cpu.programs.vm.module_def import read_module
+    from hal_cpu.programs.vm.translate import parse_cconv
     out = []
     with tempfile.TemporaryDirectory(prefix="pkr-fuzz-cli-") as tmp:
         path = os.path.join(tmp, "case.vmfb")

@@ -203,7 +203,7 @@ class GuardedStore:
     a buffer is dropped).
 
     Every reservation the store maps is counted in ``memory`` (a
-    :class:`hal_cpu.vm.refs.MemoryBudget`-like object with ``charge(n,
+    :class:`hal_cpu.programs.vm.refs.MemoryBudget`-like object with ``charge(n,
     what)``, ``uncharge(n)`` and a ``reclaimers`` list) until it is
     unmapped; when a charge fails, the store unmaps the reservations no
     array uses (``reclaimers``) and the charge is tried again.

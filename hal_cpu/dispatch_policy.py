@@ -20,7 +20,7 @@ decides, per dispatch:
 :class:`PreparedDispatch` is a dispatch checked once and run many times
 (:meth:`hal_cpu.Executable.prepare`): :meth:`hal_cpu.Executable.dispatch`
 runs one (and keeps it for the repeat path), and so does every dispatch a
-``.vmfb`` program's command buffers replay (:mod:`hal_cpu.vm.hal_module`).
+``.vmfb`` program's command buffers replay (:mod:`hal_cpu.programs.vm.hal_module`).
 
 The layouts, the workgroup loop and :func:`~hal_cpu.dispatch.run_grid` are
 :mod:`hal_cpu.dispatch`'s; the bindings' mapping is

@@ -115,7 +115,7 @@ class OverrunError(HalCpuError, EmulationError):
     into the canary bytes after the end, seen when the dispatch ends, or a
     read or write reaching the guard page after them, where the CPU stops
     at the instruction); for an import called by the pytest fixtures,
-    outside a guest array on either side (:mod:`hal_cpu.guarded`).
+    outside a guest array on either side (:mod:`hal_cpu.testing.guarded`).
 
     Also an :class:`elfloader.EmulationError`, taking its keyword
     arguments: ``fault`` (an :class:`elfloader.Fault`: ``kind``

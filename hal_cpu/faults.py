@@ -244,7 +244,7 @@ def import_fault(exc: EmulationError, backend, modules, import_name: str,
     ``import_name`` (as the pytest fixtures make): its message is the fault
     report against the module that owns the pc (``modules``: the loaded
     plugins, :class:`elfloader.ElfModule`), with data addresses described
-    from the guarded test arrays ``arrays`` (:class:`hal_cpu.guarded.
+    from the guarded test arrays ``arrays`` (:class:`hal_cpu.testing.guarded.
     GuardedArrays`; ``names`` maps an array to the name to use;
     ``seconds`` is the call's time limit, default the backend's;
     ``arrays`` None: the call takes none; ``function_kind``: what the

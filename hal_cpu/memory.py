@@ -8,7 +8,7 @@ guest addresses. Its subclasses only add where addresses come from and what
 is checked: :class:`GuestView` checks every pointer a loaded image hands
 out before following it (library and plugin tables);
 :class:`hal_cpu.plugins.ParamsView` reads an import's params struct; the
-pytest fixtures (:mod:`hal_cpu.pytest_plugin`) place and read test arrays.
+pytest fixtures (:mod:`hal_cpu.testing.pytest_plugin`) place and read test arrays.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ With the default DIR, standalone.sos is also copied to
 hal_cpu/samples/standalone.sos, the copy the package ships for
 `hal-cpu demo`.
 
-Standalone plugins are built by `hal_cpu.zigbuild`: zig's clang (PyPI
+Standalone plugins are built by `hal_cpu.buildtools.zig`: zig's clang (PyPI
 package `ziglang`, run as `python -m ziglang`) compiles them for the
 freestanding targets of the architecture table (`fatelf.arches`) and its
 ld.lld links self-contained ET_DYN objects: no libc, no DT_NEEDED, no
@@ -54,8 +54,8 @@ if str(REPO_ROOT) not in sys.path:
 import fatelf  # noqa: E402
 from elfloader.arch import by_name  # noqa: E402
 from fatelf import arches  # noqa: E402
-from hal_cpu import zigbuild  # noqa: E402
-from hal_cpu.zigbuild import ZIG_VERSION, ZigBuildError, zig_available, zig_version  # noqa: E402,F401
+from hal_cpu.buildtools import zig as zigbuild  # noqa: E402
+from hal_cpu.buildtools.zig import ZIG_VERSION, ZigBuildError, zig_available, zig_version  # noqa: E402,F401
 
 #: Architectures of the standalone plugins, in the table's order
 #: (fatelf.join sorts the bundle's records by target itself).

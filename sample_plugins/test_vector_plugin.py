@@ -13,7 +13,7 @@ from build import VECTOR_PROFILES  # noqa: E402 (sample_plugins/build.py)
 from elfloader.backend.emulated import qemu_program
 from fatelf import arches
 from fatelf.cstruct import CStruct
-from hal_cpu.pytest_plugin import LoadedPlugin
+from hal_cpu.testing.pytest_plugin import LoadedPlugin
 
 HERE = Path(__file__).resolve().parent
 VECTOR_SOS = HERE / "prebuilt" / "vector.sos"

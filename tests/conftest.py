@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from fatelf import arches
-from hal_cpu.demo import MUL_PARAMS
-from hal_cpu.iree import Compiled, compile_program
+from hal_cpu.cli.demo import MUL_PARAMS
+from hal_cpu.programs import Compiled, compile_program
 
 from program_specs import ALL_PROGRAMS
 
@@ -60,7 +60,7 @@ def compile_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def compiled(compile_cache):
-    """compiled(program_name, arch, cpu=None) -> hal_cpu.iree.Compiled
+    """compiled(program_name, arch, cpu=None) -> hal_cpu.programs.Compiled
     (cached; ``cpu`` a CPU profile of ``arch``)."""
     def get(program: str, arch: str, cpu: str | None = None) -> Compiled:
         return compile_program(ALL_PROGRAMS[program].path, arch, compile_cache,

@@ -2,8 +2,8 @@
 
 Each ``<name>.mlir`` there documents its public function; ``PROGRAMS`` gives
 the function, an input maker and the numpy result for each. The programs are
-compiled with :func:`hal_cpu.iree.compile_program` and planned and run on the
-VM (:mod:`hal_cpu.vm`).
+compiled with :func:`hal_cpu.programs.compile_program` and planned and run on the
+VM (:mod:`hal_cpu.programs.vm`).
 """
 
 from __future__ import annotations

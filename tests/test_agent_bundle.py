@@ -15,7 +15,7 @@ import pytest
 import fatelf
 from elfloader.backend.emulated.agent import build
 from fatelf import arches
-from hal_cpu import zigbuild
+from hal_cpu.buildtools import zig as zigbuild
 
 #: The architecture whose agent the suite rebuilds: the target with the
 #: most particular flags (RV32IMA with the soft-float ABI).

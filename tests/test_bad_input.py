@@ -20,7 +20,7 @@ from elfloader import (
 from elfloader.backend.emulated import EmulatedBackend
 from elfloader.backend.native import NativeBackend
 from hal_cpu import DispatchError, Executable, LibraryError
-from hal_cpu.vm import plan_program
+from hal_cpu.programs.vm import plan_program
 
 from conftest import PREBUILT, process_memory
 

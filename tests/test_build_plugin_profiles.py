@@ -20,7 +20,7 @@ from conftest import ROOT
 
 pytest.importorskip("ziglang")
 
-from hal_cpu import zigbuild  # noqa: E402
+from hal_cpu.buildtools import zig as zigbuild  # noqa: E402
 
 SOURCE = ROOT / "sample_plugins" / "tutorial" / "scale_plugin.c"
 SCALE_PARAMS = CStruct("scale_params_t", [

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import fatelf
-from hal_cpu import iree as iree_tools
-from hal_cpu import vm
+from hal_cpu import programs as iree_tools
 from hal_cpu.plugins import PluginManager
+from hal_cpu.programs import vm
 
 from conftest import PREBUILT, ROOT
 

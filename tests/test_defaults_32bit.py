@@ -10,7 +10,7 @@ runs whatever follows, here past the end of ``.text``) and ``fmaxf``,
 code (the old ``i686`` default) keeps f32 intermediates at 64-bit precision,
 so round, layer norm and reductions differ from x86_64 as on a real i686.
 ``compile_program`` now links 32-bit executables through
-``hal_cpu/runtime/libm_link.py`` and ``libm.c``; x86_32 defaults to SSE2.
+``hal_cpu/buildtools/libm_link.py`` and ``libm.c``; x86_32 defaults to SSE2.
 
 The tests: a check-style program (``programs/check32/math32.mlir``) passes
 on both 32-bit architectures, both engines, exactly as on x86_64; numeric
@@ -37,11 +37,11 @@ import elfloader
 import fatelf
 from fatelf import arches
 from hal_cpu import runtime
+from hal_cpu.buildtools import libm_link
 from hal_cpu.cli import main
-from hal_cpu.iree import compile_program
-from hal_cpu.iree.compiler import _iree_lld
-from hal_cpu.runtime import libm_link
-from hal_cpu.vm import load_program
+from hal_cpu.programs import compile_program
+from hal_cpu.programs.compiler import _iree_lld
+from hal_cpu.programs.vm import load_program
 
 from conftest import ROOT, emulation_engines
 
@@ -521,8 +521,8 @@ def test_linker_sends_calls_of_empty_functions_to_libm(tmp_path, arch):
 
 @zig_only
 def test_libm_bundle_rebuilds_byte_identically(tmp_path, monkeypatch):
-    from hal_cpu import zigbuild
-    from hal_cpu.runtime import build
+    from hal_cpu.buildtools import runtime as build
+    from hal_cpu.buildtools import zig as zigbuild
     if zigbuild.zig_version() != zigbuild.ZIG_VERSION:
         pytest.skip(f"ziglang {zigbuild.zig_version()} is not {zigbuild.ZIG_VERSION}")
     monkeypatch.setenv("ZIG_GLOBAL_CACHE_DIR", str(tmp_path / "zig-cache"))

@@ -192,7 +192,7 @@ def c_fixture(tmp_path_factory):
     """name -> path of diag_fixture.c built with -g: x86_64, arm32 (A32) and
     arm32 in Thumb mode."""
     pytest.importorskip("ziglang")
-    from hal_cpu import zigbuild
+    from hal_cpu.buildtools import zig as zigbuild
 
     work = tmp_path_factory.mktemp("diag-c")
     (work / "diag_fixture.c").write_text(C_FIXTURE)
@@ -599,7 +599,7 @@ def test_report_names_the_rvv_instruction_not_the_next(tmp_path):
     shows that instruction, decoded (capstone 6), and notes the pc the CPU
     gave, instead of printing the following instruction."""
     pytest.importorskip("ziglang")
-    from hal_cpu import zigbuild
+    from hal_cpu.buildtools import zig as zigbuild
 
     (tmp_path / "axpy.c").write_text(VECTOR_C)
     zig = zigbuild.zig_command()

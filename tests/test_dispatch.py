@@ -15,9 +15,9 @@ import pytest
 
 from hal_cpu import DispatchError, Executable
 from hal_cpu import dispatch as dispatch_mod
-from hal_cpu.iree import compile_program
 from hal_cpu.plugins import PluginManager
-from hal_cpu.vm import plan_program
+from hal_cpu.programs import compile_program
+from hal_cpu.programs.vm import plan_program
 
 from conftest import ROOT, SIMPLE_MUL, default_sigint, process_memory
 from program_specs import PROGRAMS

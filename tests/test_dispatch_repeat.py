@@ -11,9 +11,9 @@ import elfloader
 import hal_cpu
 from hal_cpu import DispatchError, Executable, LibraryError
 from hal_cpu.errors import ExportNotFoundError
-from hal_cpu.iree import compile_program
 from hal_cpu.plugins import PluginManager
-from hal_cpu.vm import plan_program
+from hal_cpu.programs import compile_program
+from hal_cpu.programs.vm import plan_program
 
 from conftest import ROOT, SIMPLE_MUL
 

@@ -8,8 +8,8 @@ import pytest
 
 import elfloader
 from fatelf.arches import RUNTIME_ARCHES
-from hal_cpu.iree import reference_run
-from hal_cpu.vm import PlanRunner, plan_program, run_plan
+from hal_cpu.programs import reference_run
+from hal_cpu.programs.vm import PlanRunner, plan_program, run_plan
 
 from program_specs import PROGRAMS as SPECS
 

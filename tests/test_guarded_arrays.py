@@ -1,4 +1,4 @@
-"""Placement of the pytest fixtures' test arrays (hal_cpu.guarded): flush
+"""Placement of the pytest fixtures' test arrays (hal_cpu.testing.guarded): flush
 against the guard page after them by default, a stated alignment, IREE's
 padded placement on request; overruns counted in elements; the x86
 instructions qemu-user reads past their operands."""
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import elfloader
-from hal_cpu.guarded import (
+from hal_cpu.memory import GuestMemory
+from hal_cpu.testing.guarded import (
     ALIGNMENT,
     GuardedArrays,
     elements,
@@ -17,7 +18,6 @@ from hal_cpu.guarded import (
     qemu_overread,
     qemu_overread_of,
 )
-from hal_cpu.memory import GuestMemory
 
 
 @pytest.fixture

@@ -63,7 +63,7 @@ def library(tmp_path_factory) -> Path:
     """guest_bounds.c for ARCHES, as a FatELF bundle."""
     pytest.importorskip("ziglang")
     import fatelf
-    from hal_cpu import zigbuild
+    from hal_cpu.buildtools import zig as zigbuild
     work = tmp_path_factory.mktemp("guest_bounds")
     objects = [zigbuild.build_freestanding(
         "guest_bounds.c", arch, cwd=PLUGINS, work_dir=work,

@@ -13,8 +13,8 @@ import pytest
 
 from fatelf import arches
 from hal_cpu.cli import main
-from hal_cpu.iree import HostModule, ModuleRegistry, compile_program, export
-from hal_cpu.vm import load_program
+from hal_cpu.programs import HostModule, ModuleRegistry, compile_program, export
+from hal_cpu.programs.vm import load_program
 
 from conftest import ROOT
 
@@ -211,7 +211,7 @@ def test_newest_registration_wins_and_types_are_checked(compile_cache, capsys):
         def from_tensor(self, t):
             return "not a CustomString"
 
-    from hal_cpu.iree import HostCallError
+    from hal_cpu.programs import HostCallError
     # (the VM's wording: a ref result must be of a type the module declares)
     with pytest.raises(HostCallError, match="from_tensor is 'not a CustomString' "
                        r"\(str\): not a numpy array, bytes, or an object of a type "
@@ -264,7 +264,7 @@ def test_failed_registrations_leave_the_registry_as_it_was(compile_cache, capsys
     """A module refused by ``register`` (functions not a mapping, a function
     that is not callable, no name, types that are not classes) never enters
     the registry: a valid registration afterwards links and runs."""
-    from hal_cpu.iree import HostModuleError, load_module_spec
+    from hal_cpu.programs import HostModuleError, load_module_spec
     registry = ModuleRegistry()
     before = list(registry.modules)
 

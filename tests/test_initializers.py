@@ -71,7 +71,7 @@ def built(tmp_path_factory) -> dict[tuple[str, str], Path]:
     """(variant, arch) -> path of init_order.c built with ``-g``; variant
     ``order`` as written, ``fault`` with its faulting constructor."""
     pytest.importorskip("ziglang")
-    from hal_cpu import zigbuild
+    from hal_cpu.buildtools import zig as zigbuild
     out = tmp_path_factory.mktemp("init_order")
     variants = {"order": [], "fault": ["-DFAULTING_CONSTRUCTOR"]}
 

@@ -113,7 +113,7 @@ def odd(tmp_path_factory):
 @pytest.fixture(scope="module")
 def vmfb(compile_cache):
     """The bundled mul_add sample (5003 floats, 2 workgroups) compiled."""
-    from hal_cpu.iree import compile_program
+    from hal_cpu.programs import compile_program
     return compile_program(SAMPLES / "samples_mul_add.mlir", "x86_64",
                            compile_cache).vmfb
 

@@ -1,7 +1,7 @@
-"""Tests of :mod:`hal_cpu.iree`: compiling the test programs with
+"""Tests of :mod:`hal_cpu.programs`: compiling the test programs with
 iree-compile, IREE's runtime as the reference; and the plans of the compiled
-programs (:func:`hal_cpu.vm.plan_program`, a record-only run on the VM) run
-by :func:`hal_cpu.vm.run_plan`."""
+programs (:func:`hal_cpu.programs.vm.plan_program`, a record-only run on the VM) run
+by :func:`hal_cpu.programs.vm.run_plan`."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import hal_cpu.iree as it
+import hal_cpu.programs as it
 from fatelf import arches
-from hal_cpu import vm
-from hal_cpu.vm.program import InputMismatchError
+from hal_cpu.programs import vm
+from hal_cpu.programs.vm.program import InputMismatchError
 
 from program_specs import PROGRAMS
 
@@ -207,7 +207,7 @@ def test_missing_compiler_is_reported(tmp_path, monkeypatch):
 
 
 def test_import_does_not_load_iree():
-    code = ("import sys, hal_cpu, hal_cpu.iree; "
+    code = ("import sys, hal_cpu, hal_cpu.programs; "
             "print([m for m in sys.modules if m.split('.')[0] in ('iree', 'platformdirs')])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
@@ -415,12 +415,10 @@ def test_sample_manifest_matches_files():
 
 
 def test_samples_rebuild_identically(tmp_path):
-    """The committed x86_64 samples are what build_samples.py produces now."""
-    import importlib.util
+    """The committed x86_64 samples are what hal_cpu.buildtools.samples produces now."""
     import json
-    spec = importlib.util.spec_from_file_location("build_samples", SAMPLES / "build_samples.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+
+    from hal_cpu.buildtools import samples as mod
     assert mod.main(["--out", str(tmp_path), "--arch", HOST,
                      "--build-dir", str(tmp_path / "build")]) == 0
     new = json.loads((tmp_path / "manifest.json").read_text())

@@ -3,9 +3,9 @@ suite (``tests/e2e/math``: several ``check.expect_almost_eq_const`` with
 ``atol``/``rtol`` on f32 and f16 libm ops) passes through ``hal-cpu
 check-module`` from MLIR and from the ``.vmfb`` alike, on three
 architectures; and ``plan`` is a record-only call of the VM
-(:mod:`hal_cpu.vm.plan`): its steps without running them, and a host read
+(:mod:`hal_cpu.programs.vm.plan`): its steps without running them, and a host read
 of what a recorded dispatch computes refused with
-:class:`hal_cpu.vm.DataDependenceError`."""
+:class:`hal_cpu.programs.vm.DataDependenceError`."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from hal_cpu.cli import main
-from hal_cpu.iree import compile_program
-from hal_cpu.vm import DataDependenceError, Dispatch, load_program, plan_program
+from hal_cpu.programs import compile_program
+from hal_cpu.programs.vm import DataDependenceError, Dispatch, load_program, plan_program
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "tests" / "programs"
@@ -54,7 +54,7 @@ def test_almost_eq_checks_pass_from_mlir_and_vmfb(compile_cache, capsys, arch):
 
 
 def test_load_program_takes_mlir(compile_cache):
-    """hal_cpu.vm.load_program compiles MLIR for arch= first (cached)."""
+    """hal_cpu.programs.vm.load_program compiles MLIR for arch= first (cached)."""
     with load_program(PROGRAMS / "mm_rowsum.mlir", arch="aarch64",
                       cache_dir=compile_cache) as program:
         assert program.arch == "aarch64"

@@ -193,7 +193,7 @@ def plugins(tmp_path_factory) -> dict[str, Path]:
 def programs(compile_cache, tmp_path_factory) -> dict[str, Path]:
     """system_example compiled for x86_64: the MLIR, its .vmfb (copied out
     of the cache), its executable, and a check program using it."""
-    from hal_cpu.iree import compile_program
+    from hal_cpu.programs import compile_program
     work = tmp_path_factory.mktemp("programs")
     compiled = compile_program(EXAMPLE, "x86_64", compile_cache)
     vmfb = work / "system_example.vmfb"

@@ -102,7 +102,7 @@ def test_correct_after_the_others(hal_plugin):
 def buggy_sos(tmp_path_factory) -> Path:
     """buggy_plugin.c for the six architectures with -g, as a .sos."""
     pytest.importorskip("ziglang")
-    from hal_cpu import zigbuild
+    from hal_cpu.buildtools import zig as zigbuild
     out = tmp_path_factory.mktemp("buggy") / "buggy.sos"
     out.write_bytes(zigbuild.build_plugin([SOURCE], "all", debug=True))
     return out

@@ -17,9 +17,9 @@ from hal_cpu import (
     PluginStatusError,
     UnresolvedImportError,
 )
-from hal_cpu.iree import compile_program
 from hal_cpu.plugins import PluginManager, PluginSpec
-from hal_cpu.vm import PlanRunner, plan_program, run_plan
+from hal_cpu.programs import compile_program
+from hal_cpu.programs.vm import PlanRunner, plan_program, run_plan
 
 from conftest import PREBUILT, ROOT, SIMPLE_MUL
 

@@ -284,8 +284,8 @@ def test_program_bindings_are_aligned_and_not_copied(compile_cache, tmp_path):
     constants) starts on a 64-byte boundary, so a native dispatch uses it in
     place: no AlignmentCopyWarning, even for a binding over 1 MiB."""
     from hal_cpu import AlignmentCopyWarning
-    from hal_cpu.iree import compile_program
-    from hal_cpu.vm import PlanRunner, load_program, plan_program, run_plan
+    from hal_cpu.programs import compile_program
+    from hal_cpu.programs.vm import PlanRunner, load_program, plan_program, run_plan
     src = tmp_path / "big.mlir"
     n = 300_000
     src.write_text(ADD_CONST.replace("300", str(n)).replace(

@@ -18,8 +18,8 @@ import fatelf
 from fatelf import arches
 from hal_cpu import Executable
 from hal_cpu.cli import main
-from hal_cpu.iree import compile_many
-from hal_cpu.vm import plan_program
+from hal_cpu.programs import compile_many
+from hal_cpu.programs.vm import plan_program
 
 from conftest import PREBUILT, ROOT
 from program_specs import ACCEPTANCE, ALL_PROGRAMS
@@ -149,7 +149,7 @@ def test_overlapping_bindings_keep_every_result(programs):
     undo the other's writes."""
     spec = ALL_PROGRAMS["int_ops"]
     inputs = spec.make_inputs(np.random.default_rng(1))
-    from hal_cpu.iree import compile_program
+    from hal_cpu.programs import compile_program
     comp = compile_program(spec.path, arches.host_arch(), programs)
     plan = plan_program(comp, inputs)
     (d,) = plan.dispatches

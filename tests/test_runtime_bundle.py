@@ -22,7 +22,8 @@ import hal_cpu
 from elfloader import as_int32
 from fatelf import arches
 from fatelf.cstruct import pack_array
-from hal_cpu import abi, runtime, zigbuild
+from hal_cpu import abi, runtime
+from hal_cpu.buildtools import zig as zigbuild
 from hal_cpu.runtime import (
     LOOP_INVALID,
     LOOP_OK,
@@ -83,7 +84,7 @@ def test_bundle_record_is_self_contained(arch):
 def test_bundle_rebuilds_byte_identically(tmp_path, monkeypatch):
     if zigbuild.zig_version() != zigbuild.ZIG_VERSION:
         pytest.skip(f"ziglang {zigbuild.zig_version()} is not {zigbuild.ZIG_VERSION}")
-    from hal_cpu.runtime import build
+    from hal_cpu.buildtools import runtime as build
 
     monkeypatch.setenv("ZIG_GLOBAL_CACHE_DIR", str(tmp_path / "zig-cache"))
     path = build.build(tmp_path / "out")

@@ -21,7 +21,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection
 
 from fatelf.arches import lookup
-from hal_cpu.iree import BASE_FLAGS
+from hal_cpu.programs import BASE_FLAGS
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_plugins"

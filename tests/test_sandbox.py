@@ -195,7 +195,7 @@ class Builds:
 def _executable_bundle(work: Path, stem: str, defines=()) -> tuple[bytes, dict]:
     """(FatELF bundle, architecture -> ELF) of hostile_executable.c."""
     import fatelf
-    from hal_cpu import zigbuild
+    from hal_cpu.buildtools import zig as zigbuild
     objects = [zigbuild.build_freestanding(
         "hostile_executable.c", arch, cwd=PLUGINS, work_dir=work, stem=stem,
         defines=list(defines), exports=["iree_hal_executable_library_query"],
@@ -207,7 +207,7 @@ def _executable_bundle(work: Path, stem: str, defines=()) -> tuple[bytes, dict]:
 def _plugin_bundle(defines=()) -> tuple[bytes, dict]:
     """(FatELF bundle, architecture -> ELF) of hostile.c."""
     import fatelf
-    from hal_cpu import zigbuild
+    from hal_cpu.buildtools import zig as zigbuild
     data = zigbuild.build_plugin([PLUGINS / "hostile.c"], "all", debug=True,
                                  defines=list(defines), jobs=2)
     return data, {arches.lookup(record.arch).name: elf

@@ -67,10 +67,10 @@ def _chown_tree(path: Path, uid: int) -> None:
 
 def _launcher_digest(arch: str = "x86_32") -> str:
     """The digest naming the launcher folder, computed as
-    hal_cpu.iree.compiler.libm_linker_flags does (what an attacker can do)."""
+    hal_cpu.programs.compiler.libm_linker_flags does (what an attacker can do)."""
     from fatelf import arches
     from hal_cpu import runtime
-    from hal_cpu.iree import compiler
+    from hal_cpu.programs import compiler
 
     lld = compiler._iree_lld()
     if lld is None:
@@ -211,7 +211,7 @@ def test_cache_dir_with_a_space_uses_the_user_cache_home(tmp_path):
 
 def test_compile_program_refuses_an_out_dir_others_can_write(tmp_path):
     pytest.importorskip("iree.compiler")
-    from hal_cpu.iree import IreeToolError, compile_program
+    from hal_cpu.programs import IreeToolError, compile_program
     out = tmp_path / "shared"
     out.mkdir()
     out.chmod(0o777)
@@ -289,7 +289,7 @@ def test_build_plugin_refuses_a_planted_temp_fallback(tmp_path, kind, field):
 
 
 def test_zig_cache_falls_back_to_a_private_temp_folder(tmp_path, monkeypatch):
-    from hal_cpu import zigbuild
+    from hal_cpu.buildtools import zig as zigbuild
     env = _env(tmp_path, cache=_no_cache_home(tmp_path))
     monkeypatch.setenv("XDG_CACHE_HOME", env["XDG_CACHE_HOME"])
     monkeypatch.setattr(tempfile, "tempdir", env["TMPDIR"])

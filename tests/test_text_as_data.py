@@ -24,9 +24,9 @@ import pytest
 import elfloader
 from elfloader.backend.emulated import qemu_program
 from fatelf.text import for_terminal, one_line, printable, printable_lines
-from hal_cpu import zigbuild
+from hal_cpu.buildtools import zig as zigbuild
 from hal_cpu.cli import main
-from hal_cpu.iree import compile_program
+from hal_cpu.programs import compile_program
 
 from conftest import ROOT
 

@@ -19,7 +19,7 @@ import pytest
 import elfloader
 from fatelf.errors import PortableKernelError
 from hal_cpu import Executable, LibraryError
-from hal_cpu.vm import plan_program, run_plan
+from hal_cpu.programs.vm import plan_program, run_plan
 
 HOST = elfloader.arch.host()
 native_only = pytest.mark.skipif(HOST is None or HOST.name != "x86_64",

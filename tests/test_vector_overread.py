@@ -89,7 +89,7 @@ def _need_qemu() -> None:
 
 def _build(tmp_path_factory, cpus: dict) -> Path:
     pytest.importorskip("ziglang")
-    from hal_cpu import zigbuild
+    from hal_cpu.buildtools import zig as zigbuild
     out = tmp_path_factory.mktemp("overread") / "overread.sos"
     out.write_bytes(zigbuild.build_plugin([SOURCE], "all", debug=True,
                                           cpu=cpus))

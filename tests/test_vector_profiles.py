@@ -14,7 +14,7 @@ import elfloader
 from elfloader.backend.emulated import choice
 from fatelf import arches
 from hal_cpu.plugins import PluginManager
-from hal_cpu.vm import PlanRunner, plan_program, run_plan
+from hal_cpu.programs.vm import PlanRunner, plan_program, run_plan
 
 from program_specs import PROFILE_PROGRAMS
 

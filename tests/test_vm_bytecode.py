@@ -22,12 +22,18 @@ from pathlib import Path
 
 import pytest
 
-from hal_cpu.iree import compile_many
-from hal_cpu.vm import isa
-from hal_cpu.vm.decode import BytecodeError, decode
-from hal_cpu.vm.module_def import FunctionDef, read_module
-from hal_cpu.vm.refs import VmBuffer, VmError, VmList, VmStatusError
-from hal_cpu.vm.translate import BACKEDGE_HOOK, Env, UnsupportedOpError, parse_cconv, translate
+from hal_cpu.programs import compile_many
+from hal_cpu.programs.vm import isa
+from hal_cpu.programs.vm.decode import BytecodeError, decode
+from hal_cpu.programs.vm.module_def import FunctionDef, read_module
+from hal_cpu.programs.vm.refs import VmBuffer, VmError, VmList, VmStatusError
+from hal_cpu.programs.vm.translate import (
+    BACKEDGE_HOOK,
+    Env,
+    UnsupportedOpError,
+    parse_cconv,
+    translate,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = sorted(p for d in ("", "check", "host_modules")

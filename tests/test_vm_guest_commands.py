@@ -17,7 +17,7 @@ from test_vm_hal_module import (  # noqa: E402
 )
 
 from hal_cpu import BindingOverrunError
-from hal_cpu.vm.hal_module import HalModule
+from hal_cpu.programs.vm.hal_module import HalModule
 
 ARCH = "aarch64"
 

@@ -1,4 +1,4 @@
-"""hal_cpu.vm.hal_module: the ``hal`` module's exports, called as a
+"""hal_cpu.programs.vm.hal_module: the ``hal`` module's exports, called as a
 program's bytecode calls them, over real executables compiled by
 iree-compile; results compared with IREE's own runtime."""
 
@@ -13,8 +13,8 @@ import pytest
 
 from fatelf import arches
 from hal_cpu.arrays import guarded_bytes
-from hal_cpu.iree import compile_program
-from hal_cpu.vm.hal_module import (
+from hal_cpu.programs import compile_program
+from hal_cpu.programs.vm.hal_module import (
     HAL_MODULE_VERSION,
     Buffer,
     BufferView,
@@ -24,8 +24,8 @@ from hal_cpu.vm.hal_module import (
     Fence,
     HalModule,
 )
-from hal_cpu.vm.module_def import read_module
-from hal_cpu.vm.refs import VmBuffer, VmStatusError
+from hal_cpu.programs.vm.module_def import read_module
+from hal_cpu.programs.vm.refs import VmBuffer, VmStatusError
 
 HERE = Path(__file__).parent
 MLP = HERE / "programs" / "vm_hal" / "mlp.mlir"
@@ -545,11 +545,11 @@ def test_plugin_executable_with_direct_bindings(compile_cache, arch, backend):
 
 
 # ---------------------------------------------------------------------------
-# whole functions through the VM (hal_cpu.vm.translate)
+# whole functions through the VM (hal_cpu.programs.vm.translate)
 
 def _load(vmfb, **kwargs):
-    pytest.importorskip("hal_cpu.vm.translate")
-    from hal_cpu.vm.program import load_program
+    pytest.importorskip("hal_cpu.programs.vm.translate")
+    from hal_cpu.programs.vm.program import load_program
     return load_program(vmfb, **kwargs)
 
 

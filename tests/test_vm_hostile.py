@@ -4,7 +4,7 @@ dispatch reads nothing outside its buffers.
 Each case compiles a real program with the pinned ``iree-compile``, edits
 the file (a workgroup count, a binding offset and length, function names,
 a bytecode operand, allocation sizes) and runs it through
-:func:`hal_cpu.vm.load_program` and ``hal-cpu run-module``, natively and
+:func:`hal_cpu.programs.vm.load_program` and ``hal-cpu run-module``, natively and
 emulated. Every edit ends in a typed error, or, for a kernel made to run
 past its buffers natively, in a fault of the process running it: never in
 data read from outside a buffer, a Python traceback, or unbounded memory.
@@ -23,10 +23,10 @@ import pytest
 
 from fatelf import arches
 from hal_cpu.errors import BindingOverrunError
-from hal_cpu.iree import compile_program
-from hal_cpu.vm import VmStatusError, isa, load_program
-from hal_cpu.vm.decode import BytecodeError, decode
-from hal_cpu.vm.module_def import read_module
+from hal_cpu.programs import compile_program
+from hal_cpu.programs.vm import VmStatusError, isa, load_program
+from hal_cpu.programs.vm.decode import BytecodeError, decode
+from hal_cpu.programs.vm.module_def import read_module
 
 HOST = arches.host_arch()
 N = 65536
@@ -237,7 +237,7 @@ def test_workgroups_past_the_buffers_fault_natively(add_x86, tmp_path, count):
     # load_program in a process of its own: the fault ends it (SIGSEGV),
     # no result comes back
     probe = ("import sys, numpy as np\n"
-             "from hal_cpu.vm import load_program\n"
+             "from hal_cpu.programs.vm import load_program\n"
              "p = load_program(sys.argv[1], backend='native')\n"
              "r = p('add', np.ones(65536, np.float32), np.ones(65536, np.float32))\n"
              "print('RETURNED', r[0][:4])\n")
@@ -297,7 +297,7 @@ def test_binding_offset_and_length_edited_fault_at_the_guard(add_x86, tmp_path):
 def test_buffers_end_before_a_guard_page():
     """Every HAL buffer's storage ends fewer than 64 bytes before an
     inaccessible page (read here through /proc/self/maps)."""
-    from hal_cpu.vm.hal_module import HalModule
+    from hal_cpu.programs.vm.hal_module import HalModule
     maps = Path("/proc/self/maps")
     if not maps.exists():
         pytest.skip("no /proc")

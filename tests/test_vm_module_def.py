@@ -1,4 +1,4 @@
-"""hal_cpu.vm.module_def: real modules from iree-compile read as
+"""hal_cpu.programs.vm.module_def: real modules from iree-compile read as
 iree-dump-module reads them, and hostile files refused with typed errors."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 import flatbuffers
 import pytest
 
-from hal_cpu import vmfb
-from hal_cpu.iree import compile_program
-from hal_cpu.vm import module_def as md
-from hal_cpu.vm.module_def import ModuleFormatError, UnsupportedModuleError, read_module
+from hal_cpu.programs import compile_program
+from hal_cpu.programs.vm import module_def as md
+from hal_cpu.programs.vm import vmfb
+from hal_cpu.programs.vm.module_def import ModuleFormatError, UnsupportedModuleError, read_module
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = ["tests/programs/matmul.mlir", "tests/programs/mm_rowsum.mlir",
@@ -500,7 +500,7 @@ def test_compressed_module_is_unsupported():
 
 
 def test_vmfb_members_checked_before_reading(tmp_path):
-    """hal_cpu.vmfb refuses deflated members and stored members whose
+    """hal_cpu.programs.vm.vmfb refuses deflated members and stored members whose
     declared size exceeds the file, before reading any."""
     so = b"\x7fELF" + bytes(1 << 20)
     deflated = tmp_path / "deflated.vmfb"

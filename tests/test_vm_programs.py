@@ -1,6 +1,6 @@
 """Compiled modules (``.vmfb``) as programs: ``hal-cpu run-module``,
 ``check-module`` and ``benchmark-module`` take them as IREE's tools do, and
-:func:`hal_cpu.vm.load_program` loads once and calls many.
+:func:`hal_cpu.programs.vm.load_program` loads once and calls many.
 
 The references are IREE's own tools (``iree-run-module`` output byte for
 byte), the MLIR path's output for the custom-module samples, and numpy."""
@@ -17,8 +17,8 @@ import pytest
 
 from fatelf import arches
 from hal_cpu.cli import main
-from hal_cpu.iree import compile_program
-from hal_cpu.vm import LinkError, VmError, load_program
+from hal_cpu.programs import compile_program
+from hal_cpu.programs.vm import LinkError, VmError, load_program
 
 from conftest import PREBUILT, ROOT
 from program_specs import ALL_PROGRAMS
@@ -278,7 +278,7 @@ def test_timeout_stops_a_host_loop(compile_cache):
     assert proc.returncode == 1 and took < 1 + 2 + 1.5, (took, proc.stderr)
     assert proc.stderr.count("\n") == 1
     assert "the time limit of 1 s passed in @spin" in proc.stderr
-    from hal_cpu.vm.program import ProgramTimeoutError
+    from hal_cpu.programs.vm.program import ProgramTimeoutError
     with load_program(module, timeout=0.5) as prog:
         assert prog("spin", -1) == [np.int32(-1)]
         with pytest.raises(ProgramTimeoutError, match="@spin") as info:
@@ -294,7 +294,7 @@ def test_timeout_ends_a_host_module_that_never_returns(compile_cache, tmp_path):
     import time as _time
     stuck = tmp_path / "stuck.py"
     stuck.write_text(
-        "from hal_cpu.iree import HostModule\n"
+        "from hal_cpu.programs import HostModule\n"
         "class S:\n"
         "    def __init__(self, b): self.b = b\n"
         "def create_module(version, params):\n"

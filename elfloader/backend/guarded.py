@@ -5,7 +5,7 @@ One layout, one placement rule and one canary rule serve every guarded
 range: the bindings of a dispatch and workgroup-local memory
 (``map_array`` and ``alloc_guarded`` of the emulated backend, and the
 ranges a recorded dispatch of a ``.vmfb`` program keeps for its life) and
-the test arrays of :mod:`hal_cpu.guarded`::
+the test arrays of :mod:`hal_cpu.testing.guarded`::
 
     | guard page(s) | gap below | range | gap above | guard page |
       no access       canary              canary      no access

@@ -231,8 +231,9 @@ def _plugins(args, arch_hint, backend=None):
 
 
 def cmd_inspect(args) -> int:
-    from .. import abi, vmfb
+    from .. import abi
     from ..plugins import inspect_plugin
+    from ..programs.vm import vmfb
     limit = args.timeout or INSPECT_TIMEOUT
     if vmfb.is_module_file(args.file):
         print(_describe_module(args, limit))
@@ -297,7 +298,7 @@ def _describe_executable(args, image, limit: float) -> str:
 
 def _describe_module(args, limit: float) -> str:
     """The executables embedded in a ``.vmfb``, each described."""
-    from .. import vmfb
+    from ..programs.vm import vmfb
     found = vmfb.executables(args.file)
     lines = [f"file:         {args.file}",
              f"module:       compiled IREE module (.vmfb), {len(found)} "
@@ -602,7 +603,7 @@ def cmd_run(args) -> int:
             raise HalCpuError(f"cannot write {path}: {directory} is not a "
                               "writable directory", field="--output", value=path)
     # Read and verified once: the plugins need its architecture first.
-    from .. import vmfb
+    from ..programs.vm import vmfb
     if vmfb.is_module_file(args.file):
         data, label = vmfb.read_executable(args.file, args.executable)
         image = elfloader.read_image(data, arch=args.arch, name=label)

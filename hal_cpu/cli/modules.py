@@ -1,7 +1,7 @@
 """``hal-cpu run-module``, ``hal-cpu check-module`` and ``hal-cpu
 benchmark-module``: call the functions of a compiled IREE module
 (``.vmfb``) or of an MLIR program (compiled to one with
-:func:`hal_cpu.iree.compile_program`, cached), both run by :mod:`hal_cpu.vm`,
+:func:`hal_cpu.programs.compile_program`, cached), both run by :mod:`hal_cpu.programs.vm`,
 dispatches and transfers through this
 runtime, natively or emulated; host modules given with ``--module``.
 
@@ -396,8 +396,8 @@ def _compare(args, program: str, function: str, inputs: list,
     succeeded."""
     from fatelf.errors import PortableKernelError
 
-    from .. import vmfb
-    from ..iree import reference_run
+    from ..programs import reference_run
+    from ..programs.vm import vmfb
     host = arches.host_arch()
 
     def cannot(why: str) -> None:
@@ -453,7 +453,7 @@ def _vm_result_type(value) -> str:
 
 
 class ExportNotes(list):
-    """A ``trace`` list for :func:`hal_cpu.vm.load_program` that keeps no
+    """A ``trace`` list for :func:`hal_cpu.programs.vm.load_program` that keeps no
     record: it calls ``note("in export <name>")`` when the program is
     about to dispatch an export other than the last one (in a child
     process, the place a native crash names)."""
@@ -612,8 +612,8 @@ def _crashed(exc) -> int:
 
 
 def _vm_check_module(args, files, hosts, arch) -> int:
-    from ..iree import EvaluationError
-    from ..vm.refs import VmError
+    from ..programs import EvaluationError
+    from ..programs.vm.refs import VmError
     label = SOURCES.get(files[-1], files[-1])
     modules, arch = vm_arch(files, arch)
     loaded: list = []

@@ -24,7 +24,7 @@ from fatelf import arches
 from fatelf.text import printable
 
 from ..buffers import BindingSpecError
-from ..vmfb import check_source
+from ..programs.vm.vmfb import check_source
 from .options import INSPECT_TIMEOUT, positive
 from .programs import (
     ModuleError,
@@ -257,7 +257,7 @@ def _type_name(dtype) -> str:
 
 def cmd_plan(args) -> int:
     """``hal-cpu plan``: see the module docstring."""
-    from .. import vmfb
+    from ..programs.vm import vmfb
     program = args.program
     if vmfb.is_module_file(program):
         if args.trace or args.arch == "all" or args.save_dir:
@@ -335,7 +335,7 @@ def _steps(args, compiled, program: str, hosts: list, loaded: list) -> tuple:
     """``(compiled, inputs, plan)``: the steps one call submits, recorded on
     the VM without running them (executables loaded emulated, to read
     their exports; a host read of computed data is a
-    :class:`hal_cpu.vm.DataDependenceError` naming the op's line), or with
+    :class:`hal_cpu.programs.vm.DataDependenceError` naming the op's line), or with
     ``--trace`` those of an actual run: natively in a child process
     (confined unless ``--run_native``) whose steps come back as plain data,
     checked (:func:`_plan_from_plain`).
@@ -346,7 +346,7 @@ def _steps(args, compiled, program: str, hosts: list, loaded: list) -> tuple:
         ModuleError: inputs the function cannot take; the child sent steps
             of another shape.
     """
-    from ..vm.plan import DataDependenceError, Recording, compiled_files, record_call
+    from ..programs.vm.plan import DataDependenceError, Recording, compiled_files, record_call
     files = compiled_files(compiled)
 
     def run(_note):
@@ -426,14 +426,14 @@ def _plain_plan(function: str, steps, buffers, constants, results=()) -> tuple:
 
 def _plan_from_plain(data, compiled, program: str):
     """:func:`_plain_plan`'s data checked and made a
-    :class:`hal_cpu.vm.ProgramPlan`: every value of its type, counts and
+    :class:`hal_cpu.programs.vm.ProgramPlan`: every value of its type, counts and
     offsets non-negative, every executable one the compile wrote.
 
     Raises:
         ModuleError: anything else (``field`` ``child``).
     """
     from ..buffers import DTYPES
-    from ..vm.steps import BindingRef, CopyStep, Dispatch, FillStep, ProgramPlan, ResultRef
+    from ..programs.vm.steps import BindingRef, CopyStep, Dispatch, FillStep, ProgramPlan, ResultRef
 
     def bad(what: str):
         return ModuleError("the child process tracing the program sent "
@@ -537,15 +537,15 @@ class ModuleFile:
     their members (``so_files``), where the ``run:`` lines find them.
 
     Raises:
-        hal_cpu.vmfb.ModuleFileError: an unreadable archive or member.
+        hal_cpu.programs.vm.vmfb.ModuleFileError: an unreadable archive or member.
     """
 
     def __init__(self, path: str, arch: str, cache_dir: str | None):
         import hashlib
         import os
 
-        from .. import vmfb
-        from ..iree.compiler import default_cache_dir
+        from ..programs.compiler import default_cache_dir
+        from ..programs.vm import vmfb
         self.vmfb = self.source = Path(path)
         self.arch = arch
         self.variant = f"embedded_elf_{arch}"
@@ -570,8 +570,8 @@ class ModuleFile:
 def _vm_plan(args, path: str) -> int:
     """``plan --trace`` of a compiled module: the steps of a traced run
     (the dispatches of replayed command buffers)."""
-    from .. import vmfb as _vmfb
-    from ..vm.module_def import read_module
+    from ..programs.vm import vmfb as _vmfb
+    from ..programs.vm.module_def import read_module
     if args.arch == "all" or args.save_dir:
         flag = "--arch=all" if args.arch == "all" else "--save_dir"
         raise ModuleError(f"{flag} needs the MLIR source (a compiled module "

@@ -2,7 +2,7 @@
 ``benchmark-module``, ``plan``) share: their flags, compiling MLIR
 (:func:`compile_for`, cached by content), inputs (:func:`vm_inputs`), host
 modules, linking compiled modules (:func:`vm_program`: every program runs
-on the VM, :mod:`hal_cpu.vm`), the ``--timeout`` watchdog
+on the VM, :mod:`hal_cpu.programs.vm`), the ``--timeout`` watchdog
 (:func:`by_path`, :func:`watchdog`), and the child
 process native dispatches run in (:func:`native_child`), confined unless
 ``--run_native``, with the results crossing back as plain data
@@ -36,7 +36,7 @@ from fatelf.text import printable
 
 from ..buffers import parse_binding
 from ..errors import HalCpuError
-from ..vmfb import check_source
+from ..programs.vm.vmfb import check_source
 from .options import KILL_GRACE, add_native_flag, confinement, emulation_options, load_limit
 from .options import arch as arch_type
 
@@ -129,16 +129,16 @@ def cache_dir_of(args) -> str | None:
 def compile_for(program: str, arch: str, cache_dir: str | None = None,
                 extra_flags: Sequence[str] = (), cpu: str | None = None,
                 timeout: float | None = None):
-    """:func:`hal_cpu.iree.compile_program` for the command line.
+    """:func:`hal_cpu.programs.compile_program` for the command line.
 
     Raises:
         ModuleError: the program file is missing or unreadable.
-        hal_cpu.iree.IreeToolError: ``iree-compile`` missing or another
+        hal_cpu.programs.IreeToolError: ``iree-compile`` missing or another
             version (one line).
-        hal_cpu.iree.CompileError: the compiler's first error line (the
+        hal_cpu.programs.CompileError: the compiler's first error line (the
             full diagnostics are on the exception's ``diagnostics``).
     """
-    from ..iree import CompileError, compile_program
+    from ..programs import CompileError, compile_program
     path = Path(program)
     if not path.is_file():
         raise ModuleError("no such file", name=program, field="program", value=program)
@@ -162,7 +162,7 @@ def compile_for(program: str, arch: str, cache_dir: str | None = None,
 
 
 def _scalar(spec: str, ty: str, index: int, program: str):
-    from ..iree.scalars import float_dtype, int_width
+    from ..programs.scalars import float_dtype, int_width
     text = spec
     head, sep, body = spec.partition("=")
     if sep:
@@ -218,7 +218,7 @@ def by_path(args, vm: Callable[..., int]) -> int:
     hosts, arch)`` with the program files as compiled modules
     (:func:`vm_files`: MLIR compiled first, cached) and ``hosts`` the host
     module specs (:func:`split_modules`). Every program runs on the VM
-    (:mod:`hal_cpu.vm`)."""
+    (:mod:`hal_cpu.programs.vm`)."""
     programs, hosts = split_modules(args)
     with watchdog(args, programs[-1]):
         files, arch = vm_files(args, programs)
@@ -246,7 +246,7 @@ def workers_of(args) -> int | None:
 def vm_files(args, programs: Sequence[str]) -> tuple[list[str], str | None]:
     """The ``.vmfb`` files to link (MLIR programs compiled first, for
     ``--arch`` or this machine) and the architecture asked for."""
-    from .. import vmfb
+    from ..programs.vm import vmfb
     arch = args.arch
     files = []
     for p in programs:
@@ -270,7 +270,7 @@ def load_hosts(hosts: Sequence[str]) -> list:
     """The host modules ``hosts`` (specs) names, loaded in order."""
     if not hosts:
         return []
-    from ..iree.host_modules import load_module_spec
+    from ..programs.host_modules import load_module_spec
     return [load_module_spec(s) for s in hosts]
 
 
@@ -278,8 +278,8 @@ def vm_arch(files: Sequence[str], arch: str | None) -> tuple[list, str]:
     """The modules of ``files`` read (verified, nothing run) and the
     architecture their executables run as: ``arch``, else the last
     module's, else this machine's."""
-    from ..vm.module_def import read_module
-    from ..vm.program import module_arch
+    from ..programs.vm.module_def import read_module
+    from ..programs.vm.program import module_arch
     modules = [read_module(f, name=SOURCES.get(f, f)) for f in files]
     if arch is None:
         arch = module_arch(modules[-1]) or arches.host_arch()
@@ -294,11 +294,11 @@ def vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | Non
     """Load and link the modules (``modules``: those of ``files`` already
     read; ``host_modules``: those of ``hosts`` already loaded); closes them
     on exit. ``backend`` overrides ``--backend``; ``record``: a
-    :class:`hal_cpu.vm.plan.Recording` (the program's dispatches are
+    :class:`hal_cpu.programs.vm.plan.Recording` (the program's dispatches are
     recorded, not run)."""
-    from ..vm import load_program
-    from ..vm.module_def import read_module
-    from ..vm.program import module_arch
+    from ..programs.vm import load_program
+    from ..programs.vm.module_def import read_module
+    from ..programs.vm.program import module_arch
     if host_modules is None:
         host_modules = load_hosts(hosts)
     if modules is None:

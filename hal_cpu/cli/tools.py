@@ -61,12 +61,12 @@ def _build_plugin_parser(sub) -> None:
 
 
 def cmd_demo(args) -> int:
-    from ..demo import run_demo
+    from .demo import run_demo
     return run_demo(args.arch)
 
 
 def cmd_build_plugin(args) -> int:
-    from .. import zigbuild
+    from ..buildtools import zig as zigbuild
     labels = zigbuild.build_plugin_file(
         args.sources, args.output, args.arch, cpu=args.cpu, debug=args.debug,
         include_dirs=args.include, defines=[f"-D{d}" for d in args.define])

@@ -14,7 +14,7 @@ workgroup. The dispatch function, environment and both states are those of
 IREE's executable library ABI v0.6 (:mod:`hal_cpu.abi`).
 
 It is built for every architecture the runtime runs and packed into the
-FatELF bundle :data:`BUNDLE` (``python -m hal_cpu.runtime.build``); load it
+FatELF bundle :data:`BUNDLE` (``python -m hal_cpu.buildtools.runtime``); load it
 into the same backend as the executable::
 
     loop = elfloader.load(BUNDLE, backend=executable_backend)
@@ -29,7 +29,7 @@ The package also holds the math functions that ``iree-compile`` 3.13 leaves
 missing or empty in executables for 32-bit targets (``libm.c``, built into
 relocatable objects for :data:`LIBM_ARCHES` and packed into
 :data:`LIBM_BUNDLE`), and the linker that links them in
-(:data:`LIBM_LINKER`, run by :func:`hal_cpu.iree.compile_program`).
+(:data:`LIBM_LINKER`, run by :func:`hal_cpu.programs.compile_program`).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ LIBM_BUNDLE = HERE / "libm.sos"
 #: The linker ``iree-compile`` runs for :data:`LIBM_ARCHES`: ``iree-lld``
 #: with the empty functions' calls sent to the objects' (standard library
 #: only: it runs as a script).
-LIBM_LINKER = HERE / "libm_link.py"
+LIBM_LINKER = HERE.parent / "buildtools" / "libm_link.py"
 
 #: Architectures whose executables link the objects, and the zig flags
 #: that build them: the architecture's least capable CPU (x87 only; VFPv3

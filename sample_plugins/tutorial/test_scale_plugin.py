@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fatelf.cstruct import CStruct
-from hal_cpu import zigbuild
+from hal_cpu.buildtools import zig as zigbuild
 
 HERE = Path(__file__).resolve().parent
 

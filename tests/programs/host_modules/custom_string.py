@@ -3,7 +3,7 @@ custom-module samples implement in C++ (string.create, .length, .print,
 .from_tensor, error), printing the lines the samples document."""
 
 from hal_cpu.buffers import format_buffer_view
-from hal_cpu.iree import HOST_MODULE_ABI_VERSION, HostModule, export
+from hal_cpu.programs import HOST_MODULE_ABI_VERSION, HostModule, export
 
 
 class CustomString:

@@ -53,7 +53,7 @@ def build_one(arch: str, work: Path) -> bytes:
     env = dict(os.environ)
     if not env.get("ZIG_GLOBAL_CACHE_DIR"):
         # zig's cache goes into what it builds: the runtime's private cache
-        # folder, created 0700 and checked (hal_cpu.zigbuild uses the same)
+        # folder, created 0700 and checked (hal_cpu.buildtools.zig uses the same)
         env["ZIG_GLOBAL_CACHE_DIR"] = str(private_dirs.cache_folder("zig"))
     subprocess.run([sys.executable, "-m", "ziglang", "cc", *TARGETS[arch], *CFLAGS,
                     SOURCE.name, "-o", str(out)], cwd=HERE, env=env, check=True)

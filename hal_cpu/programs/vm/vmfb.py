@@ -5,7 +5,7 @@ members: ``module.fb``, the VM module's FlatBuffer, and one member per
 executable it embeds, named ``<executable>_<format>.so`` (an ELF, or a
 FatELF bundle). The runtime reads those members with :mod:`zipfile` from a
 regular file only, each stored (not compressed), within the image size limit
-and inside the file (:func:`hal_cpu.vm.module_def.check_zip_entry`);
+and inside the file (:func:`hal_cpu.programs.vm.module_def.check_zip_entry`);
 ``hal-cpu inspect`` lists them and ``hal-cpu run --executable=NAME`` runs one. The module's
 host program (its ``module.fb``) is not interpreted: ``run-module`` and
 ``plan`` need the MLIR source.
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from fatelf.files import open_regular
 
-from .errors import HalCpuError
+from ...errors import HalCpuError
 
 if TYPE_CHECKING:
     from zipfile import ZipFile
@@ -65,7 +65,7 @@ def is_module_file(path) -> bool:
 def _open(path) -> "ZipFile":
     import zipfile
 
-    from .vm.module_def import check_zip_entry
+    from .module_def import check_zip_entry
     fd, size = open_regular(path, ModuleFileError)
     f = os.fdopen(fd, "rb")
     try:

@@ -4,7 +4,7 @@
 IREE's VM context does and returns a :class:`Program` whose functions take
 and return numpy arrays::
 
-    >>> from hal_cpu.vm import load_program                     # doctest: +SKIP
+    >>> from hal_cpu.programs.vm import load_program                     # doctest: +SKIP
     >>> with load_program("mlp.vmfb") as prog:                  # doctest: +SKIP
     ...     (probs,) = prog("predict", x)
 
@@ -26,7 +26,7 @@ Linking rules (those of IREE's VM context, ``runtime/src/iree/vm/context.c``):
 * each bytecode module's ``__init`` runs once, when it is linked, and its
   ``__deinit`` when the program closes.
 
-Host modules are :class:`hal_cpu.iree.HostModule` objects (or anything with
+Host modules are :class:`hal_cpu.programs.HostModule` objects (or anything with
 ``name``, ``functions`` and optionally ``types`` and ``version``); their
 functions see ``!hal.buffer_view`` arguments as numpy arrays, ``!vm.buffer``
 as :class:`bytes`, other refs as the objects themselves, and may return
@@ -145,7 +145,7 @@ def _from_host(hal, value, ty: str, what: str, classes: tuple = ()):
 
 
 def _host_error(message: str):
-    from ..iree.host_modules import HostCallError
+    from ..host_modules import HostCallError
     return HostCallError(message)
 
 
@@ -209,7 +209,7 @@ class _HostFunction:
             except VmError:
                 raise
             except Exception as e:
-                from ..iree.errors import EvaluationError
+                from ..errors import EvaluationError
                 if isinstance(e, EvaluationError):
                     raise
                 raise _host_error(f"@{label} failed: {type(e).__name__}: "
@@ -229,7 +229,7 @@ class _HostFunction:
 
 
 def _parse_cconv(cconv: str, what: str, label: str | None = None):
-    """:func:`~hal_cpu.vm.translate.parse_cconv`, a malformed calling
+    """:func:`~hal_cpu.programs.vm.translate.parse_cconv`, a malformed calling
     convention a :class:`LinkError` naming ``what``."""
     from .translate import parse_cconv
     try:
@@ -440,7 +440,7 @@ class Function:
         """Call with the arguments converted as a call does (VM values such
         as a ``!hal.buffer_view`` pass as they are) and return the results
         as the VM gives them: buffer views not read (None, one value, or a
-        tuple). A record-only call (:mod:`hal_cpu.vm.plan`) uses it."""
+        tuple). A record-only call (:mod:`hal_cpu.programs.vm.plan`) uses it."""
         program = self.program
         if len(inputs) != len(self._convert):
             raise TypeError(f"@{self.name} takes {len(self.arg_types)} arguments "
@@ -543,7 +543,7 @@ class Program:
     Attributes:
         label: the main (last) module's file, for messages.
         arch: the architecture its executables run as.
-        hal: the :class:`hal_cpu.vm.hal_module.HalModule` serving it.
+        hal: the :class:`hal_cpu.programs.vm.hal_module.HalModule` serving it.
         functions: public function name -> :class:`Function` of the last
             module (exports whose names start with ``__`` are left out).
         modules: the module definitions, in registration order.
@@ -578,7 +578,7 @@ class Program:
         try:
             registered = [_hal_linked(hal)]
             if check:
-                from ..iree.check import CheckModule
+                from ..check import CheckModule
                 self.check = CheckModule()
                 registered.append(_host_linked(self.check, hal))
             for m in host_modules:
@@ -720,10 +720,10 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
 
     Args:
         paths: a ``.vmfb`` path (or bytes, or a
-            :class:`~hal_cpu.vm.module_def.ModuleDef` already read, or a
-            :class:`hal_cpu.iree.Compiled`), an MLIR file (compiled first
+            :class:`~hal_cpu.programs.vm.module_def.ModuleDef` already read, or a
+            :class:`hal_cpu.programs.Compiled`), an MLIR file (compiled first
             for ``arch``, default this machine's, with
-            :func:`hal_cpu.iree.compile_program`: cached by content under
+            :func:`hal_cpu.programs.compile_program`: cached by content under
             ``cache_dir``, ``compile_flags`` added), or a sequence of them
             in registration order; the last one's public functions are the
             program's.
@@ -736,7 +736,7 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
         plugins: a :class:`hal_cpu.plugins.PluginManager` resolving the
             executables' imports.
         workers: host threads per dispatch.
-        host_modules: Python host modules (:class:`hal_cpu.iree.HostModule`),
+        host_modules: Python host modules (:class:`hal_cpu.programs.HostModule`),
             in registration order.
         check: register the built-in ``check`` module.
         fill_byte: initial value of allocated bytes.
@@ -744,30 +744,30 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
             (:attr:`Program.timeout`); None: no limit.
         memory_limit: bytes of buffers the program may hold at once
             (default: half the physical memory,
-            :func:`hal_cpu.vm.hal_module.default_memory_limit`); a buffer
+            :func:`hal_cpu.programs.vm.hal_module.default_memory_limit`); a buffer
             past it is a :class:`VmStatusError` (RESOURCE_EXHAUSTED) naming
             the op, its source line and the size, before anything is
             allocated.
         trace: a list that receives a
-            :class:`~hal_cpu.vm.hal_module.DispatchRecord` for every
+            :class:`~hal_cpu.programs.vm.hal_module.DispatchRecord` for every
             dispatch the program runs (``hal-cpu plan`` of a ``.vmfb``), or
             None.
-        record: a :class:`hal_cpu.vm.plan.Recording`: the program's command
+        record: a :class:`hal_cpu.programs.vm.plan.Recording`: the program's command
             buffers and queue transfers are recorded as steps, not run
-            (:func:`hal_cpu.vm.plan.plan_program`), or None.
+            (:func:`hal_cpu.programs.vm.plan.plan_program`), or None.
 
     Returns:
         A :class:`Program` (close it, or use it in a ``with`` block).
 
     Raises:
-        hal_cpu.vm.module_def.ModuleFormatError: a file that is not a valid
+        hal_cpu.programs.vm.module_def.ModuleFormatError: a file that is not a valid
             module (names the file and field).
         LinkError: as the module docstring's rules.
         VmStatusError: a module's ``__init`` failed (e.g. no executable
             variant for ``arch``).
-        hal_cpu.vm.translate.UnsupportedOpError: an op this runtime does not
+        hal_cpu.programs.vm.translate.UnsupportedOpError: an op this runtime does not
             run (names the op and source line).
-        hal_cpu.iree.CompileError, hal_cpu.iree.IreeToolError: an MLIR
+        hal_cpu.programs.CompileError, hal_cpu.programs.IreeToolError: an MLIR
             file ``iree-compile`` cannot compile, or no supported
             ``iree-compile``.
     """
@@ -782,7 +782,7 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
         if hasattr(p, "so_files") and hasattr(p, "vmfb"):       # a Compiled
             p = p.vmfb
         elif isinstance(p, (str, os.PathLike)) and _is_source(p):
-            from ..iree.compiler import compile_program
+            from ..compiler import compile_program
             p = compile_program(p, arch or arches.host_arch(), cache_dir,
                                 extra_flags=list(compile_flags)).vmfb
         if hasattr(p, "functions") and hasattr(p, "imports"):    # a ModuleDef
@@ -820,7 +820,7 @@ def load_program(paths, *, arch: str | None = None, backend: str = "auto",
 def _is_source(path) -> bool:
     """Whether ``path`` is program source for ``iree-compile`` (MLIR) rather
     than a compiled module (``.vmfb``)."""
-    from .. import vmfb
+    from . import vmfb
     path = os.fspath(path)
     return (os.path.isfile(path) and not str(path).endswith((".vmfb", ".fb"))
             and not vmfb.is_module_file(path))

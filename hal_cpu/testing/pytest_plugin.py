@@ -27,7 +27,7 @@ when pytest starts: a bad one is one usage error before collection):
 * ``--hal-padded-arrays``: place arrays as IREE aligns its buffers (start
   64-byte aligned, up to 63 bytes of canary after the end) instead of
   flush against the guard page after them (the default, where even a
-  one-element read past the end faults; see :mod:`hal_cpu.guarded`).
+  one-element read past the end faults; see :mod:`hal_cpu.testing.guarded`).
   ``--hal-strict-bounds`` names the default.
 * ``--hal-cpu=PROFILES``: run the tests of a profile's architecture once
   per CPU profile and vector length, e.g. ``--hal-cpu='rv64gcv:vlen=128,
@@ -62,9 +62,9 @@ import pytest
 from fatelf import arches
 from fatelf.errors import PortableKernelError
 
-from .testing import DEFAULT_TIMEOUT, LoadedPlugin, hal_spelling
-from .testing import guard_dispatch as _guard_dispatch
-from .testing import reported as _reported
+from . import DEFAULT_TIMEOUT, LoadedPlugin, hal_spelling
+from . import guard_dispatch as _guard_dispatch
+from . import reported as _reported
 
 BACKENDS = ("emulated", "native")
 ENGINES = ("auto", "qemu", "unicorn")
@@ -471,7 +471,7 @@ def hal_executable(request, hal_target, hal_backend, hal_engine, hal_timeout):
     it; with ``--hal-backend=native`` each dispatch runs in a child
     process (a crash is run again emulated for its report). Closed at the
     end of the test."""
-    from .library import Executable
+    from ..library import Executable
     opened: list = []
 
     def emulated_options() -> dict:

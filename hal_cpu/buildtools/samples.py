@@ -5,7 +5,7 @@ Run from the repository root with the package installed with its IREE extra
 (``pip install -e '.[iree]'``: the supported ``iree-compile`` and IREE's
 runtime)::
 
-    python hal_cpu/samples/build_samples.py
+    python -m hal_cpu.buildtools.samples
 
 For every ``samples_<kernel>.mlir`` listed in KERNELS and every architecture
 the runtime runs (``fatelf.arches.RUNTIME_ARCHES``) it compiles the program
@@ -17,17 +17,17 @@ writes
 * ``hal_cpu/samples/manifest.json``: how to call each one (see below).
 
 Dispatch parameters (export name, workgroup count, push constants, bindings)
-come from a record-only call on the VM (:func:`hal_cpu.vm.plan_program`).  Before
+come from a record-only call on the VM (:func:`hal_cpu.programs.vm.plan_program`).  Before
 writing anything the script also runs each program with IREE's own runtime
 on the host and checks it against the numpy function named by the kernel's
-``reference`` key (``hal_cpu.demo.REFERENCES``, the functions ``hal-cpu demo``
+``reference`` key (``hal_cpu.samples.REFERENCES``, the functions ``hal-cpu demo``
 checks with), so the keys in the manifest are known to be right.
 
 manifest.json::
 
     {
       "format": 1,
-      "generator": "hal_cpu/samples/build_samples.py",
+      "generator": "hal_cpu/buildtools/samples.py",
       "iree_compile_version": "...",
       "arches": ["x86_64", ...],          # arches every kernel was built for
       "kernels": {
@@ -72,17 +72,18 @@ from pathlib import Path
 import numpy as np
 
 from fatelf import arches
-from hal_cpu.demo import REFERENCES
-from hal_cpu.iree import (
+from hal_cpu.programs import (
     Compiled,
     IreeToolError,
     compile_program,
     iree_compile_version,
     reference_run,
 )
-from hal_cpu.vm import plan_program
+from hal_cpu.programs.vm import plan_program
+from hal_cpu.samples import REFERENCES
 
-HERE = Path(__file__).resolve().parent
+# the samples' folder: their MLIR sources, the built kernels and manifest.json
+HERE = Path(__file__).resolve().parent.parent / "samples"
 
 KERNELS = {
     "mul_add": {"source": "samples_mul_add.mlir", "reference": "mul_add",
@@ -173,7 +174,7 @@ def main(argv=None) -> int:
                          f"default: {', '.join(arches.RUNTIME_ARCHES)})")
     ap.add_argument("--build-dir", type=Path,
                     help="keep iree-compile outputs here (cached; default: the user "
-                         "cache directory, hal_cpu.iree.default_cache_dir())")
+                         "cache directory, hal_cpu.programs.default_cache_dir())")
     ap.add_argument("--no-verify", action="store_true",
                     help="skip running the host build with IREE's runtime")
     args = ap.parse_args(argv)
@@ -185,7 +186,7 @@ def main(argv=None) -> int:
     try:
         version = iree_compile_version()
     except IreeToolError as e:
-        print(f"build_samples.py: {e}", file=sys.stderr)
+        print(f"hal_cpu.buildtools.samples: {e}", file=sys.stderr)
         return 2
 
     build = args.build_dir
@@ -210,7 +211,7 @@ def main(argv=None) -> int:
             else:
                 compiled[(kernel, arch)] = c
 
-    manifest = {"format": 1, "generator": "hal_cpu/samples/build_samples.py",
+    manifest = {"format": 1, "generator": "hal_cpu/buildtools/samples.py",
                 "iree_compile_version": version,
                 "arches": [a for a in targets
                            if all((k, a) not in failures for k in KERNELS)],

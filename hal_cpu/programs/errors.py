@@ -1,4 +1,4 @@
-"""Errors raised by :mod:`hal_cpu.iree`; all derive from
+"""Errors raised by :mod:`hal_cpu.programs`; all derive from
 :class:`hal_cpu.HalCpuError`."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class EvaluationError(HalCpuError):
         op: name of the IR op concerned (e.g. ``math.exp``), or None.
         line: 1-based line of that op in ``path``, or None.
         path: the user's source file the op came from (programs compiled by
-            :func:`~hal_cpu.iree.compile_program` keep their locations), else
+            :func:`~hal_cpu.programs.compile_program` keep their locations), else
             the IR file; None when unknown.
         detail: the message without the location prefix.
 

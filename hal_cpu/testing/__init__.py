@@ -5,8 +5,8 @@ stops a call; natively, each call runs in a child process and a crash is
 run again emulated for its report); :func:`guard_dispatch` gives an
 executable's ``dispatch`` the same guards.
 
-:mod:`hal_cpu.pytest_plugin` builds its fixtures (``hal_plugin``,
-``hal_executable``) on these; ``from hal_cpu.pytest_plugin import
+:mod:`hal_cpu.testing.pytest_plugin` builds its fixtures (``hal_plugin``,
+``hal_executable``) on these; ``from hal_cpu.testing.pytest_plugin import
 LoadedPlugin`` names the same class.
 """
 
@@ -82,7 +82,7 @@ class LoadedPlugin:
             params...).
         backend: its backend (the guest memory).
         memory: a :class:`hal_cpu.memory.GuestMemory` of that backend.
-        arrays: the :class:`hal_cpu.guarded.GuardedArrays` placed so far.
+        arrays: the :class:`hal_cpu.testing.guarded.GuardedArrays` placed so far.
         timeout: the call limit, seconds.
         isolated: calls run natively, each in a child process.
         sandbox: those children are confined.
@@ -95,9 +95,9 @@ class LoadedPlugin:
                  timeout: float = DEFAULT_TIMEOUT, padded: bool | None = None,
                  strict: bool | None = None, engine: str | None = None,
                  sandbox: bool = True, **target_options):
+        from ..memory import GuestMemory
+        from ..plugins import PluginManager, PluginSpec
         from .guarded import GuardedArrays, qemu_overread
-        from .memory import GuestMemory
-        from .plugins import PluginManager, PluginSpec
         self.spec, self.timeout = str(spec), timeout
         self.sandbox = bool(sandbox)
         self.arch = arches.lookup(getattr(arch, "name", arch), runtime=True).name
@@ -122,7 +122,7 @@ class LoadedPlugin:
             cpu = self.target_options.get("cpu")
             if parsed.kind == "embedded" and cpu:
                 # A bundle may hold a record per CPU profile: take this one's.
-                from .zigbuild import profile_image
+                from ..buildtools.zig import profile_image
                 image = profile_image(parsed.path, self.arch, cpu)
                 register = lambda: self.manager.register_embedded(  # noqa: E731
                     image, parsed.params)
@@ -146,9 +146,9 @@ class LoadedPlugin:
         """Load and unload the plugin natively in a child process first, so
         that a plugin crashing while loading fails the test, not the
         session (with the report of the load run again emulated)."""
-        from .errors import NativeCrashError
-        from .isolate import run_in_child
-        from .plugins import PluginManager
+        from ..errors import NativeCrashError
+        from ..isolate import run_in_child
+        from ..plugins import PluginManager
 
         def trial(note):
             note("while loading the plugin")
@@ -178,8 +178,8 @@ class LoadedPlugin:
               align: int | None = None, padded: bool | None = None,
               strict: bool | None = None):
         """Copy ``values`` (any array-like) into guest memory between two
-        guard pages (:mod:`hal_cpu.guarded`) and return the
-        :class:`~hal_cpu.guarded.GuestArray`: pass it as a pointer field of
+        guard pages (:mod:`hal_cpu.testing.guarded`) and return the
+        :class:`~hal_cpu.testing.guarded.GuestArray`: pass it as a pointer field of
         a params struct; ``plugin.read(a)`` or ``np.asarray(a)`` gives its
         contents back as a numpy array.
 
@@ -216,7 +216,7 @@ class LoadedPlugin:
     def empty(self, shape, dtype=np.float32, *, name: str | None = None,
               align: int | None = None, padded: bool | None = None,
               strict: bool | None = None):
-        """A guest array whose bytes are all 0xCD (:data:`hal_cpu.guarded.
+        """A guest array whose bytes are all 0xCD (:data:`hal_cpu.testing.guarded.
         POISON`), so elements the code under test never wrote stand out
         (see :meth:`array`)."""
         from .guarded import POISON
@@ -288,7 +288,7 @@ class LoadedPlugin:
 
         from .guarded import GuestArray
         fn, ctx = self.resolve(name)
-        from .faults import field_names
+        from ..faults import field_names
         names = field_names(values, GuestArray)
         # (flush against its guard page too, its start aligned for any
         # field: C struct sizes are multiples of their alignment)
@@ -318,8 +318,8 @@ class LoadedPlugin:
         Ctrl-C; an emulation error becomes its report."""
         from elfloader import EmulationError
 
-        from .faults import import_fault
-        from .interrupt import run_interruptible
+        from ..faults import import_fault
+        from ..interrupt import run_interruptible
         seconds = self.timeout if seconds is None else seconds
         try:
             with self.backend.time_limit(seconds):
@@ -376,8 +376,8 @@ class LoadedPlugin:
         from elfloader import EmulationError
         from elfloader.diagnose import Symbolizer
 
-        from .faults import timed_out
-        from .isolate import run_in_child
+        from ..faults import timed_out
+        from ..isolate import run_in_child
         symbol = next((s.symbolize(fn) for s in
                        (Symbolizer(m.image, m.base) for m in self.modules)
                        if s.contains(fn)), None)
@@ -391,7 +391,7 @@ class LoadedPlugin:
             result = self.backend.call(fn, params.address, ctx, 0)
             return result, arrays.snapshot()
 
-        from .errors import NativeCrashError
+        from ..errors import NativeCrashError
         label = self.modules[-1].name if self.modules else self.spec
         try:
             answer = run_in_child(child, name=label, what="the plugin",
@@ -418,7 +418,7 @@ class LoadedPlugin:
         Raises:
             HalCpuError: another shape (``field`` ``child``).
         """
-        from .errors import HalCpuError
+        from ..errors import HalCpuError
         want = [(a.body[0], a.body[1] - a.body[0]) for a in self.arrays.arrays]
         if (isinstance(answer, tuple) and len(answer) == 2
                 and isinstance(answer[0], int) and isinstance(answer[1], list)
@@ -459,7 +459,7 @@ class LoadedPlugin:
         """Raise for a write into the canary bytes around an array."""
         from elfloader.errors import OVERRUN, Fault
 
-        from .faults import bounds_error
+        from ..faults import bounds_error
         from .guarded import overrun_elements
         changed = self.arrays.changed()
         if not changed:
@@ -540,9 +540,9 @@ def guard_dispatch(exe, seconds: float, isolated: bool,
     caller's rights); its failures are shown as their reports (a native
     crash with the report of the dispatch run again on the executable
     ``emulated()`` opens)."""
-    from .errors import NativeCrashError
-    from .interrupt import run_interruptible
-    from .isolate import run_in_child, shared_array
+    from ..errors import NativeCrashError
+    from ..interrupt import run_interruptible
+    from ..isolate import run_in_child, shared_array
     dispatch = exe.dispatch
 
     def guarded(export, workgroup_count=(1, 1, 1), bindings=(), constants=(),

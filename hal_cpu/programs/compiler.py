@@ -293,7 +293,7 @@ def libm_linker_flags(arch: str, tool_dir: PathLike | None = None,
     ``fmaf``, ``floor`` and ``round`` with no body (calls to them run
     whatever follows) and lacks ``fmaxf``, ``fminf``, ``truncf``... (the
     link fails). The linker sends those calls to ``hal_cpu/runtime/libm.c``
-    instead (:mod:`hal_cpu.runtime.libm_link`), and for CPU profile ``cpu``
+    instead (:mod:`hal_cpu.buildtools.libm_link`), and for CPU profile ``cpu``
     (None: the architecture's default) the calls of
     :data:`hal_cpu.runtime.LIBM_REDIRECTS` too.
 
@@ -342,7 +342,7 @@ def libm_linker_flags(arch: str, tool_dir: PathLike | None = None,
     launcher = folder / "iree-lld"
     args = [python, str(runtime.LIBM_LINKER), str(lld), str(folder / "libm.o"),
             *redirects]
-    script = ("#!/bin/sh\n# iree-lld with hal_cpu's libm (hal_cpu/runtime/libm_link.py)\n"
+    script = ("#!/bin/sh\n# iree-lld with hal_cpu's libm (hal_cpu/buildtools/libm_link.py)\n"
               f"exec {' '.join(shlex.quote(a) for a in args)} \"$@\"\n").encode()
     files = {"libm.o": obj, "iree-lld": script}
     if not os.path.lexists(folder):

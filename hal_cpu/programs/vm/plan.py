@@ -3,17 +3,17 @@ run of the VM.
 
 The program runs on the VM as usual (its bytecode, host modules, the
 ``hal`` module's buffers and queue), but the ``hal`` module is given a
-:class:`Recording` (:attr:`hal_cpu.vm.hal_module.HalModule.record`): every
+:class:`Recording` (:attr:`hal_cpu.programs.vm.hal_module.HalModule.record`): every
 command buffer it submits and every queue fill or copy becomes a step
-(:class:`~hal_cpu.vm.steps.Dispatch`, :class:`~hal_cpu.vm.steps.FillStep`,
-:class:`~hal_cpu.vm.steps.CopyStep`) instead of running, and the buffers it
+(:class:`~hal_cpu.programs.vm.steps.Dispatch`, :class:`~hal_cpu.programs.vm.steps.FillStep`,
+:class:`~hal_cpu.programs.vm.steps.CopyStep`) instead of running, and the buffers it
 writes hold data nobody computed: a host read of one (``hal.buffer.load``,
 a buffer view handed to the ``check`` module or a host module, an indirect
 dispatch's workgroup count) raises :class:`DataDependenceError` naming the
 op's source line. Such a program has no plan without running
 (``hal-cpu plan --trace`` prints the steps of an actual run).
 
-    >>> from hal_cpu.vm.plan import plan_program                    # doctest: +SKIP
+    >>> from hal_cpu.programs.vm.plan import plan_program                    # doctest: +SKIP
     >>> plan = plan_program("matmul.mlir", [a, b], arch="arm64")    # doctest: +SKIP
     >>> plan.dispatches[0].workgroup_count                          # doctest: +SKIP
 """
@@ -52,7 +52,7 @@ class DataDependenceError(VmStatusError):
 
 class Recording:
     """What a record-only call submits, as steps (give it to
-    :func:`hal_cpu.vm.load_program` as ``record=``, or use
+    :func:`hal_cpu.programs.vm.load_program` as ``record=``, or use
     :func:`plan_program`).
 
     Args:
@@ -169,7 +169,7 @@ class Recording:
     def executable_file(executable) -> tuple[Path, str, str]:
         """The ELF of ``executable`` written once (by content) into the
         compile cache's ``executables`` folder, its name and variant."""
-        from ..iree.compiler import default_cache_dir
+        from ..compiler import default_cache_dir
         data = executable.source.bytes()
         digest = hashlib.sha256(data).hexdigest()[:16]
         folder = Path(default_cache_dir()) / "executables"
@@ -185,7 +185,7 @@ class Recording:
 def compiled_files(compiled):
     """A :class:`Recording` ``executables`` function naming the ELF files
     ``iree-compile`` dumped for ``compiled`` (a
-    :class:`hal_cpu.iree.Compiled`), matched by content."""
+    :class:`hal_cpu.programs.Compiled`), matched by content."""
     by_bytes = {}
     for p in compiled.so_files:
         by_bytes[Path(p).read_bytes()] = Path(p)
@@ -212,7 +212,7 @@ def plan_program(program, inputs: Sequence, function: str | None = None, *,
 
     Args:
         program: an MLIR file (compiled first for ``arch``, cached), a
-            ``.vmfb`` file, or a :class:`hal_cpu.iree.Compiled`.
+            ``.vmfb`` file, or a :class:`hal_cpu.programs.Compiled`.
         inputs: one value per argument (numpy arrays for tensors, ints and
             floats for scalars); only their shapes, types and (for what the
             host program reads) values matter.
@@ -223,19 +223,19 @@ def plan_program(program, inputs: Sequence, function: str | None = None, *,
             nothing is dispatched): ``emulated`` by default.
         plugins: a :class:`hal_cpu.PluginManager` resolving the
             executables' imports.
-        cache_dir, compile_flags: as :func:`hal_cpu.iree.compile_program`.
+        cache_dir, compile_flags: as :func:`hal_cpu.programs.compile_program`.
         memory_limit: bytes of buffers (inputs included) the call may hold,
-            as :func:`hal_cpu.vm.load_program`'s.
+            as :func:`hal_cpu.programs.vm.load_program`'s.
 
     Returns:
-        A :class:`~hal_cpu.vm.steps.ProgramPlan`: steps, the buffers and
+        A :class:`~hal_cpu.programs.vm.steps.ProgramPlan`: steps, the buffers and
         constants they touch, where the results live.
 
     Raises:
         DataDependenceError: the host program reads data a step computes
             (names the op's source line).
         VmError: the program cannot be read, linked or called (as
-            :func:`hal_cpu.vm.load_program`); TypeError: inputs the function
+            :func:`hal_cpu.programs.vm.load_program`); TypeError: inputs the function
             cannot take.
     """
     from .program import load_program
@@ -245,7 +245,7 @@ def plan_program(program, inputs: Sequence, function: str | None = None, *,
         arch = arch or program.arch
         program = program.vmfb
     elif not _is_module(program):
-        from ..iree.compiler import compile_program
+        from ..compiler import compile_program
         compiled = compile_program(Path(program), arch or arches.host_arch(),
                                    cache_dir, extra_flags=list(compile_flags))
         files = compiled_files(compiled)
@@ -260,7 +260,7 @@ def plan_program(program, inputs: Sequence, function: str | None = None, *,
 
 def record_call(fn, inputs: Sequence, record: Recording,
                 trace: list | None = None) -> ProgramPlan:
-    """One call of ``fn`` (a :class:`hal_cpu.vm.Function` of a program
+    """One call of ``fn`` (a :class:`hal_cpu.programs.vm.Function` of a program
     loaded with ``record=record``) as a plan. With ``trace`` (the list a
     program loaded with ``trace=`` and without ``record`` fills) the call
     runs and the plan holds the dispatches it ran.
@@ -299,5 +299,5 @@ def record_call(fn, inputs: Sequence, record: Recording,
 
 
 def _is_module(path) -> bool:
-    from .. import vmfb
+    from . import vmfb
     return isinstance(path, (bytes, bytearray)) or vmfb.is_module_file(os.fspath(path))

@@ -12,25 +12,25 @@ linked by name.
 
 Parts, one job each:
 
-* :mod:`~hal_cpu.vm.module_def`: the FlatBuffer, read and verified into
-  plain records (:class:`~hal_cpu.vm.module_def.ModuleDef`); every offset,
+* :mod:`~hal_cpu.programs.vm.module_def`: the FlatBuffer, read and verified into
+  plain records (:class:`~hal_cpu.programs.vm.module_def.ModuleDef`); every offset,
   count and length is checked against the file before use.
-* :mod:`~hal_cpu.vm.isa`: the bytecode's opcodes and operand encodings, as
-  data; :mod:`~hal_cpu.vm.decode`: bytes to instructions.
-* :mod:`~hal_cpu.vm.translate`: a function's instructions to one Python
+* :mod:`~hal_cpu.programs.vm.isa`: the bytecode's opcodes and operand encodings, as
+  data; :mod:`~hal_cpu.programs.vm.decode`: bytes to instructions.
+* :mod:`~hal_cpu.programs.vm.translate`: a function's instructions to one Python
   function, built once per function at load (no per-op dispatch at run
   time).
-* :mod:`~hal_cpu.vm.refs`: the VM's own ref types (``!vm.buffer``,
+* :mod:`~hal_cpu.programs.vm.refs`: the VM's own ref types (``!vm.buffer``,
   ``!vm.list``) and the status error ``vm.fail`` raises.
-* :mod:`~hal_cpu.vm.hal_module`: the ``hal`` module's exports
+* :mod:`~hal_cpu.programs.vm.hal_module`: the ``hal`` module's exports
   (``runtime/src/iree/modules/hal/exports.inl``: names and calling
   conventions) over :mod:`hal_cpu`'s executables.
-* :mod:`~hal_cpu.vm.program`: linking modules and calling functions
+* :mod:`~hal_cpu.programs.vm.program`: linking modules and calling functions
   (:func:`load_program`: a ``.vmfb``, or MLIR compiled first).
-* :mod:`~hal_cpu.vm.plan`: a record-only call: the steps a call submits
-  (:mod:`~hal_cpu.vm.steps`: dispatches, fills, copies as data), not run
+* :mod:`~hal_cpu.programs.vm.plan`: a record-only call: the steps a call submits
+  (:mod:`~hal_cpu.programs.vm.steps`: dispatches, fills, copies as data), not run
   (:func:`plan_program`; :class:`DataDependenceError` when the host program
-  reads what a step computes); :mod:`~hal_cpu.vm.run`: running a plan's
+  reads what a step computes); :mod:`~hal_cpu.programs.vm.run`: running a plan's
   steps (:func:`run_plan`; dispatches through :class:`PlanRunner`, which
   calls :meth:`hal_cpu.Executable.dispatch`, or a caller's kernels).
 

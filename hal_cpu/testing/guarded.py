@@ -44,7 +44,7 @@ import numpy as np
 from elfloader.backend.guarded import ALIGN, GuardedRange
 from elfloader.diagnose import Region
 
-from .memory import GuestMemory
+from ..memory import GuestMemory
 
 #: Alignment of a padded array's start, bytes (IREE's heap buffers; the
 #: bindings' alignment, :data:`elfloader.backend.guarded.ALIGN`).

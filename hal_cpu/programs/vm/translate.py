@@ -11,7 +11,7 @@ through to it; only a branch back to the same or an earlier block goes
 round the loop). A function without branches stays straight-line code.
 Calling the result runs no per-op dispatch at all.
 
-Calling convention (see :mod:`hal_cpu.vm`): the translated function takes
+Calling convention (see :mod:`hal_cpu.programs.vm`): the translated function takes
 its arguments as the function's ``cconv`` lists them and returns None, one
 value or a tuple. Imports are called the same way; a variadic segment is
 passed as a tuple of tuples.
@@ -49,8 +49,8 @@ from typing import Callable, NoReturn
 from elfloader.errors import BackendError
 from fatelf.text import printable
 
-from .. import arrays as _arrays
-from ..arrays import default_memory_limit
+from ... import arrays as _arrays
+from ...arrays import default_memory_limit
 from . import isa
 from .decode import BytecodeError, Instruction, decode
 from .refs import MemoryBudget, VmBuffer, VmError, VmList, VmStatusError
@@ -110,7 +110,7 @@ class Env:
         import_names: import ordinal -> name, for messages.
         function_cconvs: internal function ordinal -> calling convention
             (calls are checked against it when known).
-        memory: the program's :class:`~hal_cpu.vm.refs.MemoryBudget`:
+        memory: the program's :class:`~hal_cpu.programs.vm.refs.MemoryBudget`:
             ``vm.buffer.alloc``/``clone`` and ``vm.list.resize`` count
             their bytes against it before allocating (default: a budget of
             :func:`hal_cpu.arrays.default_memory_limit`).
@@ -136,7 +136,7 @@ class Env:
     @classmethod
     def for_module(cls, module, **kw) -> "Env":
         """An Env with the rodata, globals, types, debug locations and
-        import signatures of a :class:`~hal_cpu.vm.module_def.ModuleDef`;
+        import signatures of a :class:`~hal_cpu.programs.vm.module_def.ModuleDef`;
         ``imports``/``functions`` from ``kw`` (default: none resolved)."""
         rodata = [VmBuffer(module.rodata_bytes(i), readonly=True, name=f"rodata[{i}]")
                   for i in range(len(module.rodata))]
@@ -1692,7 +1692,7 @@ def translate(function, bytecode, env: Env, *, module_name: str = "module") -> C
     """Translate one function.
 
     Args:
-        function: its :class:`~hal_cpu.vm.module_def.FunctionDef` (``ordinal``,
+        function: its :class:`~hal_cpu.programs.vm.module_def.FunctionDef` (``ordinal``,
             ``name``, ``cconv``, ``i32_register_count``,
             ``ref_register_count`` are used).
         bytecode: its bytes (``ModuleDef.function_bytecode(ordinal)``).
@@ -1701,7 +1701,7 @@ def translate(function, bytecode, env: Env, *, module_name: str = "module") -> C
 
     Returns:
         A Python function taking the function's arguments and returning its
-        results (see :mod:`hal_cpu.vm`). Its generated source is in its
+        results (see :mod:`hal_cpu.programs.vm`). Its generated source is in its
         ``vm_source`` attribute.
 
     Raises:

@@ -3,7 +3,7 @@ architecture and check them against numpy, then call an import resolved by
 the bundled sample plugin on every architecture.
 
 The samples in ``hal_cpu/samples`` were compiled by ``iree-compile`` from our
-own MLIR (``build_samples.py`` there); ``manifest.json`` gives each kernel's
+own MLIR (:mod:`hal_cpu.buildtools.samples`); ``manifest.json`` gives each kernel's
 export, bindings and per-architecture workgroup count. ``standalone.sos``
 there is the sample plugin bundle (a copy of
 ``sample_plugins/prebuilt/standalone.sos``, built from
@@ -14,26 +14,16 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 import elfloader
 from fatelf.cstruct import CStruct
 
-from .library import Executable
+from ..library import Executable
+from ..samples import HERE as SAMPLES
+from ..samples import REFERENCES
 
-SAMPLES = Path(__file__).resolve().parent / "samples"
-
-#: reference key in the manifest -> numpy function of the inputs (float32
-#: arrays in ``input_index`` order; the result is float32). ``build_samples.py``
-#: checks the samples against these same functions.
-REFERENCES: dict[str, Callable[..., np.ndarray]] = {
-    "mul_add": lambda a, b: a * b + a,
-    "matmul": lambda a, b: a @ b,
-    "sum_last": lambda x: x.sum(axis=-1, dtype=np.float32),
-}
 TOLERANCE = 1e-3
 
 
@@ -99,8 +89,8 @@ def run_plugin_sample(arch: str, backend: str = "auto", n: int = 3 * 64 + 5,
     """
     from elfloader import as_int32
 
-    from .errors import DispatchError
-    from .plugins import PluginManager
+    from ..errors import DispatchError
+    from ..plugins import PluginManager
     rng = np.random.default_rng(seed)
     a = rng.standard_normal(n).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)

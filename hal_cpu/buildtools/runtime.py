@@ -1,10 +1,10 @@
 """Build the runtime support library bundle and the libm objects.
 
-    python -m hal_cpu.runtime.build [--out-dir DIR] [--keep-singles] [-j N]
+    python -m hal_cpu.buildtools.runtime [--out-dir DIR] [--keep-singles] [-j N]
                                     [--only runtime|libm]
 
 Compiles ``workgroup_loop.c`` for every architecture the runtime runs
-(:data:`fatelf.arches.RUNTIME_ARCHES`) with :mod:`hal_cpu.zigbuild` and
+(:data:`fatelf.arches.RUNTIME_ARCHES`) with :mod:`hal_cpu.buildtools.zig` and
 packs the six self-contained ET_DYN objects into ``DIR/runtime.sos``
 (default: this package's directory, where the committed bundle lives) with
 :func:`fatelf.join`; compiles ``libm.c`` into one relocatable object per
@@ -25,10 +25,10 @@ from pathlib import Path
 import fatelf
 from fatelf import arches
 
-from .. import zigbuild
-from . import BUNDLE, HERE, LIBM_ARCHES, LIBM_BUNDLE, LIBM_SOURCE, LOOP_SYMBOL, SOURCE
+from ..runtime import BUNDLE, HERE, LIBM_ARCHES, LIBM_BUNDLE, LIBM_SOURCE, LOOP_SYMBOL, SOURCE
+from . import zig as zigbuild
 
-#: Compiler flags of the libm objects, after :data:`hal_cpu.zigbuild.CFLAGS`:
+#: Compiler flags of the libm objects, after :data:`hal_cpu.buildtools.zig.CFLAGS`:
 #: no contraction of ``a * b + c`` into a call to ``fmaf`` itself, no
 #: compiler identification in a ``.comment`` section of every executable.
 LIBM_CFLAGS: tuple[str, ...] = ("-ffp-contract=off", "-fno-ident")
@@ -41,7 +41,7 @@ def build_singles(jobs: int | None = None) -> dict[str, bytes]:
         ``{"workgroup_loop_<arch>.so": ELF bytes}`` in table order.
 
     Raises:
-        hal_cpu.zigbuild.ZigBuildError: ziglang missing or a build failed.
+        hal_cpu.buildtools.zig.ZigBuildError: ziglang missing or a build failed.
     """
     zigbuild.require_zig()
     with tempfile.TemporaryDirectory(prefix="hal_cpu_runtime_") as tmp:
@@ -63,7 +63,7 @@ def build_libm(jobs: int | None = None) -> dict[str, bytes]:
         ``{"libm_<arch>.o": ELF relocatable object bytes}``.
 
     Raises:
-        hal_cpu.zigbuild.ZigBuildError: ziglang missing or a build failed.
+        hal_cpu.buildtools.zig.ZigBuildError: ziglang missing or a build failed.
     """
     zigbuild.require_zig()
     zig = zigbuild.zig_command()
@@ -117,7 +117,7 @@ def build_libm_bundle(out_dir: Path | str | None = None, *,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m hal_cpu.runtime.build", description=__doc__,
+        prog="python -m hal_cpu.buildtools.runtime", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out-dir", type=Path, default=None,
                         help=f"output directory (default: {BUNDLE.parent})")

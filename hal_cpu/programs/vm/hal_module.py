@@ -29,7 +29,7 @@ Python callables, as IREE's local CPU device (``local-task``) behaves:
   and released reservations are pooled by size class; read-only data a
   program imports is copied once (kernels may write imports in place);
   every allocation counts against the program's memory limit
-  (:class:`~hal_cpu.vm.refs.MemoryBudget`, shared with the VM's own
+  (:class:`~hal_cpu.programs.vm.refs.MemoryBudget`, shared with the VM's own
   buffers and lists) before it is made;
 * every queue operation runs when its wait fence is reached (at once for
   the usual already-signalled or null fence; otherwise when the program
@@ -37,7 +37,7 @@ Python callables, as IREE's local CPU device (``local-task``) behaves:
   ``hal.fence.await`` returns at once; a fence that failed makes the await
   fail with its status, as in IREE.
 
-Failures are :class:`~hal_cpu.vm.refs.VmStatusError` with IREE's status
+Failures are :class:`~hal_cpu.programs.vm.refs.VmStatusError` with IREE's status
 codes (:data:`INVALID_ARGUMENT` for a null or mistyped ref and for a
 function input of the wrong shape or element type, :data:`OUT_OF_RANGE` for
 a byte range outside its buffer...); the errors of loading and running an
@@ -55,10 +55,10 @@ import numpy as np
 import elfloader
 from fatelf import arches
 
-from .. import arrays as _arrays
-from ..arrays import default_memory_limit
-from ..buffers import DTYPES, ML_DTYPE_NAMES, LazyTable, dtype_name
-from ..dispatch_policy import PreparedDispatch, check_timeout, host_workers
+from ... import arrays as _arrays
+from ...arrays import default_memory_limit
+from ...buffers import DTYPES, ML_DTYPE_NAMES, LazyTable, dtype_name
+from ...dispatch_policy import PreparedDispatch, check_timeout, host_workers
 from .refs import MemoryBudget, VmBuffer, VmStatusError
 
 __all__ = ["HalModule", "HAL_MODULE_VERSION", "Device", "Allocator", "Buffer",
@@ -143,7 +143,7 @@ CPU_FEATURE_KEYS = {
 
 
 def _element_tables():
-    from ..iree.scalars import ELEMENT_CODES
+    from ..scalars import ELEMENT_CODES
     codes = dict(ELEMENT_CODES)
 
     def dtypes_of(names):
@@ -649,7 +649,7 @@ class HalModule:
         #: a list to append a :class:`DispatchRecord` to for every dispatch
         #: run (set before the program records its command buffers), or None
         self.trace: list | None = None
-        #: a :class:`hal_cpu.vm.plan.Recording`: submitted commands and
+        #: a :class:`hal_cpu.programs.vm.plan.Recording`: submitted commands and
         #: queue fills and copies are recorded there, not run, and a host
         #: read of a buffer they write is refused; or None (run them)
         self.record = None
@@ -1197,7 +1197,7 @@ class HalModule:
             raise _status(NOT_FOUND, "no executable loader registered for the "
                           f"given executable format '{format_str}' (this "
                           f"device loads {self.format})")
-        from ..library import Executable as Library
+        from ...library import Executable as Library
         kwargs: dict[str, Any] = {k: v for k, v in (("engine", self.engine),
                                                     ("cpu", self.cpu))
                                   if v is not None}
@@ -1221,7 +1221,7 @@ class HalModule:
         if count != library.constant_count:
             raise _status(INVALID_ARGUMENT, f"executable declares "
                           f"{library.constant_count} constants, {count} given")
-        from .. import abi
+        from ... import abi
         be = library.backend
         env = abi.ENVIRONMENT.layout(*be.arch.c_abi)
         fields = env.unpack(be.read(library.environment, env.size))

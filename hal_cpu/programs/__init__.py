@@ -2,7 +2,7 @@
 and IREE's own runtime as a peer.
 
 ``iree-compile`` (``llvm-cpu`` backend) turns a program into a ``.vmfb``
-module that carries embedded-ELF HAL executables; :mod:`hal_cpu.vm` runs
+module that carries embedded-ELF HAL executables; :mod:`hal_cpu.programs.vm` runs
 it (a ``.vmfb``, or MLIR compiled here first):
 
     >>> from hal_cpu import iree, vm                              # doctest: +SKIP
@@ -11,17 +11,17 @@ it (a ``.vmfb``, or MLIR compiled here first):
     ...     (out,) = program("matmul", a, b)
     >>> plan = vm.plan_program(c, [a, b])      # steps only       # doctest: +SKIP
 
-* :mod:`~hal_cpu.iree.compiler`: finding the supported ``iree-compile``
+* :mod:`~hal_cpu.programs.compiler`: finding the supported ``iree-compile``
   (:data:`SUPPORTED_VERSION`, package ``iree-base-compiler``; install with
   ``pip install 'portable-kernel-runtime[iree]'``) and compiling, cached by
   content hash;
-* :mod:`~hal_cpu.iree.host_modules`: host modules a program imports
+* :mod:`~hal_cpu.programs.host_modules`: host modules a program imports
   (:class:`HostModule` and :func:`export` in the leaf
-  :mod:`~hal_cpu.iree.host_api`); :mod:`~hal_cpu.iree.check`: the ``check``
+  :mod:`~hal_cpu.programs.host_api`); :mod:`~hal_cpu.programs.check`: the ``check``
   module;
-* :mod:`~hal_cpu.iree.scalars`: IREE's element type codes and scalar
+* :mod:`~hal_cpu.programs.scalars`: IREE's element type codes and scalar
   types;
-* :mod:`~hal_cpu.iree.reference`: IREE's runtime as the reference
+* :mod:`~hal_cpu.programs.reference`: IREE's runtime as the reference
   (:func:`reference_run`).
 
 Architecture names and aliases, and the compiler flags for each, come from
@@ -33,7 +33,7 @@ import importlib
 
 # Public name -> the submodule defining it. Importing this package imports
 # none of them: each is imported on first use of one of its names
-# (PEP 562), so that a caller needing one leaf (``hal_cpu.vm`` reading
+# (PEP 562), so that a caller needing one leaf (``hal_cpu.programs.vm`` reading
 # ``check`` or ``host_modules``) does not pay for the compiler driver.
 _EXPORTS = {
     "compiler": ("BASE_FLAGS", "INSTALL_HINT", "SUPPORTED_VERSION", "Compiled",

@@ -1,11 +1,11 @@
-"""Running a plan (:func:`hal_cpu.vm.plan_program`'s steps): buffers and
+"""Running a plan (:func:`hal_cpu.programs.vm.plan_program`'s steps): buffers and
 transfers with numpy, dispatches through :meth:`hal_cpu.Executable.dispatch`
 (or any callback).
 
 A plan is data: a caller may run its dispatches with its own kernels
 (numpy stand-ins, a thread pool, a checker between steps) or through this
 runtime's executables (:class:`PlanRunner`). A program's own calls run on
-the VM (:func:`hal_cpu.vm.load_program`); this runs what a record-only call
+the VM (:func:`hal_cpu.programs.vm.load_program`); this runs what a record-only call
 listed, in the same order.
 """
 
@@ -17,10 +17,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..arrays import empty as aligned_empty
-from ..arrays import fill_pattern
-from ..arrays import full as aligned_full
-from ..errors import DispatchTimeoutError
+from ...arrays import empty as aligned_empty
+from ...arrays import fill_pattern
+from ...arrays import full as aligned_full
+from ...errors import DispatchTimeoutError
 from .refs import VmError
 from .steps import BindingRef, Dispatch, FillStep, ProgramPlan
 
@@ -78,7 +78,7 @@ class PlanRunner:
         self._deadline: float | None = None
 
     def __call__(self, dispatch: Dispatch, bindings: list[np.ndarray]) -> None:
-        from ..library import Executable
+        from ...library import Executable
 
         exe = self.executables.get(dispatch.so_path)
         if exe is None:
@@ -131,7 +131,7 @@ def run_plan(plan: ProgramPlan, inputs: Sequence[Any],
     """Execute a plan: allocate its buffers, run each step, return the results.
 
     Args:
-        plan: from :func:`hal_cpu.vm.plan_program` for the same ``inputs``.
+        plan: from :func:`hal_cpu.programs.vm.plan_program` for the same ``inputs``.
         inputs: the arrays and scalars the plan was made for. Input arrays are
             copied first, so kernels cannot modify the caller's arrays.
         run_dispatch: ``run_dispatch(dispatch, bindings)`` receives each
@@ -146,7 +146,7 @@ def run_plan(plan: ProgramPlan, inputs: Sequence[Any],
         dtypes.
 
     Raises:
-        hal_cpu.vm.VmError: a binding lies outside its buffer (``field``
+        hal_cpu.programs.vm.VmError: a binding lies outside its buffer (``field``
             ``binding``, ``value`` the step's byte range).
         Whatever ``run_dispatch`` raises.
     """

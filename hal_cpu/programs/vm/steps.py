@@ -3,7 +3,7 @@ it submits (:class:`Dispatch`, :class:`FillStep`, :class:`CopyStep`), the
 byte ranges they touch (:class:`BindingRef`), where results live
 (:class:`ResultRef`) and a whole plan (:class:`ProgramPlan`).
 
-A record-only run of a program (:mod:`hal_cpu.vm.plan`) returns them and
+A record-only run of a program (:mod:`hal_cpu.programs.vm.plan`) returns them and
 ``hal-cpu plan`` prints them; this module imports neither.
 """
 

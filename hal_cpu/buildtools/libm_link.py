@@ -13,7 +13,7 @@ fail with "undefined symbol".
 
 iree-compile runs this script in place of ``iree-lld``
 (``--iree-llvmcpu-embedded-linker-path``, see
-:func:`hal_cpu.iree.compiler.libm_linker_flags`). For each relocatable
+:func:`hal_cpu.programs.compiler.libm_linker_flags`). For each relocatable
 object of ``LIBM_OBJECT``'s machine it is given, it points every relocation
 in code or data that names such an empty function (by its symbol or its
 section's symbol) at a new undefined symbol of the same name, and every one

@@ -11,7 +11,7 @@ import threading
 
 from fatelf.text import one_line
 
-from ..errors import HalCpuError
+from ...errors import HalCpuError
 
 __all__ = ["VmBuffer", "VmList", "VmStatusError", "VmError", "MemoryBudget"]
 

@@ -50,7 +50,7 @@ def reference_run(vmfb: Union[str, os.PathLike], function: str, inputs: Sequence
 
     Raises:
         IreeToolError: ``iree.runtime`` is missing or not
-            :data:`~hal_cpu.iree.SUPPORTED_VERSION`.
+            :data:`~hal_cpu.programs.SUPPORTED_VERSION`.
         Errors of ``iree.runtime`` itself (bad module, unknown function,
         wrong arguments) propagate unchanged.
     """

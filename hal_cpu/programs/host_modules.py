@@ -22,7 +22,7 @@ Python objects it returns, checked against the class the module declares for
 that type name in :attr:`HostModule.types`. A function returns None, one
 value, or a tuple of values.
 
-Linking and the crossing of values are the VM's (:mod:`hal_cpu.vm.program`);
+Linking and the crossing of values are the VM's (:mod:`hal_cpu.programs.vm.program`);
 :class:`ModuleRegistry` keeps modules checked, in registration order.
 
 A module is a :class:`HostModule` (or any object with ``name``,

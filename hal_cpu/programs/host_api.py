@@ -2,8 +2,8 @@
 the values it may take and return besides numbers and arrays
 (:class:`RawTensor`), its errors, and :data:`HOST_MODULE_ABI_VERSION`.
 
-A leaf: the built-in ``check`` module (:mod:`hal_cpu.iree.check`) builds on
-it, and :mod:`hal_cpu.iree.host_modules` (loading, registering and linking
+A leaf: the built-in ``check`` module (:mod:`hal_cpu.programs.check`) builds on
+it, and :mod:`hal_cpu.programs.host_modules` (loading, registering and linking
 modules) offers every name here too.
 """
 

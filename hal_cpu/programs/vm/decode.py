@@ -52,10 +52,10 @@ class Instruction:
         offset: byte offset of its first byte (the prefix byte of an
             extension op) within the function's bytecode.
         end: offset just past it.
-        op: its :class:`~hal_cpu.vm.isa.OpInfo`.
+        op: its :class:`~hal_cpu.programs.vm.isa.OpInfo`.
         args: the field values in ``op.fields`` order: ints for registers
-            (ref registers keep their :data:`~hal_cpu.vm.isa.REF_BIT` /
-            :data:`~hal_cpu.vm.isa.MOVE_BIT` bits), immediates and ordinals;
+            (ref registers keep their :data:`~hal_cpu.programs.vm.isa.REF_BIT` /
+            :data:`~hal_cpu.programs.vm.isa.MOVE_BIT` bits), immediates and ordinals;
             ``str`` for strings; a tuple of ints for ``regs`` and
             ``sizes``; a tuple of
             (source, destination) pairs for ``remap``; a tuple of
