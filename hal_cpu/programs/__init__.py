@@ -1,16 +1,18 @@
-"""Compile MLIR with ``iree-compile``, host modules, the ``check`` module,
-and IREE's own runtime as a peer.
+"""The program path: whole IREE programs compiled and run on the VM.
 
 ``iree-compile`` (``llvm-cpu`` backend) turns a program into a ``.vmfb``
-module that carries embedded-ELF HAL executables; :mod:`hal_cpu.programs.vm` runs
-it (a ``.vmfb``, or MLIR compiled here first):
+module that carries embedded-ELF HAL executables; the VM,
+:mod:`hal_cpu.programs.vm`, runs it (a ``.vmfb``, or MLIR compiled here
+first) over the ABI runtime (:mod:`hal_cpu`):
 
-    >>> from hal_cpu import iree, vm                              # doctest: +SKIP
-    >>> c = iree.compile_program("matmul.mlir", "arm64")          # doctest: +SKIP
+    >>> from hal_cpu.programs import compile_program, vm          # doctest: +SKIP
+    >>> c = compile_program("matmul.mlir", "arm64")               # doctest: +SKIP
     >>> with vm.load_program(c) as program:                       # doctest: +SKIP
     ...     (out,) = program("matmul", a, b)
     >>> plan = vm.plan_program(c, [a, b])      # steps only       # doctest: +SKIP
 
+* :mod:`~hal_cpu.programs.vm`: the VM (the ``.vmfb`` reader, bytecode, the
+  ``hal`` module, plans);
 * :mod:`~hal_cpu.programs.compiler`: finding the supported ``iree-compile``
   (:data:`SUPPORTED_VERSION`, package ``iree-base-compiler``; install with
   ``pip install 'portable-kernel-runtime[iree]'``) and compiling, cached by
@@ -50,7 +52,7 @@ _EXPORTS = {
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 _SUBMODULES = frozenset({
     "check", "compiler", "errors", "host_api", "host_modules", "reference",
-    "scalars"})
+    "scalars", "vm"})
 
 
 def __getattr__(name: str):
