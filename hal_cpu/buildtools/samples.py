@@ -166,7 +166,8 @@ def verify_reference(kernel: str, info: dict, c, shapes) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m hal_cpu.buildtools.samples",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=HERE,
                     help="output directory (default: %(default)s)")
     ap.add_argument("--arch", action="append",
