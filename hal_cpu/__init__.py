@@ -1,6 +1,12 @@
 """The IREE CPU executable ABI on top of :mod:`elfloader`: executable
 libraries (query, exports, imports, workgroup dispatch), executable plugins
-and the plugin manager."""
+and the plugin manager.
+
+On top of this runtime, one subpackage per job, none imported here:
+:mod:`hal_cpu.programs` (whole programs: the compiler driver, host modules,
+the VM :mod:`hal_cpu.programs.vm`), :mod:`hal_cpu.testing` (the test
+harness and pytest plugin), :mod:`hal_cpu.buildtools` (zig, runtime and
+sample builds) and :mod:`hal_cpu.cli` (``hal-cpu``)."""
 
 from . import abi
 from .arrays import AlignmentCopyWarning, PerformanceWarning, asarray, empty, full, zeros
