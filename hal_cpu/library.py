@@ -21,6 +21,7 @@ arguments, its worker count and the one engine that runs it,
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import weakref
@@ -82,11 +83,12 @@ class Export:
         """Bytes of workgroup-local memory (pages x 4096)."""
         return self.local_memory_pages * abi.WORKGROUP_LOCAL_MEMORY_PAGE_SIZE
 
-    @property
+    @functools.cached_property
     def label(self) -> str:
         """The export as messages show it: its name (the file's text,
         escaped on one bounded line: :func:`fatelf.text.printable`), or
-        ``#ordinal`` when the library strips names."""
+        ``#ordinal`` when the library strips names. Made once (dispatches
+        name their export in every progress note)."""
         return (printable(self.name, 200) if self.name is not None
                 else f"#{self.ordinal}")
 
