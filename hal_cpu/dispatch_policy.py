@@ -202,6 +202,9 @@ class DispatchPolicy:
         # export key -> PreparedDispatch: a validated small native dispatch
         # to repeat
         self._quick: dict[Any, PreparedDispatch] = {}
+        # (export key, grid, constants, binding count, workers) ->
+        # PreparedDispatch of the general path, checked once (ints only)
+        self.prepared_calls: dict[tuple, PreparedDispatch] = {}
         #: export ordinal -> seconds per workgroup in its last dispatch with
         #: the default workers (decides whether the next one shares)
         self.pace: dict[int, float] = {}

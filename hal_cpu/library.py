@@ -438,8 +438,28 @@ class Executable(DispatchPolicy):
                      and not quick.constant_count)
                 and not self.closed and self._repeat(quick, bindings)):
             return
-        prepared = self.prepare(export, workgroup_count, constants, len(bindings),
-                                workgroup_size=workgroup_size, workers=workers)
+        # A general-path dispatch checked once is kept by its arguments
+        # (plain ints only, so that equal keys mean equal checks).
+        key: tuple | None = None
+        prepared = None
+        if (type(export) in _KEY_TYPES and workgroup_size is None
+                and type(workgroup_count) in (tuple, list) and len(workgroup_count) == 3
+                and is_int_triple(workgroup_count)
+                and type(constants) in (tuple, list) and len(constants) <= 64
+                and all(type(c) is int for c in constants)
+                and (workers is None or type(workers) is int)):
+            key = (export, tuple(workgroup_count), tuple(constants), len(bindings),
+                   workers)
+            prepared = self.prepared_calls.get(key)
+            if prepared is not None and self.closed:
+                prepared = None
+        if prepared is None:
+            prepared = self.prepare(export, workgroup_count, constants, len(bindings),
+                                    workgroup_size=workgroup_size, workers=workers)
+            if key is not None:
+                if len(self.prepared_calls) >= 64:
+                    self.prepared_calls.clear()
+                self.prepared_calls[key] = prepared
         if not prepared.total:
             return  # an empty grid runs nothing, as in IREE
         if prepared.binding_count and type(bindings[0]) is tuple:
@@ -579,6 +599,7 @@ class Executable(DispatchPolicy):
         dispatch runs."""
         _LIVE.discard(self)
         self._quick = {}
+        self.prepared_calls = {}
         for pool in self._layouts.values():
             for layout in pool:
                 layout.close()
