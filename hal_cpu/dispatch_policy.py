@@ -161,7 +161,7 @@ def check_workers(workers, total: int, path: str, default: int) -> int:
     return max(1, min(workers, total, 255))
 
 
-def is_int_triple(values: tuple) -> bool:
+def is_int_triple(values: Sequence) -> bool:
     """Whether the three values are ints (not bools, floats, numpy ints)."""
     x, y, z = values
     return type(x) is int and type(y) is int and type(z) is int
