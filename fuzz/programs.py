@@ -124,31 +124,40 @@ def host_module(mode: str):
                       types={"custom.string": _String})
 
 
+def declared_inputs(fn, dynamic: int, max_elements: int = MAX_INPUT_ELEMENTS) -> list:
+    """Each argument of ``fn`` as its declaration gives it: None for a
+    scalar, else ``(shape, dtype)`` of the tensor (dynamic sizes
+    ``dynamic``; a tensor of more than ``max_elements`` elements becomes
+    all ones; a ref without a declared tensor type ``(4,)`` float32)."""
+    import numpy as np
+
+    from hal_cpu.buffers import DTYPES
+    tensors = _TENSOR.findall(fn.declaration or "")
+    specs: list = []
+    for ty in fn.arg_types:
+        if ty != "r":
+            specs.append(None)
+        elif tensors:
+            dims, elem = tensors.pop(0)
+            shape = tuple(dynamic if d in ("", "?") else int(d)
+                          for d in dims.split("x") if d != "")
+            count = 1
+            for d in shape:
+                count *= d
+            if count > max_elements:
+                shape = (1,) * len(shape)
+            specs.append((shape, DTYPES.get(elem, np.float32)))
+        else:
+            specs.append(((4,), np.float32))
+    return specs
+
+
 def inputs_of(fn) -> list:
     """Inputs for ``fn`` from its declaration: zeros of each tensor type
     (dynamic sizes 1), scalar arguments 1."""
     import numpy as np
-
-    from hal_cpu.buffers import DTYPES
-    values = []
-    tensors = _TENSOR.findall(fn.declaration or "")
-    for ty in fn.arg_types:
-        if ty != "r":
-            values.append(1)
-            continue
-        if tensors:
-            dims, elem = tensors.pop(0)
-            shape = tuple(1 if d in ("", "?") else int(d) for d in dims.split("x") if d != "")
-            count = 1
-            for d in shape:
-                count *= d
-            if count > MAX_INPUT_ELEMENTS:
-                shape = (1,) * len(shape)
-            dtype = DTYPES.get(elem, np.float32)
-            values.append(np.zeros(shape, dtype))
-        else:
-            values.append(np.zeros(4, np.float32))
-    return values
+    return [1 if spec is None else np.zeros(*spec)
+            for spec in declared_inputs(fn, 1)]
 
 
 # ---------------------------------------------------------------------------

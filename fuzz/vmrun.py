@@ -567,31 +567,17 @@ def fill_canary(blocks: int = 192) -> list:
 def inputs_for(fn) -> list:
     """Inputs for ``fn`` from its declaration: each tensor filled with a
     known pattern (dynamic sizes 3), scalar arguments 3."""
-    import re
-
     import numpy as np
 
-    from hal_cpu.buffers import DTYPES
-    tensor = re.compile(r"tensor<([0-9x?]*)x?(i1|i8|i16|i32|i64|f16|f32|f64|bf16)>")
-    tensors = tensor.findall(fn.declaration or "")
+    from .programs import declared_inputs
     values: list = []
-    for ty in fn.arg_types:
-        if ty != "r":
+    for ty, spec in zip(fn.arg_types, declared_inputs(fn, 3, MAX_INPUT_ELEMENTS)):
+        if spec is None:
             values.append(3.0 if ty in ("f", "F") else 3)
             continue
-        if tensors:
-            dims, elem = tensors.pop(0)
-            shape = tuple(3 if d in ("", "?") else int(d) for d in dims.split("x") if d != "")
-            count = 1
-            for d in shape:
-                count *= d
-            if count > MAX_INPUT_ELEMENTS:
-                shape = (1,) * len(shape)
-            dtype = DTYPES.get(elem, np.float32)
-            count = int(np.prod(shape)) if shape else 1
-            values.append(in_canary(((np.arange(count) % 7) + 1).astype(dtype).reshape(shape)))
-        else:
-            values.append(in_canary((np.arange(4) % 7 + 1).astype(np.float32)))
+        shape, dtype = spec
+        count = int(np.prod(shape)) if shape else 1
+        values.append(in_canary(((np.arange(count) % 7) + 1).astype(dtype).reshape(shape)))
     return values
 
 
