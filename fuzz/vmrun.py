@@ -728,10 +728,7 @@ def run_printers(case, data, path: str) -> None:
     ``benchmark-module`` of the first function, in this process: each must
     end with status 0 or 1, at most one line on stderr on failure, and print
     no control character but newlines."""
-    import contextlib
-    import io
 
-    from hal_cpu.cli import main
     backend = "native" if case["backend"] == "native" else "emulated"
     if True:
         first = None
@@ -749,13 +746,7 @@ def run_printers(case, data, path: str) -> None:
                              f"--backend={backend}", "--benchmark_repetitions=1",
                              "--timeout=2"])
         for argv in commands:
-            out, err = io.StringIO(), io.StringIO()
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                try:
-                    status = main(argv)
-                except SystemExit as exc:
-                    status = exc.code if isinstance(exc.code, int) else 2
-            _check_printed(f"hal-cpu {argv[0]}", status, out.getvalue(), err.getvalue())
+            _run_and_check(argv)
 
 
 def cli_inputs(data: bytes, timeout: float = 60.0) -> list[tuple[int, str]]:
@@ -866,11 +857,8 @@ def run_plugin_names(case, data, rep, opts):
     replaced: registered, its imports resolved (the names it had and the
     hostile ones), then ``hal-cpu inspect`` of it (with ``--resolve``); the
     first typed error is the outcome after every step ran."""
-    import contextlib
-    import io
 
     from fatelf import PortableKernelError
-    from hal_cpu.cli import main
     from hal_cpu.plugins import PluginManager
     backend = "native" if case["backend"] == "native" else "emulated"
     fd = os.memfd_create("case.so")
@@ -889,16 +877,26 @@ def run_plugin_names(case, data, rep, opts):
     rep.enter("close")
     for argv in (["inspect", path], ["inspect", path, "--resolve=simple_mul_workgroup",
                                       "--timeout=2"]):
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                status = main(argv)
-            except SystemExit as exc:
-                status = exc.code if isinstance(exc.code, int) else 2
-        _check_printed(f"hal-cpu {argv[0]}", status, out.getvalue(), err.getvalue())
+        _run_and_check(argv)
     os.close(fd)
     if first is not None:
         raise first
+
+
+def _run_and_check(argv: list[str]) -> None:
+    """``hal-cpu ARGV`` in this process, what it printed checked by
+    :func:`_check_printed`."""
+    import contextlib
+    import io
+
+    from hal_cpu.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main(argv)
+        except SystemExit as exc:
+            status = exc.code if isinstance(exc.code, int) else 2
+    _check_printed(f"hal-cpu {argv[0]}", status, out.getvalue(), err.getvalue())
 
 
 def _check_printed(what: str, status, text: str, errors: str) -> None:
