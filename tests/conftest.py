@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +28,58 @@ def default_sigint() -> None:
     SIGINT ignored, and Python then installs no KeyboardInterrupt)."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+# --- system packages a test needs: @pytest.mark.requires("qemu-user") ------
+def _qemu_user() -> str | None:
+    from elfloader.backend.emulated import qemu_program
+    missing = [a for a in arches.RUNTIME_ARCHES if not qemu_program(a)]
+    return f"qemu-{missing[0]} is not on PATH" if missing else None
+
+
+def _on_path(*programs: str):
+    def check() -> str | None:
+        absent = [p for p in programs if shutil.which(p) is None]
+        return f"{absent[0]} is not on PATH" if absent else None
+    return check
+
+
+#: system package (as ``@pytest.mark.requires`` names it) -> check returning
+#: None when it is installed, else why it counts as missing. Add a row for a
+#: new package; a name not in this table is a usage error.
+SYSTEM_PACKAGES = {
+    "qemu-user": _qemu_user,
+    "gdb-multiarch": _on_path("gdb-multiarch"),
+}
+
+
+def missing_package(name: str) -> str | None:
+    """Why system package ``name`` (a key of SYSTEM_PACKAGES) is missing, or
+    None when it is installed. Looked up on each call (PATH may change)."""
+    if name not in SYSTEM_PACKAGES:
+        raise pytest.UsageError(f"@pytest.mark.requires({name!r}): unknown system package; "
+                                f"known: {', '.join(sorted(SYSTEM_PACKAGES))}")
+    return SYSTEM_PACKAGES[name]()
+
+
+def requires(*packages: str) -> pytest.MarkDecorator:
+    """The marker of a test that needs system ``packages``."""
+    return pytest.mark.requires(*packages)
+
+
+def pytest_runtest_setup(item) -> None:
+    """Skips a test marked ``requires(...)`` whose package is missing, with the
+    reason; with CI=true a missing package fails the test instead (CI installs
+    them, so their absence there is a broken machine, not a choice)."""
+    for mark in item.iter_markers("requires"):
+        for name in mark.args:
+            why = missing_package(name)
+            if why is None:
+                continue
+            message = f"requires {name}: {why}"
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"{message} (CI=true: install it)", pytrace=False)
+            pytest.skip(message)
 
 
 def emulation_engines() -> list[str]:
