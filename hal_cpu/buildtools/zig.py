@@ -36,8 +36,9 @@ One object for one architecture::
     data = zigbuild.build_freestanding("loop.c", "riscv32", cwd=src_dir,
                                        work_dir=tmp, exports=["my_fn"])
 
-Plugins include ``plugin_abi.h`` from :func:`hal_cpu.get_include`, which
-both functions put on the include path.
+Plugins include ``plugin_abi.h``, or IREE's own header name
+``iree/hal/local/executable_plugin.h`` (as IREE's sample plugins do), from
+:func:`hal_cpu.get_include`, which both functions put on the include path.
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ CFLAGS: tuple[str, ...] = (
     "-fno-unwind-tables",
     "-fno-asynchronous-unwind-tables",
     "-fno-stack-protector",
+    # zig's clang turns UBSan on by default in some modes (a debug build):
+    # its checks call the UBSan runtime, which a freestanding object does
+    # not link, so neither ld.lld nor iree-lld could resolve them.
+    "-fno-sanitize=undefined",
     "-g0",
     "-O2",
     "-Wall",
