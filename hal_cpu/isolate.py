@@ -158,8 +158,15 @@ def _child(fd: int, fn: Callable, confine: Callable | None = None,
     plain = confine is not None
     try:
         if forward:
-            sys.stdout = _Forward(fd, "out", plain, sys.__stdout__)
-            sys.stderr = _Forward(fd, "err", plain, sys.__stderr__)
+            # A stream this process writes to its own descriptor (1 or 2)
+            # stays so: the child inherits the descriptor, and its Python
+            # writes and native code's (printf) then reach it in the order
+            # they are made. A stream the caller replaced (captured, as
+            # pytest does) crosses the pipe instead.
+            if sys.stdout is not sys.__stdout__:
+                sys.stdout = _Forward(fd, "out", plain, sys.__stdout__)
+            if sys.stderr is not sys.__stderr__:
+                sys.stderr = _Forward(fd, "err", plain, sys.__stderr__)
         if confine is not None:
             # (a confined child's notes cross as plain data; nothing is
             # reported before the confinement holds)
@@ -167,6 +174,9 @@ def _child(fd: int, fn: Callable, confine: Callable | None = None,
         result = fn(lambda note: _send(fd, ("note", note), plain))
         sys.stdout.flush()
         sys.stderr.flush()
+        # what native code printed is out before the parent, told the
+        # result, prints what follows it
+        flush_c_streams()
         _send(fd, ("result", result), plain)
     except KeyboardInterrupt:
         status = 130
@@ -174,6 +184,7 @@ def _child(fd: int, fn: Callable, confine: Callable | None = None,
         try:
             sys.stdout.flush()
             sys.stderr.flush()
+            flush_c_streams()
         finally:
             _send(fd, ("raise", exc), plain)
     except BaseException:  # noqa: BLE001 - SystemExit and the like
@@ -253,9 +264,10 @@ def _is_plain_error(value) -> bool:
                  or isinstance(value[3], (bool, int, float, str))))
 
 
-def _flush_c_streams() -> None:
+def flush_c_streams() -> None:
     """Flush the C library's stdio buffers (what native code printed with
-    ``printf``), which ``os._exit`` would drop."""
+    ``printf``), which ``os._exit`` would drop and which a process
+    otherwise writes only at its exit, after Python's own output."""
     try:
         import ctypes
         ctypes.CDLL(None).fflush(None)
@@ -386,11 +398,14 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
             not trusted, as with ``confine``. The confinement is made once
             per child: run many calls in one child to pay it once.
         read: paths (files or directories) a ``sandbox`` child may read.
-        forward: what the child's Python code writes to ``sys.stdout`` and
-            ``sys.stderr`` is written to this process's ``sys.stdout`` and
-            ``sys.stderr`` as it arrives (e.g. where they are captured);
-            native code's writes to descriptors 1 and 2 go there directly.
-            Always so for a confined child.
+        forward: what the child's Python code writes to a ``sys.stdout``
+            or ``sys.stderr`` the caller replaced (e.g. where they are
+            captured) is written to this process's stream as it arrives;
+            streams that are still the process's own (``sys.__stdout__``)
+            write to descriptors 1 and 2 directly, as native code does, so
+            Python's and native code's lines keep their order (the child
+            flushes C's stdio buffers before it answers). Always so for a
+            confined child.
 
     Returns:
         what ``fn`` returned.
@@ -426,7 +441,7 @@ def run_in_child(fn: Callable[[Callable[[str], None]], object], *,
             try:
                 sys.stdout.flush()
                 sys.stderr.flush()
-                _flush_c_streams()
+                flush_c_streams()
             finally:
                 os._exit(status)
     os.close(write_fd)

@@ -34,6 +34,7 @@ from fatelf.text import for_terminal, printable
 from ..buffers import format_buffer_view
 from .options import (
     add_cpu_flags,
+    add_isolate_flag,
     add_native_flag,
     emulation_options,
     positive,
@@ -136,6 +137,7 @@ def _check_module_parser(sub) -> None:
                    "dispatches); the command ends past the limit")
     _add_memory_limit(p)
     add_native_flag(p)
+    add_isolate_flag(p)
     add_cpu_flags(p)
 
 
@@ -489,17 +491,20 @@ def _vm_run_module(args, files, hosts, arch) -> int:
                 raise ModuleError(f"{len(args.output)} --output given; @{fn.name} "
                                   f"has {len(fn.result_types)} results", name=label,
                                   field="--output", value=len(args.output))
-            if hosts:
-                # (ahead of what host modules print)
+            if backend is None:
+                # ahead of what host modules and plugins print while the
+                # call runs, as iree-run-module prints it (flushed)
                 print(f"EXEC @{printable(fn.name, 200)}", flush=True)
             try:
                 results = fn(*inputs)
             except (ValueError, TypeError) as exc:
                 raise ModuleError(str(exc), name=label, field="--input",
                                   value=None) from None
+            from ..isolate import flush_c_streams
+            flush_c_streams()       # a plugin's printf before the results
             failures = program.take_failures()
             text = _results_text(args, fn.name, results,
-                                 [_vm_result_type(v) for v in results], bool(hosts),
+                                 [_vm_result_type(v) for v in results], True,
                                  outputs)
             sent = (plain_arrays(results), _plain_inputs(inputs)) \
                 if args.compare else []

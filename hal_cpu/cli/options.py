@@ -4,7 +4,8 @@
 (:data:`KILL_GRACE`, :data:`MAX_SECONDS`, :data:`INSPECT_TIMEOUT`,
 :func:`load_limit`), whether a run is native (:func:`runs_natively`) and the
 progress bar (:class:`Progress`), and how a native run is confined
-(:func:`add_native_flag`, :func:`confinement`).
+(:func:`add_native_flag`, :func:`confinement`) or not run in a child at
+all (:func:`add_isolate_flag`).
 
 A leaf of the command line: every module of subcommands
 (:mod:`hal_cpu.cli.executables`, :mod:`~hal_cpu.cli.modules`,
@@ -23,8 +24,9 @@ import elfloader
 from fatelf import arches
 from fatelf.errors import PortableKernelError
 
-__all__ = ["INSPECT_TIMEOUT", "KILL_GRACE", "MAX_SECONDS", "NATIVE_HELP", "Progress",
-           "add_cpu_flags", "add_native_flag", "arch", "confinement",
+__all__ = ["INSPECT_TIMEOUT", "KILL_GRACE", "MAX_SECONDS", "NATIVE_HELP",
+           "NO_ISOLATE_HELP", "Progress", "add_cpu_flags", "add_isolate_flag",
+           "add_native_flag", "arch", "confinement",
            "emulation_options", "load_limit", "positive", "runs_natively",
            "seconds"]
 
@@ -120,6 +122,24 @@ def add_native_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run_native", action="store_true", help=NATIVE_HELP)
     p.add_argument("--no_sandbox", dest="run_native", action="store_true",
                    help="the same as --run_native")
+
+
+#: What ``--no_isolate`` says in the program commands' help.
+NO_ISOLATE_HELP = ("run the program in hal-cpu itself, not in a child "
+                   "process: native code runs with your rights, unconfined "
+                   "(as with --run_native), and a kernel that crashes ends "
+                   "hal-cpu (no report, no emulated re-run); what the "
+                   "program prints and what hal-cpu prints share one "
+                   "stdout, as in iree-run-module")
+
+
+def add_isolate_flag(p: argparse.ArgumentParser) -> None:
+    """``--no_isolate`` of the program commands (``run-module``,
+    ``check-module``, ``benchmark-module``, ``plan``): no child process
+    (``args.isolate`` False; see :data:`NO_ISOLATE_HELP`). It implies
+    ``--run_native``."""
+    p.add_argument("--no_isolate", dest="isolate", action="store_false",
+                   default=True, help=NO_ISOLATE_HELP)
 
 
 def confinement(args, read=(), prepare=None, keep: tuple[int, ...] = ()):

@@ -37,7 +37,14 @@ from fatelf.text import printable
 from ..buffers import parse_binding
 from ..errors import HalCpuError
 from ..programs.vm.vmfb import check_source
-from .options import KILL_GRACE, add_native_flag, confinement, emulation_options, load_limit
+from .options import (
+    KILL_GRACE,
+    add_isolate_flag,
+    add_native_flag,
+    confinement,
+    emulation_options,
+    load_limit,
+)
 from .options import arch as arch_type
 
 __all__ = ["ModuleError", "add_program_flags", "arrays_from_plain", "by_path",
@@ -104,6 +111,7 @@ def add_program_flags(p: argparse.ArgumentParser, all_arches: bool,
                        "create_module) or an installed entry point of group "
                        "hal_cpu.host_modules; later ones win (repeatable)")
     add_native_flag(p)
+    add_isolate_flag(p)
     if all_arches:
         p.add_argument("--arch", type=_arch_or_all, metavar="ARCH",
                        help="architecture to compile for: "
@@ -385,7 +393,9 @@ def native_child(args, label: str, arch: str | None, fn: Callable, *,
     native = arch is not None and runs_natively(
         getattr(args, "backend", "auto"), elfloader.arch.by_name(arch),
         emulation_options(args))
-    if not native or not hasattr(os, "fork"):
+    if (not native or not hasattr(os, "fork")
+            or getattr(args, "isolate", True) is False):
+        # (--no_isolate: in this process, unconfined)
         if prepare is not None:
             prepare()
         return fn(lambda _text: None)
