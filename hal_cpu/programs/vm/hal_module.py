@@ -905,7 +905,7 @@ class HalModule:
         if cat == "hal.device.id":
             return 1, int(fnmatch.fnmatchcase(DEVICE_ID, k))
         if cat == "hal.executable.format":
-            return 1, int(k.startswith(self.format))
+            return 1, int(k.startswith(self.format) or k == "vmvx-bytecode-fb")
         if cat == "hal.device" and k == "concurrency":
             return 1, 1
         if cat == "hal.dispatch" and k == "concurrency":
@@ -1193,6 +1193,13 @@ class HalModule:
         entry = self._executables.get(key)
         if entry is not None and entry[0] is data:
             return entry[1]
+        if format_str == "vmvx-bytecode-fb":     # VM bytecode: run on this VM
+            from .vmvx import load_executable
+            exe = Executable(self, load_executable(data, consts, memory=self.memory,
+                                                   label=f"executable {format_str}"),
+                             format_str, data)
+            self._executables[key] = (data, exe)
+            return exe
         if not format_str.startswith(self.format):
             raise _status(NOT_FOUND, "no executable loader registered for the "
                           f"given executable format '{format_str}' (this "
