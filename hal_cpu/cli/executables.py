@@ -298,7 +298,7 @@ def _describe_executable(args, image, limit: float) -> str:
 
 def _describe_module(args, limit: float) -> str:
     """The executables embedded in a ``.vmfb``, each described."""
-    from ..programs.vm import vmfb
+    from ..programs.vm import vmfb, vmvx
     found = vmfb.executables(args.file)
     lines = [f"file:         {args.file}",
              f"module:       compiled IREE module (.vmfb), {len(found)} "
@@ -307,6 +307,9 @@ def _describe_module(args, limit: float) -> str:
     for entry in found:
         data, label = vmfb.read_executable(args.file, entry.name)
         lines.append(f"executable:   {printable(entry.name, 300)} ({entry.size} bytes)")
+        if vmvx.is_vmvx(data):          # VM bytecode, not an ELF
+            lines += ["  " + line for line in vmvx.describe(data, label).splitlines()]
+            continue
         image = elfloader.read_image(data, arch=args.arch, name=label)
         lines += ["  " + line for line in
                   _describe_executable(args, image, limit).splitlines()]
