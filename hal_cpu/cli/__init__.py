@@ -38,6 +38,7 @@ COMMANDS = {
     "demo": "tools",
     "profiles": "tools",
     "build-plugin": "tools",
+    "debug": "debug",
 }
 
 

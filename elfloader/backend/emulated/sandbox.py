@@ -30,6 +30,13 @@ it cannot be installed later):
   abstract unix sockets (ABI 6+).
 * a **new network namespace** where namespaces can be made (as root, or
   inside a new user namespace): no interface but a down loopback.
+* for a debugged agent only (:func:`spawn` with ``sockets``): qemu-user's
+  gdb stub (``-g PATH``) may make one UNIX stream socket below that
+  per-session private folder and serve it: the filter also allows
+  ``socket`` (``AF_UNIX``, ``SOCK_STREAM`` only), ``bind``, ``listen``,
+  ``accept``/``accept4``, ``sendto``/``recvfrom`` and socket options,
+  never ``connect`` (:data:`DEBUG_ALLOWED`), and Landlock the making of
+  sockets beneath that folder alone.
 * an empty environment, ``/`` as working directory, no core files, files
   it writes (its stderr) bounded to :data:`STDERR_LIMIT` bytes, and, once
   started, its address space (``RLIMIT_AS``) and its private resident
@@ -82,6 +89,14 @@ ALLOWED = (
     "exit", "exit_group", "arch_prctl", "dup", "getcwd",
 )
 
+#: What a debugged agent may do besides (:func:`spawn` with ``sockets``):
+#: serve qemu-user's gdb stub on a UNIX socket it made (``socket`` itself
+#: is allowed only for ``AF_UNIX`` stream sockets; ``connect`` never).
+DEBUG_ALLOWED = ("bind", "listen", "accept", "accept4", "setsockopt",
+                 "getsockopt", "getsockname", "sendto", "recvfrom",
+                 "shutdown")
+_AF_UNIX, _SOCK_STREAM, _SOCK_TYPE = 1, 1, 0xF
+
 # Flags the checked calls look at (asm-generic values, the same on every
 # host the qemu engine runs on: x86_64 and aarch64).
 _O_WRITES = 0o3 | 0o100 | 0o1000 | 0o2000 | 0o20000000  # ACCMODE CREAT TRUNC APPEND __TMPFILE
@@ -99,6 +114,7 @@ _LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446
 _LL_VERSION = 1
 _LL_PATH_BENEATH = 1
 _FS_EXECUTE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 2, 1 << 3
+_FS_MAKE_SOCK = 1 << 9
 #: Every file-system right each Landlock ABI version knows (index: ABI).
 _FS_HANDLED = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1,
                4: (1 << 15) - 1, 5: (1 << 16) - 1}
@@ -167,11 +183,13 @@ def require() -> None:
                           field="engine", value="sandbox")
 
 
-def _filter(pid: int, exec_path: int | None, refuse: object = None) -> Any:
+def _filter(pid: int, exec_path: int | None, refuse: object = None,
+            debug: bool = False) -> Any:
     """The system-call filter (a ``pyseccomp.SyscallFilter``) of agent
     process ``pid`` whose one ``execve`` passes the path at host address
     ``exec_path`` (None: no ``execve``); a refused call traps, or gets
-    ``refuse`` (an action)."""
+    ``refuse`` (an action). ``debug``: also serve a gdb stub's UNIX
+    socket (:data:`DEBUG_ALLOWED`)."""
     sc, _ = _seccomp()
     # Callers ran require() (spawn's caller, QemuEngine, and
     # confine_native): the library is there.
@@ -210,13 +228,20 @@ def _filter(pid: int, exec_path: int | None, refuse: object = None) -> Any:
     allow_if_here("setrlimit", sc.Arg(0, sc.EQ, _RLIMIT_CORE))
     for cmd in (_F_DUPFD, _F_GETFD, _F_SETFD, _F_GETFL, _F_DUPFD_CLOEXEC):
         f.add_rule(sc.ALLOW, "fcntl", sc.Arg(1, sc.EQ, cmd))
+    if debug:
+        f.add_rule(sc.ALLOW, "socket", sc.Arg(0, sc.EQ, _AF_UNIX),
+                   sc.Arg(1, sc.MASKED_EQ, _SOCK_TYPE, _SOCK_STREAM))
+        for name in DEBUG_ALLOWED:
+            allow_if_here(name)
     return f
 
 
-def _landlock(program: str | None, extra: tuple[str, ...] = ()) -> None:
+def _landlock(program: str | None, extra: tuple[str, ...] = (),
+              sockets: str | None = None) -> None:
     """Restrict this process's file system, TCP and signals (see the
     module docstring; ``program``'s directory and the paths ``extra`` may
-    be read and executed); does nothing without Landlock."""
+    be read and executed, sockets made beneath folder ``sockets``); does
+    nothing without Landlock."""
     abi = landlock_abi()
     if not abi:
         return
@@ -238,6 +263,8 @@ def _landlock(program: str | None, extra: tuple[str, ...] = ()) -> None:
         rules.append((os.path.dirname(os.path.realpath(program)),
                       read | _FS_EXECUTE))
     rules += [(path, read | _FS_EXECUTE) for path in extra]
+    if sockets is not None:
+        rules.append((sockets, _FS_MAKE_SOCK))
     for lib in ("/lib", "/lib64", "/lib32"):
         if os.path.isdir(lib) and not os.path.islink(lib):
             rules.append((lib, read | _FS_EXECUTE))
@@ -276,11 +303,13 @@ def agent_fds(count: int) -> list[int]:
     return list(range(PROTECTED_FDS, PROTECTED_FDS + count))
 
 
-def _confine_and_exec(argv: list[str], fds: dict[int, int]) -> None:
+def _confine_and_exec(argv: list[str], fds: dict[int, int],
+                      sockets: str | None = None) -> None:
     """In the forked child: give descriptor ``fds[n]`` the number ``n``
-    (numbers of :func:`agent_fds`), confine the process, then ``execve``
-    qemu-user (see the module docstring) with only descriptors 0-2 and
-    those open. Returns only by raising."""
+    (numbers of :func:`agent_fds`), confine the process (a debugged agent
+    may serve a socket beneath ``sockets``), then ``execve`` qemu-user
+    (see the module docstring) with only descriptors 0-2 and those open.
+    Returns only by raising."""
     program = argv[0]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft <= max(fds):
@@ -301,13 +330,14 @@ def _confine_and_exec(argv: list[str], fds: dict[int, int]) -> None:
         *[ctypes.cast(a, ctypes.c_char_p) for a in args], None)
     envp = (ctypes.c_char_p * 1)(None)
     # Built before Landlock, which leaves the Python library unreadable.
-    seccomp_filter = _filter(os.getpid(), ctypes.addressof(path))
+    seccomp_filter = _filter(os.getpid(), ctypes.addressof(path),
+                             debug=sockets is not None)
     _new_network()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (STDERR_LIMIT, STDERR_LIMIT))
     if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
-    _landlock(program)
+    _landlock(program, sockets=sockets)
     seccomp_filter.load()
     _libc.execve(path, argp, envp)
     raise OSError(ctypes.get_errno(), f"execve {program}")
@@ -386,11 +416,15 @@ def confine_native(keep: tuple[int, ...] = (),
     seccomp_filter.load()
 
 
-def spawn(argv: list[str], fds: dict[int, int], stderr) -> subprocess.Popen:
+def spawn(argv: list[str], fds: dict[int, int], stderr,
+          sockets: str | None = None) -> subprocess.Popen:
     """Start ``argv`` (qemu-user and its arguments) confined, with this
     process's descriptor ``fds[n]`` open as number ``n`` (numbers of
     :func:`agent_fds`), stdin and stdout on ``/dev/null`` and stderr on
-    ``stderr``, in a session of its own.
+    ``stderr``, in a session of its own. ``sockets``: a private folder
+    (:func:`fatelf.private_dirs.private_dir`) beneath which a debugged
+    agent's gdb stub makes and serves its UNIX socket (see the module
+    docstring); None: no socket at all.
 
     Raises:
         EngineError: no sandbox can be made on this machine.
@@ -400,7 +434,8 @@ def spawn(argv: list[str], fds: dict[int, int], stderr) -> subprocess.Popen:
     return subprocess.Popen(
         argv, pass_fds=tuple(fds.values()), stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
-        cwd="/", env={}, preexec_fn=lambda: _confine_and_exec(argv, fds))
+        cwd="/", env={},
+        preexec_fn=lambda: _confine_and_exec(argv, fds, sockets))
 
 
 def bound_memory(pid: int, limit: int = MEMORY_LIMIT) -> int | None:
@@ -453,7 +488,8 @@ def over_bound(pid: int, bound: int | None) -> int | None:
     return anon if anon is not None and anon > bound else None
 
 
-__all__ = ["ALLOWED", "MEMORY_LIMIT", "OUTPUT_LIMIT", "STDERR_LIMIT", "PROTECTED_FDS",
-           "status", "require", "agent_fds", "spawn", "confine_native",
+__all__ = ["ALLOWED", "DEBUG_ALLOWED", "MEMORY_LIMIT", "OUTPUT_LIMIT",
+           "STDERR_LIMIT", "PROTECTED_FDS", "status", "require", "agent_fds",
+           "spawn", "confine_native",
            "bound_memory", "over_bound",
            "landlock_abi"]

@@ -1,0 +1,269 @@
+"""A dispatch under gdb: qemu-user's gdb stub and ``gdb-multiarch``.
+
+:class:`Debugger` arms an executable loaded on the emulated backend's qemu
+engine: the next call of its first CPU (worker 0) starts a new guest agent
+under qemu-user's gdb stub (``qemu-<arch> -g PATH``), whose socket lies in
+a private folder made for the session
+(:func:`fatelf.private_dirs.cache_folder`, ``debug/session-*``). That
+agent's sandbox may make and serve that one UNIX socket and nothing more
+(:mod:`elfloader.backend.emulated.sandbox`); its calls have no time limit,
+since a person holds them. Once the agent listens, gdb starts
+(:func:`gdb_command`): it connects, adds the symbols and DWARF of the
+executable and its plugins at their load addresses (``add-symbol-file FILE
+-o BASE``; each module's ELF bytes, as loaded, written to the session
+folder), sets a breakpoint on the export's first instruction and
+continues, so it stops when the dispatch reaches the export. With a batch
+file gdb then runs it and exits (``-batch -x FILE``); otherwise the person
+at the terminal debugs. When gdb continues (or detaches), the dispatch
+completes; closing the executable ends the agent, which gdb sees exit.
+
+The runtime's workgroup loop, loaded at the first dispatch, has no
+symbols in gdb (its frame shows as ``??`` in ``bt``). Only the qemu
+engine has a gdb stub: unicorn and native runs are refused
+(:class:`DebugError`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import IO
+
+from fatelf.private_dirs import cache_folder, check_private_dir, temp_root
+
+from ..errors import HalCpuError
+
+__all__ = ["GDB", "DebugError", "Debugger", "find_gdb", "gdb_command",
+           "session_folder"]
+
+#: The gdb that reads every guest architecture (Debian's ``gdb-multiarch``).
+GDB = "gdb-multiarch"
+#: Longest UNIX socket path, bytes (``sun_path`` holds 108 with its NUL).
+_SOCKET_PATH_MAX = 107
+
+
+class DebugError(HalCpuError):
+    """A dispatch cannot run under gdb: no ``gdb-multiarch``, a backend or
+    engine without a gdb stub (native, unicorn), an option debugging does
+    not take, or no private folder for the socket. ``field`` names what
+    (``--backend``, ``--engine``, ``gdb``...), ``value`` what was found."""
+
+
+def find_gdb(program: str | None = None) -> str:
+    """The path of gdb: ``program`` (a name on ``PATH`` or a path), default
+    :data:`GDB`.
+
+    Raises:
+        DebugError: not found (``field`` ``gdb``, ``value`` the name).
+    """
+    name = program or GDB
+    found = shutil.which(name)
+    if found is None:
+        raise DebugError(f"{name} is not installed (Debian, Ubuntu: apt-get "
+                         f"install gdb-multiarch); it debugs every guest "
+                         "architecture", field="gdb", value=name)
+    return found
+
+
+def session_folder() -> Path:
+    """A new private folder (mode 0700, this user's) for one session's
+    socket and symbol files: ``<cache>/portable-kernel-runtime/debug/
+    session-*``, or beneath :func:`fatelf.private_dirs.temp_root` when that
+    path would make the socket's too long.
+
+    Raises:
+        DebugError: no private folder can be made (``field``
+            ``cache.*`` or ``folder``).
+    """
+    for parent in (None, temp_root() / "debug"):
+        try:
+            if parent is None:
+                base = cache_folder("debug", DebugError)
+            else:
+                from fatelf.private_dirs import private_dir
+                base = private_dir(parent, DebugError, root=temp_root(),
+                                   field="folder")
+        except OSError:
+            continue
+        folder = Path(tempfile.mkdtemp(prefix="session-", dir=base))
+        check_private_dir(folder, DebugError, field="folder")
+        if len(os.fsencode(folder / "agent.sock")) <= _SOCKET_PATH_MAX:
+            return folder
+        folder.rmdir()
+    raise DebugError("no private folder whose socket path fits in 107 bytes "
+                     "(set XDG_CACHE_HOME or TMPDIR to a shorter path)",
+                     field="folder", value=str(temp_root()))
+
+
+def gdb_command(gdb: str, socket_path: str,
+                symbols: list[tuple[str, int]], address: int,
+                label: str = "", batch: str | None = None) -> list[str]:
+    """The gdb command line (argv) that connects to the stub at
+    ``socket_path``, adds each ``(file, load offset)`` of ``symbols``
+    (``add-symbol-file FILE -o OFFSET``: an ELF's section addresses plus
+    OFFSET, the module's base), breaks at ``address`` (the export
+    ``label``'s first instruction; a Thumb bit is cleared) and continues;
+    with ``batch``, then runs that file and exits."""
+    argv = [gdb, "-q", "-nx"]
+    if batch is not None:
+        argv.append("-batch")
+    argv += ["-ex", "set confirm off", "-ex", "set pagination off",
+             "-ex", f"target remote {socket_path}"]
+    for path, offset in symbols:
+        argv += ["-ex", f"add-symbol-file {path} -o {offset:#x}"]
+    if label:
+        argv += ["-ex", f"echo breakpoint on export {label}\\n"]
+    argv += ["-ex", f"break *{address & ~1:#x}", "-ex", "set confirm on",
+             "-ex", "continue"]
+    if batch is not None:
+        argv += ["-x", batch]
+    return argv
+
+
+def _file_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(name))[-80:] or "module"
+
+
+class Debugger:
+    """One dispatch of ``exe`` under gdb (see the module docstring).
+
+    Args:
+        exe: a :class:`hal_cpu.library.Executable` on the emulated
+            backend's qemu engine, loaded with no time limit
+            (``timeout=0``), its plugins on the same backend.
+        export: the export (name or ordinal) the breakpoint is set on.
+        gdb: gdb's path (:func:`find_gdb`); None with ``command_only``.
+        batch: a gdb script run after the set-up, then gdb exits
+            (``--gdb_batch``); None: gdb is interactive, on this terminal.
+        command_only: print gdb's command line on ``out`` instead of
+            starting gdb; the dispatch waits for someone to run it.
+        out: where the command line goes.
+
+    Use: ``with Debugger(exe, export, ...) as dbg:`` dispatch with one
+    worker, then close ``exe``, then ``dbg.wait()``.
+
+    Raises:
+        DebugError: not the qemu engine (``field`` ``--backend`` or
+            ``--engine``), or no private folder.
+    """
+
+    def __init__(self, exe, export, *, gdb: str | None = None,
+                 batch: str | None = None, command_only: bool = False,
+                 out: IO[str] | None = None):
+        from elfloader.backend.emulated.qemu_engine import GdbStub
+        backend = exe.backend
+        if backend.kind != "emulated":
+            raise DebugError("a native dispatch cannot run under gdb here: "
+                             "debug runs the dispatch emulated under "
+                             "qemu-user's gdb stub (--backend emulated)",
+                             name=exe.path, field="--backend",
+                             value=backend.kind)
+        cpu = getattr(backend, "cpu", None)
+        if backend.engine != "qemu" or not hasattr(cpu, "debug_next"):
+            raise DebugError(f"the {backend.engine} engine has no gdb stub: "
+                             "debugging needs the qemu engine (--engine qemu)",
+                             name=exe.path, field="--engine",
+                             value=backend.engine)
+        self.exe = exe
+        entry = exe.export(export)
+        self.label, self.address = entry.label, entry.address
+        self.gdb, self.batch = gdb, batch
+        self.command_only = command_only
+        self.out = out or sys.stdout
+        self.folder = session_folder()
+        #: ``(symbol file, load offset)`` of the executable and its plugins.
+        self.symbols = self._write_symbols()
+        self.proc: subprocess.Popen | None = None
+        self.argv: list[str] = []
+        self._watch: threading.Thread | None = None
+        self._old_sigint = None
+        self.stub = GdbStub(str(self.folder), self._listening)
+
+    def _write_symbols(self) -> list[tuple[str, int]]:
+        """Each loaded module's ELF bytes in the session folder, with its
+        base (the offset gdb adds to the file's addresses)."""
+        modules = [self.exe.module] + [
+            p.module for p in getattr(self.exe.plugins, "plugins", ()) or ()
+            if getattr(p, "module", None) is not None]
+        out = []
+        for i, module in enumerate(modules):
+            path = self.folder / f"{i}-{_file_name(module.name)}"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                         | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(module.image.data)
+            out.append((str(path), module.base))
+        return out
+
+    def __enter__(self) -> "Debugger":
+        if self.batch is None and not self.command_only and (
+                threading.current_thread() is threading.main_thread()):
+            # Ctrl-C belongs to gdb (it interrupts the guest) while it runs.
+            self._old_sigint = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self.exe.backend.cpu.debug_next(self.stub)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is not None:
+            self.close()
+
+    def _listening(self, path: str, pid: int) -> None:
+        """The agent waits at ``path``: start gdb (or say how)."""
+        self.argv = gdb_command(self.gdb or GDB, path, self.symbols,
+                                self.address, self.label, self.batch)
+        if self.command_only:
+            print(shlex.join(self.argv), file=self.out, flush=True)
+            print(f"hal-cpu: the dispatch waits for gdb at {path} (agent "
+                  f"pid {pid}); run the command above", file=sys.stderr,
+                  flush=True)
+            return
+        self.proc = subprocess.Popen(
+            self.argv, stdin=subprocess.DEVNULL if self.batch else None)
+        self._watch = threading.Thread(target=self._release, args=(path,),
+                                       daemon=True)
+        self._watch.start()
+
+    def _release(self, path: str) -> None:
+        """Once gdb exits, let an agent still waiting for it go on: a
+        connection that closes at once makes qemu-user's stub run the
+        guest without gdb (harmless once gdb had connected)."""
+        assert self.proc is not None
+        self.proc.wait()
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(1.0)
+                s.connect(path)
+        except OSError:
+            pass
+
+    def wait(self) -> int:
+        """Wait for gdb to end (after the executable is closed, which ends
+        the agent gdb continues); returns its exit status (0 without a gdb
+        started here). Removes the session folder."""
+        try:
+            status = self.proc.wait() if self.proc is not None else 0
+        finally:
+            self.close()
+        return status
+
+    def close(self) -> None:
+        """End gdb if it still runs, restore Ctrl-C, remove the folder."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        if self._old_sigint is not None:
+            signal.signal(signal.SIGINT, self._old_sigint)
+            self._old_sigint = None
+        shutil.rmtree(self.folder, ignore_errors=True)
