@@ -47,7 +47,8 @@ from .options import (
 )
 from .options import arch as arch_type
 
-__all__ = ["ModuleError", "add_program_flags", "arrays_from_plain", "by_path",
+__all__ = ["PIPED", "STDIN", "ModuleError", "add_program_flags", "is_stdin",
+           "module_source", "read_stdin", "arrays_from_plain", "by_path",
            "cache_dir_of", "compile_for", "load_hosts", "native_child",
            "plain_arrays", "split_modules", "vm_arch", "vm_files", "vm_inputs",
            "vm_program", "watchdog", "workers_of"]
@@ -196,6 +197,8 @@ def _is_host_spec(spec: str) -> bool:
     """Whether a ``--module`` value names a Python host module (a ``.py``
     file, with ``@create_fn`` / ``?params``) or an installed entry point,
     rather than a program file."""
+    if spec == "-":
+        return False        # standard input
     path = spec.partition("?")[0].partition("@")[0]
     if path.endswith(".py"):
         return True
@@ -251,13 +254,144 @@ def workers_of(args) -> int | None:
     return 1 if device == "local-sync" else None
 
 
+#: How a module read from standard input is named in errors and output.
+STDIN = "<stdin>"
+
+#: The bytes of a module read from standard input (:func:`read_stdin`),
+#: by the name that stands for it in the file lists (:data:`STDIN`).
+PIPED: dict[str, bytes] = {}
+
+_STDIN_PATHS = ("/dev/stdin", "/dev/fd/0", "/proc/self/fd/0")
+
+
+def is_stdin(spec: str) -> bool:
+    """Whether a program given on the command line is standard input:
+    ``-``, or ``/dev/stdin`` (``/dev/fd/0``, ``/proc/self/fd/0``) when it
+    is not a regular file (a pipe or a terminal; a file redirected with
+    ``<`` is read as the file it is)."""
+    if spec == "-":
+        return True
+    if spec not in _STDIN_PATHS:
+        return False
+    import stat
+    try:
+        return not stat.S_ISREG(os.fstat(0).st_mode)
+    except OSError:
+        return True
+
+
+def read_stdin(limit: int | None = None) -> bytes:
+    """All of standard input, read once, bounded as an input file is: at
+    most :data:`hal_cpu.programs.vm.module_def.MAX_MODULE_BYTES` (a
+    compiled module) or :data:`hal_cpu.programs.vm.vmfb.MAX_SOURCE_BYTES`
+    (MLIR), whichever is larger, unless ``limit`` says fewer.
+
+    Raises:
+        ModuleFileError: standard input is a terminal, closed, empty, or
+            longer than the limit (``name`` ``<stdin>``, ``field``
+            ``program``, ``value`` the bytes read).
+    """
+    from ..programs.vm.module_def import MAX_MODULE_BYTES
+    from ..programs.vm.vmfb import MAX_SOURCE_BYTES, ModuleFileError
+    if limit is None:
+        limit = max(MAX_MODULE_BYTES, MAX_SOURCE_BYTES)
+    try:
+        if os.isatty(0):
+            raise ModuleFileError("standard input is a terminal: pipe a module "
+                                  "into it (iree-compile x.mlir -o - | hal-cpu "
+                                  "run-module --module=- ...)", name=STDIN,
+                                  field="program", value="-")
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(0, 1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > limit:
+                raise ModuleFileError(f"it is more than the {limit} bytes a "
+                                      "program may have", name=STDIN,
+                                      field="program", value=total)
+            chunks.append(chunk)
+    except OSError as exc:
+        raise ModuleFileError(f"cannot read standard input: "
+                              f"{exc.strerror or exc}", name=STDIN,
+                              field="program", value="-") from None
+    if not total:
+        raise ModuleFileError("standard input is empty: no module", name=STDIN,
+                              field="program", value=0)
+    return b"".join(chunks)
+
+
+def _piped(arch: str | None, args) -> tuple[str, str | None]:
+    """Standard input as a program: a compiled module (kept in
+    :data:`PIPED`, named :data:`STDIN`) or MLIR (written to a private
+    temporary file and compiled as any, its errors naming ``<stdin>``);
+    ``(file, arch)``."""
+    from ..programs.vm.module_def import MAX_MODULE_BYTES
+    from ..programs.vm.vmfb import MAX_SOURCE_BYTES, ModuleFileError
+    if STDIN in PIPED or STDIN in SOURCES.values():
+        raise ModuleFileError("standard input is given twice (- or "
+                              "/dev/stdin): a command reads it once",
+                              name=STDIN, field="program", value="-")
+    data = read_stdin()
+    if data[:4] == b"PK\x03\x04" or data[4:8] == b"IREE":
+        if len(data) > MAX_MODULE_BYTES:
+            raise ModuleFileError(f"it is {len(data)} bytes, more than the "
+                                  f"{MAX_MODULE_BYTES} bytes a module may have",
+                                  name=STDIN, field="program", value=len(data))
+        PIPED[STDIN] = data
+        return STDIN, arch
+    if len(data) > MAX_SOURCE_BYTES:
+        raise ModuleFileError(f"it is {len(data)} bytes, more than the "
+                              f"{MAX_SOURCE_BYTES} bytes a program may have",
+                              name=STDIN, field="program", value=len(data))
+    import atexit
+    import shutil
+    import tempfile
+    folder = tempfile.mkdtemp(prefix="hal-cpu-stdin-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = os.path.join(folder, "stdin.mlir")
+    with open(path, "wb") as f:
+        f.write(data)
+    try:
+        check_source(path)
+        compiled = compile_for(path, arch or arches.host_arch(),
+                               cache_dir_of(args),
+                               getattr(args, "compile_flag", []),
+                               getattr(args, "cpu", None),
+                               getattr(args, "timeout", None))
+    except HalCpuError as exc:
+        err = exc.with_name(STDIN)
+        err.message = exc.message.replace(path, STDIN)
+        err.args = (": ".join([STDIN, *([exc.field] if exc.field else []),
+                               err.message]),)
+        if hasattr(exc, "diagnostics"):
+            err.diagnostics = exc.diagnostics.replace(path, STDIN)
+        raise err from None
+    SOURCES[str(compiled.vmfb)] = STDIN
+    return str(compiled.vmfb), arch or compiled.arch
+
+
+def module_source(file: str):
+    """What :func:`hal_cpu.programs.vm.module_def.read_module` reads for a
+    file of :func:`vm_files`: its path, or the bytes piped in."""
+    return PIPED.get(file, file)
+
+
 def vm_files(args, programs: Sequence[str]) -> tuple[list[str], str | None]:
     """The ``.vmfb`` files to link (MLIR programs compiled first, for
-    ``--arch`` or this machine) and the architecture asked for."""
+    ``--arch`` or this machine) and the architecture asked for. A program
+    ``-`` (or ``/dev/stdin`` on a pipe) is read from standard input
+    (:func:`read_stdin`): a compiled module is kept in memory and named
+    ``<stdin>`` (:func:`module_source`), MLIR is compiled."""
     from ..programs.vm import vmfb
     arch = args.arch
     files = []
     for p in programs:
+        if is_stdin(p):
+            file, arch = _piped(arch, args)
+            files.append(file)
+            continue
         if vmfb.is_module_file(p):
             # given as is: errors name it (not an MLIR file an earlier
             # command of this process compiled it from)
@@ -288,7 +422,8 @@ def vm_arch(files: Sequence[str], arch: str | None) -> tuple[list, str]:
     module's, else this machine's."""
     from ..programs.vm.module_def import read_module
     from ..programs.vm.program import module_arch
-    modules = [read_module(f, name=SOURCES.get(f, f)) for f in files]
+    modules = [read_module(module_source(f), name=SOURCES.get(f, f))
+               for f in files]
     if arch is None:
         arch = module_arch(modules[-1]) or arches.host_arch()
     return modules, arch
@@ -310,7 +445,8 @@ def vm_program(args, files: Sequence[str], hosts: Sequence[str], arch: str | Non
     if host_modules is None:
         host_modules = load_hosts(hosts)
     if modules is None:
-        modules = [read_module(f, name=SOURCES.get(f, f)) for f in files]
+        modules = [read_module(module_source(f), name=SOURCES.get(f, f))
+                   for f in files]
     if arch is None:
         arch = module_arch(modules[-1]) or arches.host_arch()
     emulation = emulation_options(args)
@@ -401,7 +537,7 @@ def native_child(args, label: str, arch: str | None, fn: Callable, *,
         return fn(lambda _text: None)
     from ..isolate import run_in_child
     from ..plugins import PluginSpec
-    paths = [os.fspath(p) for p in read]
+    paths = [os.fspath(p) for p in read if os.fspath(p) not in PIPED]
     paths += [PluginSpec(s).path for s in getattr(args, "executable_plugin", [])]
     paths += _host_paths(hosts)
     # --input files (@file.npy, 4xf32=@raw.bin), read in the child
