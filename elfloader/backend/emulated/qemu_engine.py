@@ -31,6 +31,12 @@ sequence number, nothing may arrive unasked, and a reply that breaks
 these rules is an :class:`EmulationError` (``fault.kind``
 ``"agent_protocol"``) and ends the agent.
 
+A CPU may run its calls under qemu-user's gdb stub
+(:meth:`QemuCpu.debug_next` with a :class:`GdbStub`): its next call starts
+a new agent with ``-g PATH``, a UNIX socket in a private folder, which
+waits for gdb before running its first instruction; that agent's calls
+have no time limit and its start no timeout.
+
 qemu-user does not see writes the host makes to a page whose code it has
 already translated. Every change that may put new code on a page ("map",
 "invalidate" in the log) therefore first makes the page writable in the
@@ -187,6 +193,29 @@ def agent_fd(arch: Arch) -> int:
         return fd
 
 
+class GdbStub:
+    """qemu-user's gdb stub for one agent (``-g PATH``): the socket
+    ``<folder>/agent.sock``, made by the agent (its sandbox may make
+    sockets beneath ``folder`` alone: :func:`.sandbox.spawn`).
+
+    Args:
+        folder: a private folder of this user, new for the session
+            (:func:`fatelf.private_dirs.private_dir`); its path must leave
+            the socket's path under 108 bytes.
+        listening: called as ``listening(path, pid)`` once the agent
+            (process ``pid``) listens at ``path``, before the host's
+            first request to it, which waits (without a time limit) for
+            gdb to connect and let the agent run: start gdb here.
+    """
+
+    def __init__(self, folder: str, listening=None):
+        self.folder = os.path.realpath(folder)
+        self.path = os.path.join(self.folder, "agent.sock")
+        self.listening = listening
+        #: The agent serving the stub (set when it starts), or None.
+        self.pid: int | None = None
+
+
 class _Region:
     """A reservation's part of the space's memory file."""
 
@@ -204,8 +233,11 @@ class _Region:
 class _Agent:
     """One agent process and its pipes."""
 
-    def __init__(self, engine: "QemuEngine"):
+    def __init__(self, engine: "QemuEngine", stub: GdbStub | None = None):
         self.engine = engine
+        #: Whether qemu-user serves a gdb stub for this agent (no time
+        #: limits then).
+        self.debugged = stub is not None
         if engine.memfd is None:
             raise EngineError("the qemu engine is closed: no guest memory "
                               "for an agent", field="engine",
@@ -221,9 +253,12 @@ class _Agent:
         self.memfd = theirs[3]
         argv = [engine.program, "-cpu", engine.cpu_option,
                 f"/proc/self/fd/{theirs[0]}", str(theirs[1]), str(theirs[2])]
+        if stub is not None:
+            argv[1:1] = ["-g", stub.path]
         try:
             self.proc = sandbox.spawn(argv, dict(zip(theirs, mine)),
-                                      stderr=self.stderr)
+                                      stderr=self.stderr,
+                                      sockets=stub and stub.folder)
         except (OSError, subprocess.SubprocessError, EngineError) as exc:
             for fd in (req_r, rep_w, self.req_w, self.rep_r):
                 os.close(fd)
@@ -315,10 +350,12 @@ class _Agent:
             if extra:
                 raise self.broken(f"{extra} bytes nobody asked for", extra)
 
-    def request(self, kind: int, words=(), timeout: float = _START_TIMEOUT,
+    def request(self, kind: int, words=(),
+                timeout: float | None = _START_TIMEOUT,
                 count: int | None = None):
         """Send a request that is answered at once; returns the reply's
-        words (``count`` of them, when given).
+        words (``count`` of them, when given); ``timeout`` None (a
+        debugged agent): wait as long as it takes.
 
         Raises:
             ProtocolError: the reply breaks the wire format.
@@ -326,7 +363,8 @@ class _Agent:
         """
         self.expect_quiet()
         self.send(kind, words)
-        reply = self.recv(time.monotonic() + timeout)
+        reply = self.recv(None if timeout is None
+                          else time.monotonic() + timeout)
         if reply is None:
             self.kill()
             raise EngineError(f"the {self.engine.arch.name} guest agent did "
@@ -435,22 +473,34 @@ class QemuCpu(Cpu):
         self._pending: BaseException | None = None
         self._sequence = 0                # of the last call sent
         self._lock = threading.Lock()     # guards _agent against stop()
+        self._debug: GdbStub | None = None  # for the next call's agent
         self._spawn()
 
+    def debug_next(self, stub: GdbStub) -> None:
+        """Run this CPU's calls, from its next one on, under qemu-user's
+        gdb stub ``stub``: the agent running now is closed, and the next
+        call starts a new one with ``-g`` (see :class:`GdbStub`), whose
+        calls have no time limit."""
+        self._debug = stub
+
     # --- the agent process ----------------------------------------------------
-    def _spawn(self) -> _Agent:
-        """Start an agent, map the memory file and check its callbacks."""
+    def _spawn(self, stub: GdbStub | None = None) -> _Agent:
+        """Start an agent (under gdb stub ``stub``), map the memory file
+        and check its callbacks."""
         engine = self._engine
-        agent = _Agent(engine)
+        agent = _Agent(engine, stub)
+        limit = None if stub is not None else _START_TIMEOUT
         try:
+            if stub is not None:
+                self._await_stub(agent, stub)
             start, end = engine.arena
             base, = agent.request(_MAP, (agent.memfd, end - start, start, 1),
-                                  count=1)
+                                  timeout=limit, count=1)
             if base != start:
                 raise EngineError(f"the guest agent mapped guest memory at "
                                   f"{base:#x}, not {start:#x}", field="agent",
                                   value=base)
-            slots = agent.request(_CALLBACKS, count=256)
+            slots = agent.request(_CALLBACKS, timeout=limit, count=256)
             agent.memory_bound = sandbox.bound_memory(agent.pid)
             if engine.slots is None:
                 engine.slots = list(slots)
@@ -465,13 +515,40 @@ class QemuCpu(Cpu):
             self._agent = agent
         return agent
 
+    def _await_stub(self, agent: _Agent, stub: GdbStub) -> None:
+        """Wait until ``agent`` listens at ``stub.path``, then tell
+        ``stub.listening``.
+
+        Raises:
+            EngineError: the agent died or made no socket within the
+                start-up time.
+        """
+        stub.pid = agent.pid
+        deadline = time.monotonic() + _START_TIMEOUT
+        while not os.path.exists(stub.path):
+            if agent.proc.poll() is not None:
+                raise agent.died()
+            if time.monotonic() > deadline:
+                agent.kill()
+                raise EngineError(f"the {self._engine.arch.name} guest agent "
+                                  f"made no gdb socket at {stub.path} within "
+                                  f"{_START_TIMEOUT:g} s", field="agent",
+                                  value=stub.path)
+            time.sleep(0.01)
+        if stub.listening is not None:
+            stub.listening(stub.path, agent.pid)
+
     def _live_agent(self) -> _Agent:
         """The running agent, restarted (with the whole address space)
-        when the last one died."""
+        when the last one died, or under a gdb stub when one is asked
+        for (:meth:`debug_next`)."""
         agent = self._agent
+        stub, self._debug = self._debug, None
+        if stub is not None and agent is not None:
+            agent.close()
         if agent is None or agent.closed:
             self._agent = None
-            agent = self._spawn()
+            agent = self._spawn(stub)
             with self._state.lock:
                 self.map_all()
         return agent
@@ -559,9 +636,11 @@ class QemuCpu(Cpu):
         mask = self._mask
         self._pending = None
         timeout = self._space.timeout_us / 1e6
-        deadline = time.monotonic() + timeout if timeout else None
         try:
             agent = self._live_agent()
+            if agent.debugged:
+                timeout = 0      # a person may hold the call in gdb
+            deadline = time.monotonic() + timeout if timeout else None
             agent.expect_quiet()
             self._sequence = sequence = (self._sequence + 1) & (2**64 - 1)
             agent.send(_CALL, [address & mask, self._stack_top, sequence]
