@@ -63,6 +63,12 @@ _ndarray = np.ndarray
 _from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
 
+#: Called as ``WATCH(prepared, layout, pointers, lengths)`` before every
+#: run of the general path (None: nobody watches); returns None or a
+#: callable run once the grid ran without a fault. Set by
+#: ``hal_cpu.workbench`` while a session is open.
+WATCH: Callable[..., Callable[[], None] | None] | None = None
+
 #: Largest time limit accepted, in seconds (a day).
 MAX_TIMEOUT = 86400.0
 
@@ -709,6 +715,9 @@ class PreparedDispatch:
                 first_cpu = leases.take(workers)
                 layout.calls(self.address, exe.environment, first_cpu)
             pointers, lengths = mapper()
+            # An observer of emulated dispatches (the workbench's sanitizer
+            # and instruction counts) sees the laid-out run before it starts.
+            watched = WATCH(self, layout, pointers, lengths) if WATCH else None
             started = _perf_counter()
             if workers == 1 and not progress:
                 layout.write_again(self, pointers, lengths)
@@ -739,6 +748,8 @@ class PreparedDispatch:
                 raise dispatch_fault(exc, exe, self.export, pointers, lengths,
                                      layout) from None
             ran = True
+            if watched is not None:
+                watched()
             if workers == 1:
                 self._pace = (_perf_counter() - started) / total
                 if timed:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -83,11 +84,55 @@ def pytest_runtest_setup(item) -> None:
 
 
 def emulation_engines() -> list[str]:
-    """Engines the backend-level tests run on: unicorn always, qemu where
-    qemu-user is installed (always on CI, where its absence is a failure)."""
-    from elfloader.backend.emulated import qemu_program
-    have = all(qemu_program(a) for a in arches.RUNTIME_ARCHES)
-    return ["unicorn"] + (["qemu"] if have or os.environ.get("CI") == "true" else [])
+    """Engines the backend-level tests run on: unicorn and qemu. A test whose
+    parameter is ``"qemu"`` gets ``requires("qemu-user")`` at collection
+    (pytest_collection_modifyitems), so a machine without qemu-user skips it
+    and CI (where its absence is a failure) fails it."""
+    return ["unicorn", "qemu"]
+
+
+#: qemu-user's -cpu option or engine spelled on a command line, as the CLI
+#: (``--engine``, ``--cpu``, ``--vlen``) and the pytest plugin (``--hal-...``)
+#: take them.
+_ENGINE_FLAG = re.compile(r"--(?:hal-)?engine[= ](\w+)")
+_CPU_FLAG = re.compile(r"--(?:hal-)?cpu[= ]['\"]?([^\s'\";]+)")
+
+
+def needs_qemu(command: str) -> bool:
+    """Whether a command line (a ``hal-cpu``/``pytest`` invocation, a docs
+    example) runs only on the qemu engine: ``--engine=qemu`` or
+    ``--hal-engine=qemu``, ``--vlen``, or a ``--cpu``/``--hal-cpu`` profile
+    unicorn cannot run (``Profile.unicorn`` in fatelf.arches) with no
+    ``--engine=unicorn`` (which makes the command an error to show)."""
+    engines = set(_ENGINE_FLAG.findall(command))
+    if "qemu" in engines:
+        return True
+    if "unicorn" in engines:
+        return False
+    if "--vlen" in command:
+        return True
+    for value in _CPU_FLAG.findall(command):
+        for spec in value.split(";"):
+            name = spec.split(":", 1)[0].rsplit("/", 1)[-1].lower()
+            if any(p.name == name and not p.unicorn for p in arches.PROFILES):
+                return True
+    return False
+
+
+def _param_needs_qemu(value) -> bool:
+    return isinstance(value, str) and (value == "qemu" or needs_qemu(value))
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The rule that marks tests needing qemu-user: a test parametrized with
+    the engine ``"qemu"`` (any parameter, fixtures' ``params`` included) or
+    with a command line :func:`needs_qemu` gets ``requires("qemu-user")``."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None:
+            continue
+        if any(_param_needs_qemu(v) for v in callspec.params.values()):
+            item.add_marker(requires("qemu-user"))
 
 
 @pytest.fixture

@@ -115,6 +115,7 @@ def test_a_bad_option_is_one_usage_error_before_collection(tmp_path, args,
         assert errors[0].startswith("ERROR: " + expected.split(" ", 1)[0])
 
 
+@pytest.mark.requires("qemu-user")  # an SVE/RVV profile runs on qemu only
 def test_good_options_pass_the_check(tmp_path):
     out = tmp_path / "ran.jsonl"
     proc = pytest_in(tmp_path, RECORD.format(out=str(out)),
@@ -127,6 +128,7 @@ def test_good_options_pass_the_check(tmp_path):
                                     "aarch64-armv8-a"]
 
 
+@pytest.mark.requires("qemu-user")  # an SVE/RVV profile runs on qemu only
 def test_a_profile_keeps_the_other_architectures(tmp_path):
     """--hal-arch=all --hal-cpu=rv64gcv:vlen=128,256: riscv64 at both
     vector lengths, the other five architectures at their defaults."""

@@ -25,7 +25,7 @@ from pathlib import Path
 import fatelf
 from fatelf import arches
 
-from ..runtime import BUNDLE, HERE, LIBM_ARCHES, LIBM_BUNDLE, LIBM_SOURCE, LOOP_SYMBOL, SOURCE
+from ..runtime import BUNDLE, HERE, LIBM_ARCHES, LIBM_BUNDLE, LIBM_SOURCE, SOURCE, SYMBOLS
 from . import zig as zigbuild
 
 #: Compiler flags of the libm objects, after :data:`hal_cpu.buildtools.zig.CFLAGS`:
@@ -50,7 +50,7 @@ def build_singles(jobs: int | None = None) -> dict[str, bytes]:
             futures = {
                 f"{SOURCE.stem}_{name}.so": pool.submit(
                     zigbuild.build_freestanding, SOURCE.name, name, cwd=HERE,
-                    work_dir=tmp, exports=[LOOP_SYMBOL])
+                    work_dir=tmp, exports=list(SYMBOLS))
                 for name in arches.RUNTIME_ARCHES}
             return {name: future.result() for name, future in futures.items()}
 

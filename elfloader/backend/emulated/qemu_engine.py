@@ -64,7 +64,7 @@ from fatelf.text import printable_lines
 from ...arch import ARCHES, Arch
 from ...errors import BackendError, EmulationError, EngineError, Fault
 from ..base import PROT_EXEC, PROT_READ, PROT_WRITE, prot_str
-from . import sandbox, syscalls
+from . import sandbox, syscalls, tcg_plugin
 from .choice import INSTALL_HINT, QEMU, QEMU_PROGRAMS, qemu_program
 from .engine import FAULTS, Cpu, Engine, Space
 from .pages import lookup
@@ -248,10 +248,18 @@ class _Agent:
         self.stderr = tempfile.TemporaryFile(prefix="qemu_agent_")
         # In the agent the descriptors have numbers of the sandbox's
         # protected range, which guest code cannot close or dup over.
-        mine = (exe, req_r, rep_w, engine.memfd)
+        mine: tuple[int, ...] = (exe, req_r, rep_w, engine.memfd)
+        results = engine.instrument
+        if results is not None:
+            # The workbench's TCG plugin, loaded from a descriptor (Landlock
+            # refuses plugin files), and the results file it shares.
+            mine += (tcg_plugin.plugin_fd(), results.fd)
         theirs = sandbox.agent_fds(len(mine))
         self.memfd = theirs[3]
-        argv = [engine.program, "-cpu", engine.cpu_option,
+        plugin = [] if results is None else [
+            "-plugin", f"/proc/self/fd/{theirs[4]},"
+            + results.plugin_args(theirs[5], theirs[3], engine.arena)]
+        argv = [engine.program, *plugin, "-cpu", engine.cpu_option,
                 f"/proc/self/fd/{theirs[0]}", str(theirs[1]), str(theirs[2])]
         if stub is not None:
             argv[1:1] = ["-g", stub.path]
@@ -990,6 +998,10 @@ class QemuEngine(Engine):
         view = ctypes.c_char.from_buffer(self.mm)
         self.host_base = ctypes.addressof(view)
         del view
+        #: the workbench plugin's results when agents load it
+        #: (:func:`.tcg_plugin.request` in effect when the engine was made)
+        mode = tcg_plugin.requested()
+        self.instrument = tcg_plugin.Results(mode) if mode else None
         _ENGINES.add(self)
 
     def describe(self) -> str:
@@ -1008,6 +1020,8 @@ class QemuEngine(Engine):
             self.mm.madvise(mmap.MADV_REMOVE, address - self.arena[0], size)
 
     def new_cpu(self, space: Space) -> QemuCpu:
+        if self.instrument is not None:
+            tcg_plugin.attach(space, self.instrument)
         return QemuCpu(self, space)
 
     def setup(self, space: Space, slots: int) -> list[int]:
@@ -1023,3 +1037,6 @@ class QemuEngine(Engine):
         if fd is not None:
             os.close(fd)
             self.memfd = None
+        results = getattr(self, "instrument", None)
+        if results is not None:
+            results.close()
