@@ -82,6 +82,13 @@ LIBM_REDIRECTS: dict[tuple[str, str], dict[str, str]] = {
 #: The exported loop function.
 LOOP_SYMBOL = "hal_cpu_workgroup_loop"
 
+#: The exported batch function: several dispatches' workgroup loops in
+#: order in one crossing (``hal_cpu_dispatch_batch``; see the C file).
+BATCH_SYMBOL = "hal_cpu_dispatch_batch"
+
+#: Every symbol the library exports.
+SYMBOLS = (LOOP_SYMBOL, BATCH_SYMBOL)
+
 #: Every workgroup of the range ran and returned 0 (an empty range too);
 #: ``range.begin == range.end`` afterwards.
 LOOP_OK = 0
@@ -114,7 +121,7 @@ WORKGROUP_RANGE = CStruct("hal_cpu_workgroup_range_t", [
     ("reserved", "u32"),
 ], "hal_cpu/runtime/workgroup_loop.c")
 
-__all__ = ["BUNDLE", "SOURCE", "LOOP_SYMBOL", "LOOP_OK", "LOOP_STOPPED",
+__all__ = ["BUNDLE", "SOURCE", "LOOP_SYMBOL", "BATCH_SYMBOL", "SYMBOLS", "LOOP_OK", "LOOP_STOPPED",
            "LOOP_INVALID", "NO_INDEX", "MAX_END", "WORKGROUP_RANGE",
            "return_name"]
 

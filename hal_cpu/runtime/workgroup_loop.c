@@ -44,6 +44,44 @@
 // A workgroup failed exactly when range->status != 0, so a dispatch
 // function returning one of the two codes above is still told apart.
 //
+// int hal_cpu_dispatch_batch(batch)
+//
+// Runs several dispatches in order, each one's whole grid through
+// hal_cpu_workgroup_loop on one worker, each finishing before the next
+// starts (a replayed command buffer: one crossing per submission). Before
+// a dispatch runs, its binding pointers are written from the batch's table
+// and its range is reset to [0, total).
+//
+// Batch struct (hal_cpu_batch_t, 32 bytes, same offsets on every target):
+//    0  uint64_t dispatches     in: address of count dispatch records
+//    8  uint64_t table          in: address of table_count uint64_t host
+//                               addresses (a submission's binding table)
+//   16  uint32_t count          in: dispatch records
+//   20  uint32_t table_count    in: entries of the table
+//   24  uint32_t failed         out: index of the dispatch that stopped the
+//                               batch, else 0xFFFFFFFF
+//   28  int32_t  status         out: its return (as below), else 0
+//
+// Dispatch record (hal_cpu_batch_dispatch_t, 64 bytes):
+//    0  uint64_t fn, 8 environment, 16 dispatch_state, 24 workgroup_state,
+//   32  uint64_t range          as hal_cpu_workgroup_loop's arguments
+//   40  uint64_t sources        address of binding_count source records
+//   48  uint64_t total          workgroups of the grid: the range [0, total)
+//   56  uint32_t binding_count  binding pointers written
+//   60  uint32_t reserved       zero; not read
+// Source record (hal_cpu_batch_source_t, 16 bytes): uint64_t slot (a table
+// index, or ~0: none), uint64_t offset. Binding i's pointer becomes
+// table[slot] + offset, or offset itself for slot ~0, stored in the
+// dispatch state's binding_ptrs[i].
+//
+// Return values: 0 when every dispatch returned 0 (failed = ~0, status =
+// 0); else the first non-zero return of hal_cpu_workgroup_loop, dispatch
+// `failed` having returned it (its range tells which workgroup) and no
+// later dispatch run; HAL_CPU_WORKGROUP_LOOP_INVALID with failed = ~0 when
+// the batch itself is malformed (NULL, addresses beyond the pointer width,
+// a slot past the table, more bindings than the dispatch state holds):
+// then nothing ran.
+//
 // Limits: linear ids are uint64_t, so end <= 2^64 - 1. count_x * count_y *
 // count_z can reach 2^80; the ids of a larger grid are not reachable through
 // one range and the caller splits such a grid itself.
@@ -141,7 +179,9 @@ static void decompose(uint64_t i, uint32_t count_x, uint32_t count_y,
   *z = divmod_u64_u32(xy, count_y, y);
 }
 
-HAL_CPU_EXPORT int hal_cpu_workgroup_loop(
+// The loop itself, called directly by both exports (an exported symbol
+// called from inside the library would go through the PLT).
+static int workgroup_loop(
     hal_cpu_dispatch_fn_t fn, const void* environment,
     const hal_cpu_dispatch_state_t* dispatch_state,
     hal_cpu_workgroup_state_t* workgroup_state,
@@ -197,4 +237,134 @@ HAL_CPU_EXPORT int hal_cpu_workgroup_loop(
   range->failed_index = ~(uint64_t)0;
   range->status = 0;
   return HAL_CPU_WORKGROUP_LOOP_OK;
+}
+
+HAL_CPU_EXPORT int hal_cpu_workgroup_loop(
+    hal_cpu_dispatch_fn_t fn, const void* environment,
+    const hal_cpu_dispatch_state_t* dispatch_state,
+    hal_cpu_workgroup_state_t* workgroup_state,
+    hal_cpu_workgroup_range_t* range) {
+  return workgroup_loop(fn, environment, dispatch_state, workgroup_state,
+                        range);
+}
+
+typedef struct hal_cpu_batch_source_t {
+  uint64_t slot;
+  uint64_t offset;
+} hal_cpu_batch_source_t;
+
+typedef struct hal_cpu_batch_dispatch_t {
+  uint64_t fn;
+  uint64_t environment;
+  uint64_t dispatch_state;
+  uint64_t workgroup_state;
+  uint64_t range;
+  uint64_t sources;
+  uint64_t total;
+  uint32_t binding_count;
+  uint32_t reserved;
+} hal_cpu_batch_dispatch_t;
+
+typedef struct hal_cpu_batch_t {
+  uint64_t dispatches;
+  uint64_t table;
+  uint32_t count;
+  uint32_t table_count;
+  uint32_t failed;
+  int32_t status;
+} hal_cpu_batch_t;
+
+_Static_assert(sizeof(hal_cpu_batch_source_t) == 16, "source layout");
+_Static_assert(sizeof(hal_cpu_batch_dispatch_t) == 64, "batch record layout");
+_Static_assert(offsetof(hal_cpu_batch_dispatch_t, binding_count) == 56,
+               "batch record layout");
+_Static_assert(sizeof(hal_cpu_batch_t) == 32, "batch layout");
+_Static_assert(offsetof(hal_cpu_batch_t, status) == 28, "batch layout");
+
+// iree_hal_executable_dispatch_state_v0_t after binding_count: the
+// pointers to the constants, binding pointer and binding length arrays.
+typedef struct hal_cpu_dispatch_state_arrays_t {
+  hal_cpu_dispatch_state_t head;
+  const uint32_t* constants;
+  void* const* binding_ptrs;
+  const size_t* binding_lengths;
+} hal_cpu_dispatch_state_arrays_t;
+
+static int batch_invalid(hal_cpu_batch_t* batch) {
+  batch->failed = 0xFFFFFFFFu;
+  batch->status = HAL_CPU_WORKGROUP_LOOP_INVALID;
+  return HAL_CPU_WORKGROUP_LOOP_INVALID;
+}
+
+#define HAL_CPU_FITS(v) ((uint64_t)(v) <= (uint64_t)UINTPTR_MAX)
+
+HAL_CPU_EXPORT int hal_cpu_dispatch_batch(hal_cpu_batch_t* batch) {
+  if (!batch) return HAL_CPU_WORKGROUP_LOOP_INVALID;
+  if (!HAL_CPU_FITS(batch->dispatches) || !HAL_CPU_FITS(batch->table) ||
+      (batch->count && !batch->dispatches) ||
+      (batch->table_count && !batch->table)) {
+    return batch_invalid(batch);
+  }
+  const hal_cpu_batch_dispatch_t* records =
+      (const hal_cpu_batch_dispatch_t*)(uintptr_t)batch->dispatches;
+  const uint64_t* table = (const uint64_t*)(uintptr_t)batch->table;
+  const uint32_t count = batch->count;
+  const uint32_t table_count = batch->table_count;
+  // Every record is checked before anything runs.
+  for (uint32_t d = 0; d < count; ++d) {
+    const hal_cpu_batch_dispatch_t* r = &records[d];
+    if (!r->fn || !r->dispatch_state || !r->workgroup_state || !r->range ||
+        !HAL_CPU_FITS(r->fn) || !HAL_CPU_FITS(r->environment) ||
+        !HAL_CPU_FITS(r->dispatch_state) ||
+        !HAL_CPU_FITS(r->workgroup_state) || !HAL_CPU_FITS(r->range) ||
+        !HAL_CPU_FITS(r->sources) || (r->binding_count && !r->sources)) {
+      return batch_invalid(batch);
+    }
+    const hal_cpu_dispatch_state_arrays_t* state =
+        (const hal_cpu_dispatch_state_arrays_t*)(uintptr_t)r->dispatch_state;
+    if (r->binding_count > state->head.binding_count ||
+        (r->binding_count && !state->binding_ptrs)) {
+      return batch_invalid(batch);
+    }
+    const hal_cpu_batch_source_t* sources =
+        (const hal_cpu_batch_source_t*)(uintptr_t)r->sources;
+    for (uint32_t b = 0; b < r->binding_count; ++b) {
+      uint64_t slot = sources[b].slot;
+      if (slot != ~(uint64_t)0 && slot >= table_count) {
+        return batch_invalid(batch);
+      }
+    }
+  }
+  for (uint32_t d = 0; d < count; ++d) {
+    const hal_cpu_batch_dispatch_t* r = &records[d];
+    const hal_cpu_dispatch_state_arrays_t* state =
+        (const hal_cpu_dispatch_state_arrays_t*)(uintptr_t)r->dispatch_state;
+    const hal_cpu_batch_source_t* sources =
+        (const hal_cpu_batch_source_t*)(uintptr_t)r->sources;
+    void** ptrs = (void**)state->binding_ptrs;
+    for (uint32_t b = 0; b < r->binding_count; ++b) {
+      uint64_t slot = sources[b].slot;
+      uint64_t address = sources[b].offset;
+      if (slot != ~(uint64_t)0) address += table[slot];
+      ptrs[b] = (void*)(uintptr_t)address;
+    }
+    hal_cpu_workgroup_range_t* range =
+        (hal_cpu_workgroup_range_t*)(uintptr_t)r->range;
+    range->begin = 0;
+    range->end = r->total;
+    range->failed_index = ~(uint64_t)0;
+    range->status = 0;
+    int result = workgroup_loop(
+        (hal_cpu_dispatch_fn_t)(uintptr_t)r->fn,
+        (const void*)(uintptr_t)r->environment, &state->head,
+        (hal_cpu_workgroup_state_t*)(uintptr_t)r->workgroup_state, range);
+    if (result != 0) {
+      batch->failed = d;
+      batch->status = result;
+      return result;
+    }
+  }
+  batch->failed = 0xFFFFFFFFu;
+  batch->status = 0;
+  return 0;
 }
