@@ -217,6 +217,8 @@ def _run_parser(sub) -> None:
     p.add_argument("--no_diagnose", dest="diagnose", action="store_false",
                    help="after a native crash, do not run the dispatch again "
                    "emulated to show the faulting instruction")
+    from ..workbench import commands as workbench
+    workbench.add_flags(p)
     _add_target_flags(p)
 
 
@@ -618,6 +620,20 @@ def cmd_run(args) -> int:
     else:
         image = elfloader.read_image(args.file, arch=args.arch)
     export = args.function if args.function is not None else args.entry_point
+    from ..workbench import commands as workbench
+    if workbench.wanted(args):
+        # Emulated on qemu, in this process; bindings given as a shape only
+        # have no contents (their reads before any write are reported).
+        workbench.prepare(args)
+        with workbench.session(args, [i for i, spec in enumerate(args.binding)
+                                      if "=" not in spec
+                                      and not spec.startswith("@")]) as wb:
+            times, where, label, path = _dispatch(args, image, export, arrays)
+        for i, path in args.output:
+            np.save(path, arrays[i])
+        for i in shown:
+            print(f"binding[{i}]: {format_buffer_view(arrays[i])}")
+        return workbench.finish(args, wb)
     native = _runs_natively(args.backend, image.arch, emulation_options(args))
     isolate = args.isolate if args.isolate is not None else native
     if isolate and hasattr(os, "fork"):

@@ -1,0 +1,121 @@
+"""The workbench's command-line flags, shared by ``hal-cpu run``,
+``run-module`` and ``benchmark-module``: ``--sanitize`` and
+``--count_instructions[=FILE.json]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Iterable
+
+from .report import WorkbenchError, write_counts
+from .session import Session
+
+#: Exit status when the sanitizer found something.
+FOUND = 1
+#: Exit status when nothing was found but some accesses were not seen
+#: (SVE contiguous loads and stores under qemu 7.2).
+UNSEEN = 3
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """Add ``--sanitize`` and ``--count_instructions`` to parser ``p``."""
+    p.add_argument(
+        "--sanitize", action="store_true",
+        help="run emulated (qemu engine, one worker) and report per dispatch "
+        "races between workgroups, reads of bytes another workgroup writes "
+        "(order dependence), output bytes no workgroup writes, reads of "
+        "uninitialized bytes and accesses outside bindings, with workgroups, "
+        "pc, symbol and source line; exit status 1 when anything was found, "
+        "3 when SVE contiguous loads/stores ran (qemu 7.2 cannot see them)")
+    p.add_argument(
+        "--count_instructions", nargs="?", const="-", default=None,
+        metavar="FILE.json",
+        help="run emulated (qemu engine) and count the instructions of the "
+        "kernel's own code per dispatch and workgroup (deterministic); print "
+        "them, or write them as JSON to FILE.json")
+
+
+def wanted(args: Any) -> bool:
+    """Whether the command line asks for the workbench."""
+    return bool(getattr(args, "sanitize", False)
+                or getattr(args, "count_instructions", None) is not None)
+
+
+def prepare(args: Any) -> None:
+    """Make ``args`` run emulated on qemu (one worker under the sanitizer,
+    in this process, without benchmark repetitions).
+
+    Raises:
+        WorkbenchError: ``--backend native`` or ``--engine unicorn``.
+    """
+    if getattr(args, "backend", "auto") == "native":
+        raise WorkbenchError("--sanitize and --count_instructions run "
+                             "emulated: drop --backend native",
+                             field="--backend", value="native")
+    if getattr(args, "engine", None) == "unicorn":
+        raise WorkbenchError("--sanitize and --count_instructions are not "
+                             "supported on the unicorn engine: use --engine "
+                             "qemu", field="--engine", value="unicorn")
+    if hasattr(args, "backend"):
+        args.backend = "emulated"
+    args.engine = "qemu"
+    if getattr(args, "sanitize", False):
+        if getattr(args, "workers", None) not in (None, 1):
+            raise WorkbenchError("the sanitizer runs one worker: drop "
+                                 "--workers", field="--workers",
+                                 value=args.workers)
+        if hasattr(args, "workers"):
+            args.workers = 1
+    if hasattr(args, "isolate"):
+        args.isolate = False
+    for name in ("benchmark_repetitions", "benchmark_min_time"):
+        if getattr(args, name, None):
+            setattr(args, name, None)
+
+
+def session(args: Any, uninitialized: Iterable[int] = ()) -> Session:
+    """The session the command line asks for (``uninitialized``: binding
+    ordinals given no contents)."""
+    return Session(sanitize=bool(getattr(args, "sanitize", False)),
+                   count=getattr(args, "count_instructions", None) is not None,
+                   uninitialized=set(uninitialized))
+
+
+def finish(args: Any, wb: Session, out=None) -> int:
+    """Print the reports of ``wb`` (to ``out``, default stdout), write the
+    counts file; returns the exit status (0, :data:`FOUND` or
+    :data:`UNSEEN`).
+
+    Raises:
+        WorkbenchError: the counts file cannot be written.
+    """
+    out = out or sys.stdout
+    path = getattr(args, "count_instructions", None)
+    for report in wb.reports:
+        text = report.text()
+        if path not in (None, "-"):
+            text = "\n".join(line for line in text.splitlines()
+                             if not line.startswith("instructions:"))
+        if text:
+            print(text, file=out)
+    if path == "-":
+        for report in wb.reports:
+            if report.counts is not None:
+                print(_count_table(report), file=out)
+    elif path is not None:
+        write_counts(path, wb.reports)
+    if any(r.findings or r.lost for r in wb.reports):
+        return FOUND
+    if any(r.unseen for r in wb.reports):
+        return UNSEEN
+    return 0
+
+
+def _count_table(report) -> str:
+    """Per-workgroup counts, at most 16 lines."""
+    rows = sorted(report.counts.items(), key=lambda kv: kv[0][::-1])
+    lines = [f"  workgroup {k}: {v}" for k, v in rows[:16]]
+    if len(rows) > 16:
+        lines.append(f"  ... {len(rows) - 16} more workgroups")
+    return "\n".join(lines)
