@@ -36,7 +36,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from fatelf.private_dirs import cache_folder, check_private_dir, temp_root
 
@@ -117,6 +117,8 @@ def gdb_command(gdb: str, socket_path: str,
     if batch is not None:
         argv.append("-batch")
     argv += ["-ex", "set confirm off", "-ex", "set pagination off",
+             # the host's stop requests (time limits, Ctrl-C of hal-cpu)
+             "-ex", "handle SIGUSR1 nostop noprint pass",
              "-ex", f"target remote {socket_path}"]
     for path, offset in symbols:
         argv += ["-ex", f"add-symbol-file {path} -o {offset:#x}"]
@@ -185,7 +187,7 @@ class Debugger:
         self.proc: subprocess.Popen | None = None
         self.argv: list[str] = []
         self._watch: threading.Thread | None = None
-        self._old_sigint = None
+        self._old_sigint: Any = None
         self.stub = GdbStub(str(self.folder), self._listening)
 
     def _write_symbols(self) -> list[tuple[str, int]]:

@@ -266,7 +266,7 @@ class _Agent:
         try:
             self.proc = sandbox.spawn(argv, dict(zip(theirs, mine)),
                                       stderr=self.stderr,
-                                      sockets=stub and stub.folder)
+                                      sockets=stub.folder if stub else None)
         except (OSError, subprocess.SubprocessError, EngineError) as exc:
             for fd in (req_r, rep_w, self.req_w, self.rep_r):
                 os.close(fd)
