@@ -86,7 +86,12 @@ def _plain_value(value):
 def _plain_error(exc: BaseException) -> tuple:
     """An exception as plain data: ``(message, name, field, value)``."""
     if isinstance(exc, PortableKernelError):
-        return (str(exc.message)[:MESSAGE_LIMIT], _plain_value(exc.name),
+        message = str(exc.message)
+        location = getattr(exc, "location", None)
+        if isinstance(location, str) and location and not message.startswith(location):
+            # (a program's status error: the op's source line first)
+            message = f"{location}: {message}"
+        return (message[:MESSAGE_LIMIT], _plain_value(exc.name),
                 _plain_value(exc.field), _plain_value(exc.value))
     return (f"{type(exc).__name__}: {exc}"[:MESSAGE_LIMIT], None, None,
             type(exc).__name__)

@@ -165,7 +165,8 @@ def test_dynamic_sample_parameters_version_and_errors(compile_cache, capsys):
     rc, out, err = cli(capsys, "run-module", prog, f"--cache_dir={compile_cache}",
                        "--function=error", f"--module={CUSTOM}@create_custom_module")
     assert rc == 1 and out == "EXEC @error\n" and len(err.splitlines()) == 1
-    assert f"{prog}: @custom.error failed: RuntimeError: UNKNOWN; Forced failure" in err
+    assert (f"{prog}: UNKNOWN; Forced failure; while invoking native function "
+            "custom.error") in err
     # no module: a typed error naming the import before anything runs
     rc, out, err = cli(capsys, "run-module", prog, f"--cache_dir={compile_cache}",
                        "--function=main")

@@ -54,6 +54,7 @@ from .programs import (
     native_child,
     plain_arrays,
     split_modules,
+    status_errors,
     vm_arch,
     vm_files,
     vm_inputs,
@@ -704,7 +705,7 @@ def cmd_benchmark_module(args) -> int:
             return str(fn.name), times, where
 
     from ..errors import NativeCrashError
-    with watchdog(args, label):
+    with watchdog(args, label), status_errors(label):
         try:
             answer = native_child(args, label, arch, run, read=files,
                                   hosts=hosts,

@@ -33,6 +33,7 @@ from .programs import (
     compile_for,
     load_hosts,
     native_child,
+    status_errors,
     vm_arch,
     vm_inputs,
     vm_program,
@@ -195,7 +196,7 @@ def format_plan(plan, compiled, inputs: list, input_specs: Sequence[str],
         data_dir = Path(hal).parent / "constants" if hal is not None else None
     known = _Bytes(data_dir)
     ordinals: dict[Path, dict[str, int]] = {}
-    written: set = set()
+    written: list = []     # the byte ranges earlier steps may have written
     for k, step in enumerate(plan.steps):
         kind = type(step).__name__
         if kind == "Dispatch":
@@ -212,7 +213,9 @@ def format_plan(plan, compiled, inputs: list, input_specs: Sequence[str],
                                            if step.constants else "none")]
             for j, b in enumerate(step.bindings):
                 notes = []
-                if (b.kind, b.ref) in written:
+                if b.kind == "buffer" and any(
+                        (w.kind, w.ref) == (b.kind, b.ref) and w.offset < b.offset + b.length
+                        and b.offset < w.offset + w.length for w in written):
                     notes.append("written by an earlier step")
                 same = [i for i, o in enumerate(step.bindings[:j])
                         if (o.kind, o.ref) == (b.kind, b.ref)
@@ -231,16 +234,20 @@ def format_plan(plan, compiled, inputs: list, input_specs: Sequence[str],
                                                  constants, known)
                     for b in step.bindings]
             lines.append("  run:         " + " ".join(shlex.quote(c) for c in cmd))
-            written.update((b.kind, b.ref) for b in step.bindings)
+            # A dispatch may write its transient buffers' ranges (the
+            # executable does not say which bindings it only reads); it
+            # never writes the function's inputs nor the module's
+            # constants, which IREE passes read-only.
+            written.extend(b for b in step.bindings if b.kind == "buffer")
         elif kind == "FillStep":
             pattern = int.from_bytes(step.pattern, "little")
             width = 2 * len(step.pattern) + 2
             lines.append(f"step {k}: fill {_where(step.target)} with the "
                          f"{len(step.pattern)}-byte pattern {pattern:#0{width}x}")
-            written.add((step.target.kind, step.target.ref))
+            written.append(step.target)
         else:
             lines.append(f"step {k}: copy {_where(step.source)} to {_where(step.target)}")
-            written.add((step.target.kind, step.target.ref))
+            written.append(step.target)
     for i, r in enumerate(plan.results):
         shape = "x".join([str(d) for d in r.shape] + [_type_name(r.dtype)])
         lines.append(f"result {i}:  {shape} in {_where(r.storage)}")
@@ -256,7 +263,13 @@ def _type_name(dtype) -> str:
 
 
 def cmd_plan(args) -> int:
-    """``hal-cpu plan``: see the module docstring."""
+    """``hal-cpu plan``: see the module docstring. A program's failure
+    with a status reads as IREE prints one (``FILE: CODE; message``)."""
+    with status_errors(args.program):
+        return _plan(args)
+
+
+def _plan(args) -> int:
     from ..programs.vm import vmfb
     program = args.program
     if vmfb.is_module_file(program):

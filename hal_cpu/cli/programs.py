@@ -47,10 +47,10 @@ from .options import (
 )
 from .options import arch as arch_type
 
-__all__ = ["PIPED", "STDIN", "ModuleError", "add_program_flags", "is_stdin",
-           "module_source", "read_stdin", "arrays_from_plain", "by_path",
-           "cache_dir_of", "compile_for", "load_hosts", "native_child",
-           "plain_arrays", "split_modules", "vm_arch", "vm_files", "vm_inputs",
+__all__ = ["ModuleError", "PIPED", "STDIN", "StatusFailure", "add_program_flags",
+           "arrays_from_plain", "by_path", "cache_dir_of", "compile_for", "is_stdin",
+           "load_hosts", "module_source", "native_child", "plain_arrays", "read_stdin",
+           "split_modules", "status_errors", "vm_arch", "vm_files", "vm_inputs",
            "vm_program", "watchdog", "workers_of"]
 
 
@@ -105,6 +105,8 @@ def add_program_flags(p: argparse.ArgumentParser, all_arches: bool,
         p.add_argument("--device", default=None, metavar="URI",
                        help="local-task (default: several host threads per "
                        "dispatch) or local-sync (one), as IREE's tools")
+        from ..workbench import commands as workbench
+        workbench.add_flags(p)
     else:
         p.add_argument("--module", action="append", default=[], metavar="SPEC",
                        help="a host module the program imports: path.py[@create_fn]"
@@ -208,6 +210,9 @@ def _is_host_spec(spec: str) -> bool:
 def split_modules(args) -> tuple[list[str], list[str]]:
     """``(program files in link order, host module specs)`` from the
     positional program, ``--module`` and ``--host_module``."""
+    from ..workbench import commands as workbench
+    if workbench.wanted(args):
+        workbench.prepare(args)     # emulated on qemu, in this process
     programs: list[str] = []
     hosts: list[str] = []
     for spec in getattr(args, "module", []) or []:
@@ -224,6 +229,48 @@ def split_modules(args) -> tuple[list[str], list[str]]:
     return programs, hosts
 
 
+class StatusFailure(HalCpuError):
+    """A program's function failed with an IREE status (``vm.fail``, a
+    ``hal`` op, a host function): printed as IREE's tools print a status,
+    ``<file>: CODE; message`` (e.g. ``x.vmfb: UNKNOWN; Forced failure;
+    while invoking native function custom.error``). ``field`` is the
+    code's name, ``value`` its number."""
+
+    def __init__(self, code: int, message: str, *, name: str | None = None):
+        from ..programs.vm.refs import STATUS_NAMES
+        code_name = STATUS_NAMES.get(code, f"status {code}")
+        super().__init__(message, name=name, field=code_name, value=code)
+        self.code = code
+        self.args = (f"{name + ': ' if name else ''}{code_name}; {message}",)
+
+
+@contextlib.contextmanager
+def status_errors(label: str):
+    """Within: a status error of the program (in this process a
+    :class:`hal_cpu.programs.StatusError`; from a child process the
+    :class:`HalCpuError` carrying its code's name and number) becomes a
+    :class:`StatusFailure` naming the program file (``label`` when the
+    error names none, or names ``<memory>``)."""
+    from ..programs.vm.refs import STATUS_NAMES, StatusError
+    try:
+        yield
+    except HalCpuError as exc:
+        status = isinstance(exc, StatusError) or (
+            type(exc) is HalCpuError and isinstance(exc.value, int)
+            and not isinstance(exc.value, bool)
+            and STATUS_NAMES.get(exc.value) == exc.field)
+        if not status or isinstance(exc, StatusFailure):
+            if exc.name in (None, "<memory>"):
+                raise exc.with_name(label) from None
+            raise
+        message = exc.message
+        location = getattr(exc, "location", None)
+        if location and not message.startswith(location):
+            message = f"{location}: {message}"
+        name = exc.name if exc.name not in (None, "<memory>") else label
+        raise StatusFailure(int(exc.value), message, name=name) from None
+
+
 def by_path(args, vm: Callable[..., int]) -> int:
     """Run a program command under :func:`watchdog`: ``vm(args, files,
     hosts, arch)`` with the program files as compiled modules
@@ -233,7 +280,8 @@ def by_path(args, vm: Callable[..., int]) -> int:
     programs, hosts = split_modules(args)
     with watchdog(args, programs[-1]):
         files, arch = vm_files(args, programs)
-        return vm(args, files, hosts, arch)
+        with status_errors(SOURCES.get(files[-1], files[-1])):
+            return vm(args, files, hosts, arch)
 
 
 #: compiled module (``.vmfb`` path) -> the MLIR file it was compiled from
@@ -529,6 +577,12 @@ def native_child(args, label: str, arch: str | None, fn: Callable, *,
     native = arch is not None and runs_natively(
         getattr(args, "backend", "auto"), elfloader.arch.by_name(arch),
         emulation_options(args))
+    from ..workbench import commands as workbench
+    if workbench.wanted(args):
+        # --sanitize / --count_instructions: emulated, here, watched
+        if prepare is not None:
+            prepare()
+        return workbench.run_watched(args, lambda: fn(lambda _text: None))
     if (not native or not hasattr(os, "fork")
             or getattr(args, "isolate", True) is False):
         # (--no_isolate: in this process, unconfined)

@@ -144,6 +144,25 @@ def _from_host(hal, value, ty: str, what: str, classes: tuple = ()):
                       "declares")
 
 
+def _host_status(exc: Exception, label: str):
+    """A host function's Python exception as the status an IREE C module
+    returns: ``CODE; message; while invoking native function <label>``
+    (IREE's words). A message starting with a status name and ``; ``
+    (``UNKNOWN; Forced failure``) gives that code; any other is UNKNOWN,
+    its text kept (prefixed by the exception's type unless a bare
+    ``RuntimeError``)."""
+    from ..host_api import StatusCode, StatusError
+    text = printable(str(exc))
+    head, sep, rest = text.partition("; ")
+    code = StatusCode.__members__.get(head.strip()) if sep else None
+    if code is None or not code:
+        code, rest = StatusCode.UNKNOWN, text
+        if type(exc) is not RuntimeError or not text:
+            rest = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return StatusError(code, f"{rest}; while invoking native function "
+                       f"{printable(label)}")
+
+
 def _host_error(message: str):
     from ..host_modules import HostCallError
     return HostCallError(message)
@@ -212,8 +231,7 @@ class _HostFunction:
                 from ..errors import EvaluationError
                 if isinstance(e, EvaluationError):
                     raise
-                raise _host_error(f"@{label} failed: {type(e).__name__}: "
-                                  f"{printable(str(e))}") from None
+                raise _host_status(e, label) from None
             if not results:
                 return None
             if len(results) == 1:
@@ -259,6 +277,7 @@ class _BytecodeModule:
 
 
 def _resolve(imp, registered: list[_Linked], label: str):
+    from ..host_modules import missing_module_hint
     module, _, fname = imp.name.partition(".")
     for reg in reversed(registered):
         if reg.name != module or fname not in reg.exports:
@@ -280,12 +299,12 @@ def _resolve(imp, registered: list[_Linked], label: str):
     raise LinkError(f"the program imports @{printable(imp.name)}, which no "
                     f"registered module provides (modules: {printable(have)})"
                     + ("" if module in {r.name for r in registered} else
-                       f"; register a host module named '{printable(module)}' "
-                       f"with function '{printable(fname)}'"),
+                       f"; {missing_module_hint(module)}"),
                     name=label, field="import", value=printable(imp.name))
 
 
 def _check_dependencies(mdef, registered: list[_Linked], label: str) -> None:
+    from ..host_modules import missing_module_hint
     for dep in mdef.dependencies:
         found = [r for r in registered if r.name == dep.name]
         if not found:
@@ -293,7 +312,8 @@ def _check_dependencies(mdef, registered: list[_Linked], label: str) -> None:
                 continue
             raise LinkError(f"the program needs module '{printable(dep.name)}' "
                             f"(version >= {dep.minimum_version}), which is not "
-                            "registered", name=label, field="dependency",
+                            f"registered; {missing_module_hint(dep.name)}",
+                            name=label, field="dependency",
                             value=printable(dep.name))
         newest = found[-1]
         if newest.version < dep.minimum_version and not dep.optional:
@@ -371,19 +391,36 @@ class Function:
     returns a list of results (numpy arrays for tensors, numpy scalars for
     scalars).
 
+    A function compiled with ``--iree-execution-model=async-external``
+    (reflection attribute ``iree.abi.model = "coarse-fences"``) takes a
+    wait fence and a signal fence after its arguments: a call passes a
+    wait fence already reached and a new signal fence, and waits on it
+    before returning, as IREE's tools do
+    (``iree_tooling_append_async_fences``); the fences are not among
+    :attr:`arg_types`.
+
     Attributes:
         name: the export's name; cconv: its calling convention;
         declaration: the source signature IREE records
-            (``iree.abi.declaration``), or None.
+            (``iree.abi.declaration``), or None; model: ``iree.abi.model``
+            (``coarse-fences``), or None.
     """
 
     def __init__(self, program: "Program", name: str, cconv: str, fn: Callable,
-                 declaration: str | None):
+                 declaration: str | None, model: str | None = None):
         self.program, self.name, self.cconv, self._fn = program, name, cconv, fn
-        self.declaration = declaration
+        self.declaration, self.model = declaration, model
         self.arg_types, self.result_types = _parse_cconv(
             cconv, f"export @{name}", program.label)
         hal = program.hal
+        if model == "coarse-fences":
+            if self.arg_types[-2:] != ["r", "r"]:
+                raise LinkError(f"export @{printable(name)} is coarse-fences "
+                                "but its calling convention ends without a "
+                                "wait and a signal fence", name=program.label,
+                                field="iree.abi.model", value=printable(cconv))
+            self.arg_types = self.arg_types[:-2]
+            self._fn = _with_fences(fn, hal)
         # per argument: a fast conversion for the common case (a numpy
         # array for a ref), the general one otherwise
         wrap = hal.wrap_input
@@ -451,6 +488,22 @@ class Function:
 
     def __repr__(self) -> str:
         return f"<function @{self.name} {self.declaration or self.cconv}>"
+
+
+def _with_fences(fn: Callable, hal) -> Callable:
+    """``fn`` of a coarse-fences function called as a synchronous one: its
+    arguments followed by a wait fence already reached and a new signal
+    fence, which is awaited (without a time limit, as IREE's tools wait)
+    before the results are returned; a signal fence the program failed
+    raises its status."""
+    from .hal_module import Fence
+
+    def call(*args):
+        signal = Fence()
+        out = fn(*args, Fence(None, 0), signal)
+        hal.fence_await(-1, 0, ((signal,),))
+        return out
+    return call
 
 
 class InputMismatchError(VmStatusError):
@@ -581,6 +634,12 @@ class Program:
                 from ..check import CheckModule
                 self.check = CheckModule()
                 registered.append(_host_linked(self.check, hal))
+            # installed entry-point modules the program imports and nobody
+            # gave, registered first (given modules win)
+            from ..host_modules import installed_modules
+            host_modules = [*installed_modules(mdefs, [
+                *(["check"] if check else []),
+                *(getattr(m, "name", "") for m in host_modules)]), *host_modules]
             for m in host_modules:
                 registered.append(_host_linked(m, hal))
                 if getattr(m, "name", None) == "check":
@@ -606,7 +665,8 @@ class Program:
             fdef = main.mdef.functions[e.function]
             self.functions[name] = Function(
                 self, name, e.cconv or fdef.cconv, main.env.functions[e.function],
-                (e.attrs or {}).get("iree.abi.declaration"))
+                (e.attrs or {}).get("iree.abi.declaration"),
+                (e.attrs or {}).get("iree.abi.model"))
 
     def run_function(self, fn, args, name: str):
         """``fn(*args)`` within :attr:`timeout`; the caller holds :attr:`lock`."""
