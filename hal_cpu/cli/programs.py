@@ -107,6 +107,8 @@ def add_program_flags(p: argparse.ArgumentParser, all_arches: bool,
                        "dispatch) or local-sync (one), as IREE's tools")
         from ..workbench import commands as workbench
         workbench.add_flags(p)
+        from ..workbench import commands as workbench
+        workbench.add_flags(p)
     else:
         p.add_argument("--module", action="append", default=[], metavar="SPEC",
                        help="a host module the program imports: path.py[@create_fn]"
@@ -210,6 +212,9 @@ def _is_host_spec(spec: str) -> bool:
 def split_modules(args) -> tuple[list[str], list[str]]:
     """``(program files in link order, host module specs)`` from the
     positional program, ``--module`` and ``--host_module``."""
+    from ..workbench import commands as workbench
+    if workbench.wanted(args):
+        workbench.prepare(args)     # emulated on qemu, in this process
     from ..workbench import commands as workbench
     if workbench.wanted(args):
         workbench.prepare(args)     # emulated on qemu, in this process
@@ -577,6 +582,12 @@ def native_child(args, label: str, arch: str | None, fn: Callable, *,
     native = arch is not None and runs_natively(
         getattr(args, "backend", "auto"), elfloader.arch.by_name(arch),
         emulation_options(args))
+    from ..workbench import commands as workbench
+    if workbench.wanted(args):
+        # --sanitize / --count_instructions: emulated, here, watched
+        if prepare is not None:
+            prepare()
+        return workbench.run_watched(args, lambda: fn(lambda _text: None))
     from ..workbench import commands as workbench
     if workbench.wanted(args):
         # --sanitize / --count_instructions: emulated, here, watched

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .report import WorkbenchError, write_counts
 from .session import Session
@@ -69,9 +69,14 @@ def prepare(args: Any) -> None:
             args.workers = 1
     if hasattr(args, "isolate"):
         args.isolate = False
-    for name in ("benchmark_repetitions", "benchmark_min_time"):
-        if getattr(args, name, None):
-            setattr(args, name, None)
+    if getattr(args, "command", None) == "benchmark-module":
+        # one pass: the warm-up call and one timed call, whose dispatches
+        # repeat the warm-up's (finish reports the first half)
+        args.benchmark_repetitions, args.benchmark_min_time = 1, None
+    else:
+        for name in ("benchmark_repetitions", "benchmark_min_time"):
+            if getattr(args, name, None):
+                setattr(args, name, None)
 
 
 def session(args: Any, uninitialized: Iterable[int] = ()) -> Session:
@@ -92,6 +97,8 @@ def finish(args: Any, wb: Session, out=None) -> int:
     """
     out = out or sys.stdout
     path = getattr(args, "count_instructions", None)
+    if getattr(args, "command", None) == "benchmark-module":
+        wb.reports = wb.reports[:len(wb.reports) // 2]
     for report in wb.reports:
         text = report.text()
         if path not in (None, "-"):
@@ -110,6 +117,32 @@ def finish(args: Any, wb: Session, out=None) -> int:
     if any(r.unseen for r in wb.reports):
         return UNSEEN
     return 0
+
+
+class FoundError(WorkbenchError):
+    """The sanitizer found something in a program's dispatches (or could
+    not see all their accesses); the reports were printed."""
+
+
+def run_watched(args: Any, fn: Callable[[], Any]) -> Any:
+    """``fn()`` (a program command's call) under the session the command
+    line asks for; prints the reports and returns what ``fn`` returned.
+
+    Raises:
+        FoundError: the sanitizer found something, or SVE contiguous
+            accesses went unseen.
+    """
+    with session(args) as wb:
+        answer = fn()
+    status = finish(args, wb)
+    if status:
+        found = sum(len(r.findings) for r in wb.reports)
+        raise FoundError(
+            f"the sanitizer found {found} problem(s) in the program's "
+            "dispatches" if status == FOUND else "the sanitizer could not see "
+            "every access (SVE contiguous loads/stores)",
+            field="--sanitize", value=found)
+    return answer
 
 
 def _count_table(report) -> str:
