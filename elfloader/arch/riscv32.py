@@ -23,5 +23,13 @@ ARCH = Arch(
     # musl's riscv32 setjmp saves double registers unless the ABI is soft.
     builds=BuildTargets(agent=("-target", "riscv32-linux-musl", "-mcpu=generic_rv32+m+a",
                                "-mabi=ilp32"),
-                        vector_profile="rv32imf+zve32f"),
+                        vector_profile="rv32imf+zve32f",
+                        # integer only, ilp32: iree-compile's rv32 code
+                        # calls its support functions with floats in
+                        # integer registers (its --iree-llvmcpu-target-abi=
+                        # ilp32) although it marks its objects single-float
+                        # with +f: the linker gives this object their float-
+                        # ABI flag (libm_link.py). One object, every profile.
+                        libm=("-target", "riscv32-freestanding-none",
+                              "-mcpu=generic_rv32+m", "-mabi=ilp32")),
 )

@@ -22,7 +22,12 @@ symbol ``TARGET`` (a replacement with another calling convention); then it
 runs ``iree-lld`` with the same arguments plus ``LIBM_OBJECT``
 (``hal_cpu/runtime/libm.c`` built for the target, from ``libm.sos``), which
 defines those functions. An empty function that is called but that the
-object does not define fails the link with a message naming it. Objects of
+object does not define fails the link with a message naming it. On RISC-V
+``LIBM_OBJECT`` (built for ilp32, integer registers) is given the float-ABI
+flag of the objects it joins: iree-compile's rv32 code calls its support
+functions with floats in integer registers (``--iree-llvmcpu-target-abi=
+ilp32``) but marks its objects single-float when the CPU has ``+f``, and
+``ld.lld`` refuses to join objects of different flags. Objects of
 another machine (iree-compile also links, with the same linker, the code it
 evaluates at compile time on the host) are linked as they are. Only the
 standard library is used: this runs once per linked executable.
@@ -44,6 +49,8 @@ STT_NOTYPE, STT_FUNC, STT_SECTION = 0, 2, 3
 STB_LOCAL, STB_GLOBAL = 0, 1
 STV_HIDDEN = 2
 SHN_UNDEF, SHN_LORESERVE = 0, 0xFF00
+EM_RISCV = 243
+EF_RISCV_FLOAT_ABI = 0x6
 
 
 class LinkError(Exception):
@@ -61,6 +68,8 @@ class Obj:
         self.bits = {1: 32, 2: 64}[data[4]]
         b32 = self.bits == 32
         self.type, self.machine = struct.unpack_from("<HH", data, 16)
+        self.flags_at = 36 if b32 else 48
+        self.flags, = struct.unpack_from("<I", data, self.flags_at)
         if b32:
             shoff, = struct.unpack_from("<I", data, 32)
             shentsize, shnum = struct.unpack_from("<HH", data, 46)
@@ -244,7 +253,7 @@ def main(argv: list[str]) -> int:
         lib = Obj(f.read(), libm)
     provided = lib.defined_globals()
     with tempfile.TemporaryDirectory(prefix="hal_cpu_libm_link_") as tmp:
-        out, ours = [], False
+        out, ours, float_abi = [], False, None
         for i, arg in enumerate(args):
             if arg.startswith("-") or not _is_relocatable(arg):
                 out.append(arg)
@@ -256,6 +265,7 @@ def main(argv: list[str]) -> int:
                 out.append(arg)     # code for another machine: as it is
                 continue
             ours = True
+            float_abi = obj.flags & EF_RISCV_FLOAT_ABI
             try:
                 fixed, names = redirect_empty_functions(data, arg, provided, redirects)
             except LinkError as exc:
@@ -266,6 +276,14 @@ def main(argv: list[str]) -> int:
                 with open(arg, "wb") as f:
                     f.write(fixed)
             out.append(arg)
+        if (ours and lib.machine == EM_RISCV and float_abi is not None
+                and lib.flags & EF_RISCV_FLOAT_ABI != float_abi):
+            data = bytearray(lib.data)
+            struct.pack_into("<I", data, lib.flags_at,
+                             (lib.flags & ~EF_RISCV_FLOAT_ABI) | float_abi)
+            libm = os.path.join(tmp, "libm.o")
+            with open(libm, "wb") as f:
+                f.write(data)
         return subprocess.run([lld, *out, *([libm] if ours else [])]).returncode
 
 

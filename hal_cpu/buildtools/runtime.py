@@ -8,7 +8,11 @@ Compiles ``workgroup_loop.c`` for every architecture the runtime runs
 packs the six self-contained ET_DYN objects into ``DIR/runtime.sos``
 (default: this package's directory, where the committed bundle lives) with
 :func:`fatelf.join`; compiles ``libm.c`` into one relocatable object per
-architecture of :data:`hal_cpu.runtime.LIBM_ARCHES` and packs them into
+architecture of :data:`hal_cpu.runtime.LIBM_ARCHES`, each joined
+(``ld.lld -r``) with compiler-rt's builtins as zig ships them
+(``lib/compiler_rt.zig`` built with ``zig build-obj``: float conversions,
+64-bit integer division and shifts, ``__aeabi_*`` helpers, every symbol
+weak and hidden, one section per function), and packs them into
 ``DIR/libm.sos``. With the pinned ziglang release both bundles are
 reproduced byte for byte.
 """
@@ -32,6 +36,43 @@ from . import zig as zigbuild
 #: no contraction of ``a * b + c`` into a call to ``fmaf`` itself, no
 #: compiler identification in a ``.comment`` section of every executable.
 LIBM_CFLAGS: tuple[str, ...] = ("-ffp-contract=off", "-fno-ident")
+
+
+#: ``zig build-obj`` flags of compiler-rt's builtins: small code,
+#: position independent, one section per function (the executable's link
+#: keeps only what it calls), no stack probes, no debug information.
+COMPILER_RT_FLAGS: tuple[str, ...] = (
+    "-OReleaseSmall", "-fPIC", "-ffunction-sections", "-fdata-sections",
+    "-fno-stack-check", "-fstrip", "-fsingle-threaded")
+
+
+def compiler_rt_source() -> Path:
+    """``lib/compiler_rt.zig`` of the installed ziglang package.
+
+    Raises:
+        hal_cpu.buildtools.zig.ZigBuildError: it is not there.
+    """
+    import ziglang  # the package's folder holds zig's lib/
+
+    path = Path(ziglang.__file__).resolve().parent / "lib" / "compiler_rt.zig"
+    if not path.is_file():
+        raise zigbuild.ZigBuildError(f"{path}: compiler-rt's source is missing",
+                                     name=str(path), field="compiler_rt", value=None)
+    return path
+
+
+def _target_flags(cc_flags: tuple[str, ...]) -> list[str]:
+    """The ``-target``/``-mcpu`` flags of a ``zig cc`` command line, as
+    ``zig build-obj`` takes them (it has no ``-mabi``: it derives the
+    float ABI from the CPU's features, ilp32 for an rv32 without ``+f``)."""
+    out: list[str] = []
+    it = iter(cc_flags)
+    for flag in it:
+        if flag == "-target":
+            out += [flag, next(it)]
+        elif flag.startswith("-mcpu="):
+            out.append(flag)
+    return out
 
 
 def build_singles(jobs: int | None = None) -> dict[str, bytes]:
@@ -67,12 +108,20 @@ def build_libm(jobs: int | None = None) -> dict[str, bytes]:
     """
     zigbuild.require_zig()
     zig = zigbuild.zig_command()
+    builtins = compiler_rt_source()
     with tempfile.TemporaryDirectory(prefix="hal_cpu_libm_") as tmp:
         def one(arch: str) -> bytes:
-            out = Path(tmp) / f"{LIBM_SOURCE.stem}_{arch}.o"
+            libm = Path(tmp) / f"{LIBM_SOURCE.stem}_{arch}_c.o"
             zigbuild.run(zig + ["cc", *LIBM_ARCHES[arch], *zigbuild.CFLAGS,
                                 *LIBM_CFLAGS, "-c", LIBM_SOURCE.name,
-                                "-o", str(out)], HERE)
+                                "-o", str(libm)], HERE)
+            crt = Path(tmp) / f"compiler_rt_{arch}.o"
+            zigbuild.run(zig + ["build-obj", str(builtins),
+                                *_target_flags(LIBM_ARCHES[arch]),
+                                *COMPILER_RT_FLAGS, f"-femit-bin={crt}"], tmp)
+            out = Path(tmp) / f"{LIBM_SOURCE.stem}_{arch}.o"
+            zigbuild.run(zig + ["ld.lld", "-r", "--build-id=none", str(libm),
+                                str(crt), "-o", str(out)], tmp)
             return out.read_bytes()
 
         with concurrent.futures.ThreadPoolExecutor(

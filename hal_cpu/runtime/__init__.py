@@ -70,13 +70,24 @@ LIBM_ARCHES: dict[str, tuple[str, ...]] = {a.name: a.builds.libm for a in ARCHES
 _F16_XMM0 = {"__truncsfhf2": "hal_cpu_truncsfhf2_xmm0",
              "__truncdfhf2": "hal_cpu_truncdfhf2_xmm0"}
 
+#: musl's rounding functions as iree-compile 3.13 links them for 32-bit
+#: targets (bitcode built for wasm32, FLT_EVAL_METHOD 0) round by adding and
+#: subtracting 2^23 (2^52): on x87 without SSE, where the sum keeps a 64-bit
+#: mantissa, ``roundf(0.7)`` is 0.7. libm.c's work on the bits, exactly.
+_X87_ROUNDING = {name: name for name in (
+    "roundf", "rintf", "nearbyintf", "roundevenf", "floorf", "ceilf", "truncf",
+    "rint", "nearbyint", "roundeven", "ceil", "trunc")}
+
 #: Calls :data:`LIBM_LINKER` sends to a function of ``libm.c`` with another
 #: calling convention, per (architecture, CPU profile): with SSE2, LLVM
 #: expects x86_32's f32/f64 -> f16 conversions to return the half in xmm0,
-#: while IREE's device library returns it in st(0) and eax.
+#: while IREE's device library returns it in st(0) and eax. And x87-only
+#: code's rounding functions (``NAME: NAME``: the local definition replaced
+#: by libm.c's exact one).
 LIBM_REDIRECTS: dict[tuple[str, str], dict[str, str]] = {
     ("x86_32", "pentium4"): _F16_XMM0,
     ("x86_32", "haswell"): _F16_XMM0,
+    ("x86_32", "i686"): _X87_ROUNDING,
 }
 
 #: The exported loop function.
