@@ -23,7 +23,7 @@ from hal_cpu.errors import HalCpuError
 from hal_cpu.programs import HostModule, compile_program, export
 from hal_cpu.programs.compiler import find_iree_compile
 from hal_cpu.programs.reference import reference_run
-from hal_cpu.programs.vm import LinkError, VmBuffer, VmStatusError, load_program, vmvx
+from hal_cpu.programs.vm import VmBuffer, VmStatusError, load_program, vmvx
 from hal_cpu.programs.vm.hal_module import HalModule
 from hal_cpu.programs.vm.module_def import ModuleFormatError, read_module
 
@@ -292,9 +292,9 @@ def test_bad_executables_are_typed_errors(vmvx_build):
         vmvx.load_executable(data, constants=b"\0\0\0\0")
     # an import the vmvx module does not have
     bad = data.replace(b"add.2d.i32", b"add.2d.q32")
-    with pytest.raises(LinkError) as exc:
+    with pytest.raises(vmvx.VmvxError) as exc:
         vmvx.load_executable(bad)
-    assert exc.value.value == "vmvx.add.2d.q32"
+    assert exc.value.code == 5 and exc.value.value == "vmvx.add.2d.q32"
 
 
 def test_hal_module_creates_vmvx_executables(vmvx_build):

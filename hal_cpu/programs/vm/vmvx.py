@@ -50,7 +50,7 @@ VMVX_FORMAT = "vmvx-bytecode-fb"
 #: trailing processor id.
 ENTRY_CCONVS = ("0rrriiiiiiiii_v", "0rrriiiiiiiiii_v")
 
-INVALID_ARGUMENT, PERMISSION_DENIED, OUT_OF_RANGE, UNIMPLEMENTED = 3, 7, 11, 12
+INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, OUT_OF_RANGE = 3, 5, 7, 11
 _LIMIT32 = 1 << 32
 
 
@@ -478,10 +478,10 @@ class VmvxLibrary:
 
     Raises:
         hal_cpu.programs.vm.module_def.ModuleFormatError: not a module.
-        hal_cpu.programs.vm.LinkError: an import the ``vmvx`` module does
-            not provide, or one with another calling convention.
-        VmvxError: an export with another calling convention; constants
-            given to a module without ``__set_constants`` or missing.
+        VmvxError: an import the ``vmvx`` module does not provide
+            (NOT_FOUND) or one with another calling convention, an export
+            with another calling convention, constants given to a module
+            without ``__set_constants`` or missing (INVALID_ARGUMENT).
     """
 
     backend = _Backend()
@@ -523,20 +523,20 @@ class VmvxLibrary:
 
     @staticmethod
     def _link(imp, label: str):
-        from .program import LinkError
         module, _, fname = imp.name.partition(".")
         found = OPS.get(fname) if module == "vmvx" else None
         if found is None:
             if imp.optional:
                 return None
-            raise LinkError(f"the VMVX executable imports @{printable(imp.name)}, "
-                            "which the vmvx module does not provide",
-                            name=label, field="import", value=printable(imp.name))
+            raise VmvxError(NOT_FOUND, f"the VMVX executable imports "
+                            f"@{printable(imp.name)}, which the vmvx module "
+                            "does not provide", name=label, field="import",
+                            value=printable(imp.name))
         cconv, fn = found
         if cconv != imp.cconv:
-            raise LinkError(f"import @{printable(imp.name)} has calling "
-                            f"convention {printable(imp.cconv)}, but module "
-                            f"'vmvx' exports it as {cconv}", name=label,
+            raise VmvxError(INVALID_ARGUMENT, f"import @{printable(imp.name)} has "
+                            f"calling convention {printable(imp.cconv)}, but "
+                            f"module 'vmvx' exports it as {cconv}", name=label,
                             field=f"import {printable(imp.name)}",
                             value=printable(imp.cconv))
         return fn
