@@ -224,28 +224,38 @@ class Session:
                 Symbolizer(m.image, m.base, entry if i == 0 else None)
                 for i, m in enumerate(_modules(exe))]
         events = results.events().astype(np.int64)
-        merged: dict[tuple, list[list[int]]] = {}
-        for kind, binding, offset, size, wg, other, pc, store in events.tolist():
-            key = (tp.EVENT_KINDS.get(kind, "?"), binding, wg, other, pc, store)
-            spans = merged.setdefault(key, [])
-            if spans and spans[-1][1] == offset:
-                spans[-1][1] = offset + size
-            else:
-                spans.append([offset, offset + size])
-        out: list[Finding] = []
         mask = (1 << 64) - 1
-        for (kind, binding, wg, other, pc, store), spans in merged.items():
+        where: dict[int, tuple] = {}
+
+        def place(pc: int) -> tuple:
+            # (symbol, source line) of pc; accesses of one source line
+            # (an unrolled loop's copies) make one finding
+            got = where.get(pc)
+            if got is None:
+                holder = next((s for s in syms if s.contains(pc)), None)
+                got = where[pc] = ((holder.symbolize(pc), holder.source_line(pc))
+                                   if holder else (None, None))
+            return got
+
+        merged: dict[tuple, list] = {}
+        for kind, binding, offset, size, wg, other, pc, store in events.tolist():
             pc &= mask
-            holder = next((s for s in syms if s.contains(pc)), None)
+            symbol, source = place(pc)
+            key = (tp.EVENT_KINDS.get(kind, "?"), binding, wg, other, store,
+                   source if source else pc)
+            entry = merged.setdefault(key, [pc, symbol, source, []])
+            if pc < entry[0]:
+                entry[:3] = pc, symbol, source
+            entry[3].append([offset, offset + size])
+        out: list[Finding] = []
+        for (kind, binding, wg, other, store, _), (pc, symbol, source,
+                                                    spans) in merged.items():
             wgs: list = [_xyz(wg, wc)]
             if kind in ("race", "order"):
                 wgs.append(_xyz(other - 1, wc) if other > 0 else None)
             for start, end in _joined(spans):
-                out.append(Finding(
-                    kind, binding, start, end, list(wgs), pc,
-                    holder.symbolize(pc) if holder else None,
-                    holder.source_line(pc) if holder else None,
-                    "write" if store else "read"))
+                out.append(Finding(kind, binding, start, end, list(wgs), pc,
+                                   symbol, source, "write" if store else "read"))
         for i, (at, n) in enumerate(shadows):
             written = results.shadow(at, n)[:, 0] != 0
             if not written.any() or written.all():

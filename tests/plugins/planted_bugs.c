@@ -16,6 +16,11 @@
  *   3  unwritten tail: the last 2 elements of out are never written
  *   4  uninitialized:  out[i] = in[i] + scratch[i]
  *   5  one past:       the last workgroup also reads in[n_in]
+ *   6  long loop:      workgroup 0 computes out[i] = 2 * in[i] for every i
+ *                      (a loop vectorizers make vector-length-agnostic)
+ *   7  SVE contiguous: workgroup 0 copies one vector of in to out with
+ *                      LD1W/ST1W (SVE builds; elsewhere as case 0), which
+ *                      qemu 7.2's plugins cannot see
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -84,6 +89,20 @@ static int planted(const environment_t* environment,
       break;
     case 4:
       plant_uninitialized(in, scratch, out, begin, end);
+      break;
+    case 7:
+#if defined(__ARM_FEATURE_SVE)
+      if (x == 0 && n_in >= 64 && n_out >= 64) {
+        __asm__ volatile("ptrue p0.s\n\tld1w {z0.s}, p0/z, [%0]\n\t"
+                         "st1w {z0.s}, p0, [%1]"
+                         : : "r"(in), "r"(out) : "memory", "z0", "p0");
+      }
+#else
+      scale(in, out, begin, end);
+#endif
+      break;
+    case 6:
+      if (x == 0) scale(in, out, 0, n_out < n_in ? n_out : n_in);
       break;
     case 5:
       scale(in, out, begin, end);

@@ -229,14 +229,18 @@ static void kernel_access(unsigned int vcpu, qemu_plugin_meminfo_t info,
   }
 }
 
-// SVE contiguous loads (LD1*, LDNT1*, LDFF1*, LDNF1*: bits 31..25 0b1010010)
-// and stores (ST1*, STNT1*: 0b1110010) and gathers/scatters (0b1000010,
-// 0b1100010, 0b1110010): qemu 7.2 calls no memory callback for them.
+// SVE loads and stores qemu 7.2 runs in helpers, which call no memory
+// callback: contiguous LD1*/LDNT1*/LDFF1*/LDNF1*/LD1R*/LD2-4* (bits 31..25
+// 0b1010010), ST1*/STNT1*/ST2-4* and scatters (0b1110010), gathers
+// (0b1000010, 0b1100010). LDR and STR of a whole Z or P register (bits
+// 31..22 0b1000010110 / 0b1110010110) are plain loads and stores in qemu:
+// seen.
 static int sve_memory(const struct qemu_plugin_insn* insn) {
   if (!aarch64 || qemu_plugin_insn_size(insn) != 4) return 0;
   uint32_t word;
   memcpy(&word, qemu_plugin_insn_data(insn), 4);
-  uint32_t top = word >> 25;
+  uint32_t top = word >> 25, ten = word >> 22;
+  if (ten == 0x216 || ten == 0x396) return 0;  // LDR / STR (vector, predicate)
   return top == 0x52 || top == 0x72 || top == 0x42 || top == 0x62;
 }
 
