@@ -144,7 +144,7 @@ def test_status_message_is_escaped(capsys, evil_vmfb):
                        "--function=fails", "--input=1")
     assert rc == 1
     assert_data(out, err, 1)
-    assert "CANCELLED: " in err and "\\x1b[2J\\nhal-cpu: error: forged" in err
+    assert "CANCELLED; " in err and "\\x1b[2J\\nhal-cpu: error: forged" in err
 
 
 def test_function_names_and_declaration_are_escaped(capsys, evil_vmfb):

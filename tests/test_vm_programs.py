@@ -402,7 +402,7 @@ def test_memory_limit_and_a_buffer_allocated_once(compile_cache, capsys):
     rc, out, err = cli(capsys, "run-module", module, "--function=sized",
                        f"--input={1 << 40}")
     assert rc == 1 and len(err.splitlines()) == 1
-    assert ("RESOURCE_EXHAUSTED: hal.device.queue.alloca: 4398046511104 bytes would "
+    assert ("RESOURCE_EXHAUSTED; hal.device.queue.alloca: 4398046511104 bytes would "
             "take the program's buffers past its memory limit") in err
     rc, out, err = cli(capsys, "run-module", module, "--function=sized", "--input=5000",
                        "--memory_limit=16K")
@@ -447,7 +447,7 @@ def test_memory_limit_on_the_mlir_path(compile_cache, capsys):
     rc, out, err = cli(capsys, "run-module", LIMITS, f"--cache_dir={compile_cache}",
                        "--function=sized", f"--input={1 << 40}")
     assert rc == 1 and len(err.splitlines()) == 1
-    assert err.startswith(f"hal-cpu: error: {LIMITS}: RESOURCE_EXHAUSTED: "
+    assert err.startswith(f"hal-cpu: error: {LIMITS}: RESOURCE_EXHAUSTED; "
                           "hal.device.queue.alloca: 4398046511104 bytes would take the "
                           "program's buffers past its memory limit"), err
     assert err.rstrip().endswith("(in @sized)"), err

@@ -18,9 +18,10 @@ first) over the ABI runtime (:mod:`hal_cpu`):
   ``pip install 'portable-kernel-runtime[iree]'``) and compiling, cached by
   content hash;
 * :mod:`~hal_cpu.programs.host_modules`: host modules a program imports
-  (:class:`HostModule` and :func:`export` in the leaf
-  :mod:`~hal_cpu.programs.host_api`); :mod:`~hal_cpu.programs.check`: the ``check``
-  module;
+  (:class:`HostModule`, :func:`export` and IREE's statuses,
+  :class:`StatusError` with a :class:`StatusCode`, in the leaf
+  :mod:`~hal_cpu.programs.host_api`; the guide is ``docs/host-modules.md``);
+  :mod:`~hal_cpu.programs.check`: the ``check`` module;
 * :mod:`~hal_cpu.programs.scalars`: IREE's element type codes and scalar
   types;
 * :mod:`~hal_cpu.programs.reference`: IREE's runtime as the reference
@@ -45,7 +46,8 @@ _EXPORTS = {
     "check": ("CheckModule",),
     "errors": ("CompileError", "EvaluationError", "IreeToolError"),
     "host_api": ("HOST_MODULE_ABI_VERSION", "HostCallError", "HostModule",
-                 "HostModuleError", "RawTensor", "export"),
+                 "HostModuleError", "RawTensor", "StatusCode", "StatusError",
+                 "export"),
     "host_modules": ("ModuleRegistry", "load_module_spec"),
     "reference": ("reference_run",),
 }
@@ -75,5 +77,5 @@ __all__ = [
     "IreeToolError", "CompileError", "EvaluationError",
     "HostModule", "export", "ModuleRegistry", "HostModuleError", "HostCallError",
     "RawTensor", "load_module_spec", "HOST_MODULE_ABI_VERSION", "CheckModule",
-    "reference_run",
+    "StatusCode", "StatusError", "reference_run",
 ]

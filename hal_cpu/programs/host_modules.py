@@ -32,6 +32,12 @@ an installed entry point (group ``hal_cpu.host_modules``) with
 :func:`load_module_spec`: ``path.py[@create_fn][?key=value&...]`` calls
 ``create_fn(max_version, params)`` (default ``create_module``), which
 receives :data:`HOST_MODULE_ABI_VERSION` and may refuse it by raising.
+An installed entry point whose name is a module a program imports, when no
+module of that name was given, is registered by itself
+(:func:`installed_modules`, which linking calls). A host function fails with
+an IREE status by raising :class:`StatusError`.
+
+The guide, with a complete example, is ``docs/host-modules.md``.
 """
 
 from __future__ import annotations
@@ -49,11 +55,20 @@ from .host_api import (
     HostModule,
     HostModuleError,
     RawTensor,
+    StatusCode,
+    StatusError,
     export,
 )
 
 __all__ = ["HostModule", "export", "ModuleRegistry", "HostModuleError", "HostCallError",
-           "RawTensor", "load_module_spec", "HOST_MODULE_ABI_VERSION"]
+           "RawTensor", "StatusCode", "StatusError", "load_module_spec",
+           "installed_modules", "missing_module_hint", "ENTRY_POINT_GROUP",
+           "HOST_MODULE_ABI_VERSION"]
+
+#: The entry-point group of installed host modules: an entry point ``NAME =
+#: package.module:create_fn`` in it is the module ``--host_module=NAME``
+#: loads, and the one registered by itself for a program importing ``NAME``.
+ENTRY_POINT_GROUP = "hal_cpu.host_modules"
 
 def _module_ok(module, spec: str) -> None:
     """Check everything linking will read of ``module`` (so that a module
@@ -135,7 +150,7 @@ def load_module_spec(spec: str, max_version: int = HOST_MODULE_ABI_VERSION):
         create = getattr(pymod, fn_name, None)
     else:
         from importlib.metadata import entry_points
-        eps = [ep for ep in entry_points(group="hal_cpu.host_modules")
+        eps = [ep for ep in entry_points(group=ENTRY_POINT_GROUP)
                if ep.name == path_text]
         if not eps:
             raise HostModuleError("neither a .py file nor an installed entry point of "
@@ -152,6 +167,51 @@ def load_module_spec(spec: str, max_version: int = HOST_MODULE_ABI_VERSION):
                               name=spec, field="--module", value=max_version) from None
     _module_ok(module, spec)
     return module
+
+
+def missing_module_hint(module: str) -> str:
+    """How to give a program module ``module`` it imports and nobody
+    registered: the end of a link error's message."""
+    name = printable(module, 80)
+    return (f"give a host module named '{name}': --host_module={name} (an "
+            f"installed entry point of group {ENTRY_POINT_GROUP}) or "
+            "--module=FILE.py (a Python file whose create_module() returns it); "
+            "from Python, load_program(host_modules=[...])")
+
+
+def installed_modules(mdefs: Sequence[Any], given: Sequence[str] = ()) -> list:
+    """The installed host modules (entry points of
+    :data:`ENTRY_POINT_GROUP`) that programs ``mdefs`` import and nobody
+    gave: for each module name the modules' imports and dependencies name,
+    other than ``hal``, the names in ``given`` and the modules ``mdefs``
+    themselves define, the entry point of that name, created with no
+    parameters (:func:`load_module_spec`), in the order the names first
+    appear. Names with no entry point are left to linking, whose error then
+    says how to give them (:func:`missing_module_hint`). The installed
+    distributions are read only when such a name exists.
+
+    Args:
+        mdefs: the modules being linked (``ModuleDef`` records: ``name``,
+            ``imports`` with ``name``, ``dependencies`` with ``name``).
+        given: names of the modules registered already.
+
+    Raises:
+        HostModuleError: an entry point of a needed name that fails to
+            load or to create its module (naming it).
+    """
+    covered = {"hal", *given, *(getattr(m, "name", None) for m in mdefs)}
+    wanted: list[str] = []
+    for mdef in mdefs:
+        names = [imp.name.partition(".")[0] for imp in getattr(mdef, "imports", ())]
+        names += [dep.name for dep in getattr(mdef, "dependencies", ())]
+        for name in names:
+            if name and name not in covered and name not in wanted:
+                wanted.append(name)
+    if not wanted:
+        return []
+    from importlib.metadata import entry_points
+    installed = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return [load_module_spec(name) for name in wanted if name in installed]
 
 
 class ModuleRegistry:

@@ -2,69 +2,32 @@
 
 ``!vm.buffer`` is :class:`VmBuffer` (read-only data of the module, or a
 buffer a program made); ``!vm.list`` is :class:`VmList`. A ``vm.fail`` (or
-an import that fails) raises :class:`VmStatusError`.
+an import that fails) raises :class:`StatusError` (``VmStatusError``, its
+earlier name, is the same class).
 """
 
 from __future__ import annotations
 
 import threading
 
-from fatelf.text import one_line
+from ..host_api import StatusCode, StatusError, VmError
 
-from ...errors import HalCpuError
-
-__all__ = ["VmBuffer", "VmList", "VmStatusError", "VmError", "MemoryBudget"]
-
-
-class VmError(HalCpuError):
-    """Base of errors of VM modules: reading, linking or running one."""
+__all__ = ["VmBuffer", "VmList", "StatusError", "StatusCode", "VmStatusError", "VmError",
+           "MemoryBudget"]
 
 
-class VmStatusError(VmError):
-    """A VM function failed with an IREE status (``vm.fail``, a failing
-    import): ``code`` is the status code (``iree_status_code_t``:
-    3 INVALID_ARGUMENT, 5 NOT_FOUND, 9 FAILED_PRECONDITION, 13 INTERNAL...),
-    ``message`` its text, ``location`` the ``file:line:column`` of the op
-    when the module has debug information (else None). Both are the
-    program's text, kept as shown: on one bounded line, control characters
-    escaped (:func:`fatelf.text.one_line`, which leaves text escaped
-    already as it is, so a message passed on is not escaped twice)."""
+#: The VM's status error is the public :class:`hal_cpu.programs.StatusError`
+#: (defined in the leaf :mod:`hal_cpu.programs.host_api`, which host modules
+#: import); ``VmStatusError`` is its earlier name.
+VmStatusError = StatusError
 
-    def __init__(self, code: int, message: str, location: str | None = None, *,
-                 name: str | None = None):
-        location = one_line(location, 300) if location else location
-        message = one_line(message)
-        self.code, self.location = code, location
-        at = f"{location}: " if location else ""
-        super().__init__(f"{at}{message}", name=name,
-                         field=STATUS_NAMES.get(code, f"status {code}"), value=code)
-        self.message = message
-
-    def set_location(self, location: str | None) -> None:
-        """Give the error the location of the op that raised it."""
-        VmStatusError.__init__(self, self.code, self.message, location, name=self.name)
-
-    def with_name(self, name: str):
-        """A copy of this error about file ``name``."""
-        err = type(self).__new__(type(self))
-        err.__dict__.update(self.__dict__)
-        VmStatusError.__init__(err, self.code, self.message, self.location, name=name)
-        return err
-
-
-#: ``iree_status_code_t`` names (iree/base/status.h).
-STATUS_NAMES = {1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT",
-                4: "DEADLINE_EXCEEDED", 5: "NOT_FOUND", 6: "ALREADY_EXISTS",
-                7: "PERMISSION_DENIED", 8: "RESOURCE_EXHAUSTED",
-                9: "FAILED_PRECONDITION", 10: "ABORTED", 11: "OUT_OF_RANGE",
-                12: "UNIMPLEMENTED", 13: "INTERNAL", 14: "UNAVAILABLE",
-                15: "DATA_LOSS", 16: "UNAUTHENTICATED", 17: "DEFERRED",
-                18: "INCOMPATIBLE"}
+#: ``iree_status_code_t`` names (iree/base/status.h), by value.
+STATUS_NAMES = {int(c): c.name for c in StatusCode if c}
 
 
 #: ``iree_status_code_t`` RESOURCE_EXHAUSTED: what a request past the
 #: memory limit fails with.
-RESOURCE_EXHAUSTED = 8
+RESOURCE_EXHAUSTED = int(StatusCode.RESOURCE_EXHAUSTED)
 
 
 class MemoryBudget:
