@@ -31,14 +31,16 @@ from __future__ import annotations
 
 import ctypes
 import os
+import struct
 import threading
 import time
+import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 import elfloader
-from elfloader import Backend
+from elfloader import Backend, as_int32
 
 from . import abi, runtime
 from .arrays import BINDING_ALIGNMENT
@@ -583,6 +585,13 @@ class PreparedDispatch:
                 run_addresses(pointers, lengths)
         return run
 
+    @property
+    def batchable(self) -> bool:
+        """Whether it can run in a :class:`DispatchBatch`: native, with
+        binding lengths, its grid in one crossing on one worker (the short
+        path of :meth:`runner`)."""
+        return self._short is not None and self.lengths is not None
+
     # --- the native short path ---------------------------------------------
     def repeat(self, bindings: Sequence) -> bool:
         """The short path of a native run on arrays: every binding a numpy
@@ -666,6 +675,19 @@ class PreparedDispatch:
                     exe.release_if_idle()
             return True
         return short
+
+    def take_layout(self) -> DispatchLayout:
+        """A one-worker dispatch layout of this dispatch's export, the
+        caller's until :meth:`give_layout` (from the executable's pool, or
+        made)."""
+        try:
+            return self._fast_pool.pop()
+        except IndexError:
+            return self._new_layout(1)
+
+    def give_layout(self, layout: DispatchLayout) -> None:
+        """Return a layout of :meth:`take_layout` to the pool."""
+        self._fast_pool.append(layout)
 
     def _new_layout(self, workers: int) -> DispatchLayout:
         layout = DispatchLayout(self.backend, self.binding_count,
@@ -909,6 +931,243 @@ class PreparedDispatch:
             ranges, self._ranges = self._ranges, None
             if ranges and not self.executable.closed and not self.backend.closed:
                 self.executable.free_allocations([g for g, _, _ in ranges])
+
+
+#: ``hal_cpu_batch_t`` of the runtime library (``workgroup_loop.c``):
+#: fixed-width fields only, the same offsets on every target.
+BATCH_HEADER = struct.Struct("<QQIIIi")
+#: ``hal_cpu_batch_dispatch_t``: one record per dispatch.
+BATCH_RECORD = struct.Struct("<QQQQQQQII")
+#: ``hal_cpu_batch_source_t``: (table slot or :data:`NO_SLOT`, offset).
+BATCH_SOURCE = struct.Struct("<QQ")
+#: The slot of a source whose offset is the address itself.
+NO_SLOT = (1 << 64) - 1
+#: ``failed`` of the batch header when no dispatch stopped it.
+NO_DISPATCH = (1 << 32) - 1
+
+_BATCH_FUNCTIONS: "weakref.WeakKeyDictionary[Backend, int]" = weakref.WeakKeyDictionary()
+_BATCH_LOCK = threading.Lock()
+
+
+def batch_function(backend: Backend) -> int:
+    """Address of ``hal_cpu_dispatch_batch`` (:data:`hal_cpu.runtime.BATCH_SYMBOL`)
+    in ``backend``, loading the runtime support bundle for it the first
+    time (the library lives as long as the backend)."""
+    with _BATCH_LOCK:
+        address = _BATCH_FUNCTIONS.get(backend)
+        if address is None:
+            module = elfloader.load(runtime.BUNDLE, backend=backend)
+            address = _BATCH_FUNCTIONS[backend] = module.lookup(runtime.BATCH_SYMBOL)
+        return address
+
+
+class DispatchBatch:
+    """Native prepared dispatches run in order as one submission, in one
+    crossing into the runtime library's ``hal_cpu_dispatch_batch``
+    (``hal_cpu/runtime/workgroup_loop.c``): a command buffer replayed many
+    times on different binding tables (the VM's
+    ``hal.device.queue.execute.indirect``).
+
+    Each dispatch keeps a dispatch layout of its own for the batch's life
+    (dispatch state, constants and binding lengths written once); a run
+    writes the table's slot addresses into the batch block (one write) and
+    crosses once: the library writes each dispatch's binding pointers
+    (``table[slot] + offset``), resets its range to the whole grid and
+    runs its workgroup loop, each dispatch finishing before the next starts
+    (the barriers of the command buffer hold). Every check of
+    :meth:`PreparedDispatch.run_addresses` stays: the executables open,
+    each workgroup's return status (a failure names the dispatch's export
+    and workgroup; later dispatches do not run), local memory canaries.
+
+    Args:
+        items: per dispatch ``(prepared, sources)``: a native
+            :class:`PreparedDispatch` with lengths whose grid runs in one
+            crossing on one worker (:attr:`PreparedDispatch.batchable`);
+            ``sources`` one ``(slot, offset)`` per binding: the binding's
+            host address is ``table[slot] + offset``, or ``offset`` itself
+            for a negative slot.
+
+    Raises:
+        DispatchError: a dispatch that cannot be batched, sources of
+            another count or a slot past 2**32.
+    """
+
+    __slots__ = ("items", "slots", "_lock", "_execs", "slow", "_shares",
+                 "_call", "_view", "_table", "_block", "_backend", "_header")
+
+    def __init__(self, items: Sequence[tuple["PreparedDispatch",
+                                             Sequence[tuple[int, int]]]]):
+        checked = []
+        for prepared, sources in items:
+            if not prepared.batchable:
+                raise DispatchError(f"dispatch {prepared.label} cannot run in a "
+                                    "batch (emulated, no binding lengths, "
+                                    "several workers or a grid over one "
+                                    "crossing)", name=prepared.path,
+                                    field="batch", value=prepared.wc)
+            sources = tuple((int(s), int(o)) for s, o in sources)
+            if len(sources) != prepared.binding_count:
+                raise DispatchError(f"dispatch {prepared.label} takes "
+                                    f"{prepared.binding_count} bindings, "
+                                    f"{len(sources)} sources given",
+                                    name=prepared.path, field="sources",
+                                    value=len(sources))
+            for s, o in sources:
+                if s >= 1 << 32 or not 0 <= o < 1 << 64:
+                    raise DispatchError(f"dispatch {prepared.label}: binding "
+                                        f"source ({s}, {o}) out of range",
+                                        name=prepared.path, field="sources",
+                                        value=(s, o))
+            checked.append((prepared, sources))
+        if not checked:
+            raise DispatchError("a batch of no dispatches", name=None,
+                                field="batch", value=0)
+        backend = checked[0][0].backend
+        if any(p.backend is not backend for p, _ in checked):
+            raise DispatchError("a batch's dispatches run on one backend",
+                                name=checked[0][0].path, field="batch",
+                                value=len(checked))
+        #: slots of the table each run reads (one past the highest)
+        self.slots = max((s + 1 for _, src in checked for s, _ in src), default=0)
+        function = batch_function(backend)
+        n = len(checked)
+        bindings = sum(len(src) for _, src in checked)
+        records_at = BATCH_HEADER.size
+        table_at = records_at + BATCH_RECORD.size * n
+        sources_at = table_at + 8 * self.slots
+        size = sources_at + BATCH_SOURCE.size * bindings
+        block = backend.alloc(max(size, 64), 64)
+        made: list = []
+        try:
+            for prepared, sources in checked:
+                layout = prepared.take_layout()
+                made.append((prepared, layout))
+                layout.write_again(prepared, [0] * prepared.binding_count,
+                                   prepared.lengths or ())
+            data = bytearray(size)
+            BATCH_HEADER.pack_into(data, 0, block + records_at, block + table_at,
+                                   n, self.slots, NO_DISPATCH, 0)
+            at = sources_at
+            for k, ((prepared, layout), (_, sources)) in enumerate(zip(made, checked)):
+                BATCH_RECORD.pack_into(
+                    data, records_at + BATCH_RECORD.size * k, prepared.address,
+                    prepared.executable.environment, layout.state,
+                    layout.workgroup_states[0], layout.ranges[0], block + at,
+                    prepared.total, len(sources), 0)
+                for s, o in sources:
+                    BATCH_SOURCE.pack_into(data, at, NO_SLOT if s < 0 else s, o)
+                    at += BATCH_SOURCE.size
+            backend.write(block, bytes(data))
+        except BaseException:
+            for prepared, layout in made:
+                prepared.give_layout(layout)
+            backend.release(block)
+            raise
+        self._backend, self._block = backend, block
+        self._view = backend.view(block + table_at, 8 * self.slots) if self.slots else None
+        self._table = struct.Struct(f"<{self.slots}Q")
+        self._header = block
+        self._call = backend.bound_calls(function, [(block,)])[0]
+        self.items = [(prepared, layout) for prepared, layout in made]
+        self._lock = threading.Lock()
+        execs: list = []
+        for prepared, _ in made:
+            if prepared.executable not in execs:
+                execs.append(prepared.executable)
+        self._execs = execs
+        self._shares = [p for p, _ in made if p.shares]
+        #: the last run took longer than SHARE_SECONDS: the next one goes
+        #: dispatch by dispatch (each export's pace noted)
+        self.slow = False
+
+    def run(self, table: Sequence[int]) -> bool:
+        """Run every dispatch in order on the bindings ``table`` gives
+        (host address of each slot's first byte; at least :attr:`slots`
+        entries). Returns False, having run nothing, when the batch does
+        not apply now (another thread runs it, a backend time limit, an
+        executable closed, a dispatch whose export's pace says its grid is
+        shared between threads, or the last run was slow): the caller
+        then runs the dispatches one by one.
+
+        Raises:
+            DispatchError: a workgroup returned non-zero (the message names
+                the export and the workgroup; later dispatches did not
+                run), or the library refused the batch.
+            LocalMemoryOverrunError: see :meth:`PreparedDispatch.run`.
+        """
+        if self.slow:
+            self.slow = False       # (one run dispatch by dispatch)
+            return False
+        if not self._lock.acquire(False):
+            return False
+        try:
+            execs = self._execs
+            for exe in execs:
+                if exe.closed or exe.backend.timeout_us:
+                    return False
+            for p in self._shares:
+                pace = p.executable.pace.get(p.ordinal)
+                if pace is not None and pace * p.total > SHARE_SECONDS:
+                    return False
+            if not self.items or self._backend.closed:
+                return False
+            if len(table) < self.slots:
+                raise DispatchError(f"the batch reads {self.slots} table slots; "
+                                    f"{len(table)} given", name=None,
+                                    field="table", value=len(table))
+            me = _get_ident()
+            for exe in execs:
+                exe.running.append(me)
+            try:
+                if self._view is not None:
+                    self._table.pack_into(self._view, 0, *table[:self.slots])
+                if self._shares:
+                    started = _perf_counter()
+                    ret = self._call()
+                    if _perf_counter() - started > SHARE_SECONDS:
+                        self.slow = True
+                else:
+                    ret = self._call()
+                if ret:
+                    self._failed(ret)
+                for prepared, layout in self.items:
+                    if layout.local_checks:
+                        layout.check_local(prepared.label, prepared.path)
+            finally:
+                for exe in execs:
+                    exe.running.remove(me)
+                    exe.last_workers = 1
+                    if exe.closed:
+                        exe.release_if_idle()
+            return True
+        finally:
+            self._lock.release()
+
+    def _failed(self, ret: int) -> None:
+        """Raise for the non-zero return ``ret`` of a run."""
+        header = BATCH_HEADER.unpack(self._backend.read(self._header,
+                                                        BATCH_HEADER.size))
+        failed = header[4]
+        if failed >= len(self.items):
+            raise DispatchError("the runtime library refused the dispatch "
+                                f"batch (status {as_int32(ret)})", name=None,
+                                field="batch", value=len(self.items))
+        prepared, layout = self.items[failed]
+        check_return(layout, ret, prepared.total, prepared.wc, prepared.label,
+                     prepared.path)
+
+    def close(self) -> None:
+        """Give the layouts back to their dispatches' pools and free the
+        batch block (runs after this return False)."""
+        with self._lock:
+            items, self.items = self.items, []
+            for prepared, layout in items:
+                prepared.give_layout(layout)
+            if items and not self._backend.closed:
+                if self._view is not None:
+                    self._view.release()
+                    self._view = None
+                self._backend.release(self._block)
 
 
 def _overlap(pointers: Sequence[int], lengths: Sequence[int]) -> bool:

@@ -48,6 +48,7 @@ through unchanged.
 from __future__ import annotations
 
 import fnmatch
+import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -58,7 +59,8 @@ from fatelf import arches
 from ... import arrays as _arrays
 from ...arrays import default_memory_limit
 from ...buffers import DTYPES, ML_DTYPE_NAMES, LazyTable, dtype_name
-from ...dispatch_policy import PreparedDispatch, check_timeout, host_workers
+from ...dispatch_policy import DispatchBatch, PreparedDispatch, check_timeout, host_workers
+from ...errors import DispatchError
 from .refs import MemoryBudget, VmBuffer, VmStatusError
 
 __all__ = ["HalModule", "HAL_MODULE_VERSION", "Device", "Allocator", "Buffer",
@@ -374,7 +376,7 @@ class CommandBuffer:
     """
 
     __slots__ = ("commands", "need", "binding_capacity", "finalized", "mode",
-                 "categories", "steps")
+                 "categories", "steps", "batch", "batch_of", "__weakref__")
     vm_type = "!hal.command_buffer"
 
     def __init__(self, mode: int, categories: int, binding_capacity: int):
@@ -389,9 +391,48 @@ class CommandBuffer:
         self.binding_capacity = binding_capacity
         self.finalized = False
         self.mode, self.categories = mode, categories
+        #: the commands as one :class:`hal_cpu.dispatch_policy.DispatchBatch`
+        #: (every one a native dispatch), made at the second submission
+        #: (see :func:`batch_of`), or None
+        self.batch: DispatchBatch | None = None
+        #: how many commands :attr:`batch` was made for (-1: none seen; -2
+        #: submitted once)
+        self.batch_of = -1
 
     def __repr__(self) -> str:
         return f"<hal.command_buffer {len(self.commands)} commands>"
+
+
+def batch_of(cb: CommandBuffer) -> DispatchBatch | None:
+    """The batch of ``cb``'s commands, made (at the second submission of
+    the same commands: a one-shot command buffer never pays for it) when
+    every command is a native dispatch that can run in one (the
+    ``batch_item`` of :meth:`Executable.dispatch_command`'s callables);
+    else None."""
+    n = len(cb.commands)
+    if cb.batch_of == n:
+        return cb.batch
+    if cb.batch is not None:
+        cb.batch.close()
+        cb.batch = None
+    if cb.batch_of != -2 - n:
+        cb.batch_of = -2 - n            # (seen once with n commands)
+        return None
+    cb.batch_of = n
+    items = []
+    for cmd in cb.commands:
+        item = getattr(cmd, "batch_item", None)
+        if item is None:
+            return None
+        items.append(item)
+    if not items:
+        return None
+    try:
+        batch = cb.batch = DispatchBatch(items)
+    except DispatchError:
+        return None         # (e.g. executables on several backends)
+    weakref.finalize(cb, batch.close)
+    return batch
 
 
 class _Table:
@@ -536,6 +577,8 @@ class Executable:
                                       timeout=module.timeout)
                     else:
                         fast([a[s] + o for s, o in spec])
+                if prepared.batchable:
+                    run_from_table.batch_item = (prepared, spec)  # type: ignore[attr-defined]
                 return run_from_table
 
             def run_native(table: _Table | None) -> None:
@@ -544,6 +587,8 @@ class Executable:
                 a = table.addrs if table is not None else ()
                 run_addresses([o if s < 0 else a[s] + o for s, o in spec],
                               lengths, timeout=module.timeout)
+            if prepared.batchable:
+                run_native.batch_item = (prepared, spec)  # type: ignore[attr-defined]
             return run_native
         fixed = tuple(r[1] for r in refs)
 
@@ -1589,9 +1634,11 @@ class HalModule:
         if (wait is None or (type(wait) is Fence and wait.parts is None
                              and wait.code == 0)) and type(signal) is Fence:
             # (the usual case, without _queue's checks)
+            batch = cb.batch if cb.batch_of == len(cb.commands) else batch_of(cb)
             try:
-                for cmd in cb.commands:
-                    cmd(tab)
+                if batch is None or self._timeout or not batch.run(addrs):
+                    for cmd in cb.commands:
+                        cmd(tab)
             except VmStatusError as exc:
                 _fail_fence(signal, exc.code, exc.message)
                 raise
