@@ -32,6 +32,7 @@ from fatelf import arches
 from fatelf.text import for_terminal, printable
 
 from ..buffers import format_buffer_view
+from . import gbench
 from .options import (
     add_cpu_flags,
     add_isolate_flag,
@@ -46,6 +47,7 @@ from .programs import (
     SOURCES,
     ModuleError,
     add_program_flags,
+    add_refused_flags,
     arrays_from_plain,
     by_path,
     cache_dir_of,
@@ -101,7 +103,9 @@ def _run_module_parser(sub) -> None:
     p.add_argument("--no_progress", action="store_true",
                    help="no progress bar for long runs")
     _add_memory_limit(p)
+    _add_statistics(p)
     add_cpu_flags(p)
+    _add_iree_only(p, "run-module")
 
 
 def _check_module_parser(sub) -> None:
@@ -137,9 +141,11 @@ def _check_module_parser(sub) -> None:
                    help="each function may run S seconds (host code and "
                    "dispatches); the command ends past the limit")
     _add_memory_limit(p)
+    _add_statistics(p)
     add_native_flag(p)
     add_isolate_flag(p)
     add_cpu_flags(p)
+    _add_iree_only(p, "check-module")
 
 
 def _benchmark_module_parser(sub) -> None:
@@ -155,15 +161,82 @@ def _benchmark_module_parser(sub) -> None:
     p.add_argument("--workers", type=positive, default=None,
                    help="host threads running workgroups")
     p.add_argument("--benchmark_repetitions", type=positive, default=None,
-                   metavar="N", help="time N calls (default: as many as "
-                   "--benchmark_min_time allows)")
+                   metavar="N", help="without --benchmark_format: time N "
+                   "calls (default: as many as --benchmark_min_time allows); "
+                   "with it, as Google Benchmark: N repetitions of "
+                   "--benchmark_min_time each, then their mean, median, "
+                   "stddev and cv")
     _add_memory_limit(p)
+    _add_statistics(p)
     p.add_argument("--benchmark_min_time", type=_min_time, default=None,
                    metavar="T", help="call for at least T seconds (0.5, 0.5s) "
                    "or exactly N times (100x); default 0.5s")
+    p.add_argument("--benchmark_format", choices=gbench.FORMATS, default=None,
+                   help="print the report as iree-benchmark-module does, in "
+                   "Google Benchmark's console table, JSON or CSV (default: "
+                   "hal-cpu's summary: min / median / mean per call)")
+    p.add_argument("--benchmark_out", metavar="FILE", default=None,
+                   help="also write the report to FILE, in "
+                   "--benchmark_out_format")
+    p.add_argument("--benchmark_out_format", choices=gbench.FORMATS,
+                   default="json", help="the format of --benchmark_out "
+                   "(default json)")
+    p.add_argument("--benchmark_time_unit", choices=tuple(gbench.TIME_UNITS),
+                   default="ms", help="the unit of real_time and cpu_time "
+                   "(default ms, as iree-benchmark-module)")
+    for flag in ("--benchmark_report_aggregates_only",
+                 "--benchmark_display_aggregates_only"):
+        p.add_argument(flag, type=_flag_bool, nargs="?", const=True,
+                       default=False, metavar="true|false",
+                       help="with repetitions, report only the aggregates")
+    p.add_argument("--benchmark_list_tests", type=_flag_bool, nargs="?",
+                   const=True, default=False, metavar="true|false",
+                   help="print the benchmark's name and run nothing")
+    p.add_argument("--benchmark_filter", metavar="REGEX", default=None,
+                   help="run the benchmark only if its name matches REGEX")
     p.add_argument("--timeout", type=seconds, default=None, metavar="S",
                    help="stop after S seconds in all")
     add_cpu_flags(p)
+    for flag, why in (("--output", "benchmark calls keep no outputs; "
+                       "run-module prints and writes them"),
+                      ("--output_max_element_count", "benchmark calls keep no "
+                       "outputs")):
+        p.add_argument(flag, nargs="?", action="store", help=argparse.SUPPRESS,
+                       dest="refused_" + flag[2:], type=_refuse("benchmark-module",
+                                                                flag, why))
+    _add_iree_only(p, "benchmark-module")
+
+
+def _add_iree_only(p, command: str) -> None:
+    """IREE's flags a program command takes as IREE's tools do
+    (``--task_topology_group_count``: the host threads, as ``--workers``;
+    ``--task_abort_on_failure``: a failure ends the call anyway), and one
+    line refusing each other one (:func:`add_refused_flags`)."""
+    p.add_argument("--task_topology_group_count", type=positive, dest="workers",
+                   default=None, metavar="N", help="as --workers (IREE's name)")
+    p.add_argument("--task_abort_on_failure", type=_flag_bool, nargs="?",
+                   const=True, default=False, metavar="true|false",
+                   help="accepted: a failure ends the call and the command")
+    add_refused_flags(p, command)
+
+
+def _refuse(command: str, flag: str, why: str):
+    def refuse(_text: str):
+        print(f"hal-cpu {command}: flag {flag} is not supported ({why})",
+              file=sys.stderr)
+        raise SystemExit(2)
+    return refuse
+
+
+def _flag_bool(text: str) -> bool:
+    """A boolean flag's value as IREE's and Google Benchmark's flags take
+    it: true/false, 1/0, yes/no."""
+    t = text.strip().lower()
+    if t in ("true", "1", "yes", "on"):
+        return True
+    if t in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false; got {text!r}")
 
 
 def _output_spec(text: str) -> str:
@@ -196,6 +269,15 @@ def _byte_count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a number of bytes (4096, 512M, "
                                          f"2G); got {text!r}")
     return value
+
+
+def _add_statistics(p) -> None:
+    p.add_argument("--print_statistics", type=_flag_bool, nargs="?",
+                   const=True, default=False, metavar="true|false",
+                   help="after the run, print the device and the bytes of "
+                   "buffers the program holds and may hold (on stderr; "
+                   "IREE's allocator prints peak/allocated/freed, which "
+                   "this runtime does not count)")
 
 
 def _add_memory_limit(p) -> None:
@@ -503,6 +585,7 @@ def _vm_run_module(args, files, hosts, arch) -> int:
                                   value=None) from None
             from ..isolate import flush_c_streams
             flush_c_streams()       # a plugin's printf before the results
+            _statistics(args, program)
             failures = program.take_failures()
             text = _results_text(args, fn.name, results,
                                  [_vm_result_type(v) for v in results], True,
@@ -642,6 +725,7 @@ def _vm_check_module(args, files, hosts, arch) -> int:
                     messages = [f"error: {exc}"]
                 failed += _verdict(fn.name, messages)
             sys.stdout.flush()
+            _statistics(args, program)
             return _passed(len(fns), failed, program.arch)
 
     from ..errors import NativeCrashError
@@ -660,20 +744,51 @@ def cmd_benchmark_module(args) -> int:
     """``hal-cpu benchmark-module``: load the program once, call the function
     repeatedly and print min / median / mean per call, as
     ``iree-benchmark-module`` measures (the first call is a warm-up and not
-    counted)."""
+    counted); with ``--benchmark_format``, Google Benchmark's report
+    (:mod:`hal_cpu.cli.gbench`) of ``--benchmark_repetitions`` repetitions
+    (default 1) of ``--benchmark_min_time`` each."""
+    import re
     import time
     programs, hosts = split_modules(args)
+    gb = args.benchmark_format is not None or args.benchmark_out is not None
     files, arch = vm_files(args, programs)
     label = SOURCES.get(files[-1], files[-1])
     min_time = args.benchmark_min_time
     reps = args.benchmark_repetitions
-    if isinstance(min_time, int):
-        reps, min_time = min_time, None
-    if reps is None and min_time is None:
-        min_time = 0.5
+    if gb:
+        count, min_time = (min_time, None) if isinstance(min_time, int) else (None, min_time)
+        if count is None and min_time is None:
+            min_time = 0.5
+        rounds = reps or 1
+    else:
+        count, rounds = None, 1
+        if isinstance(min_time, int):
+            reps, min_time = min_time, None
+        if reps is None and min_time is None:
+            min_time = 0.5
     deadline = time.monotonic() + args.timeout if args.timeout else None
     modules, arch = vm_arch(files, arch)
     loaded: list = []
+
+    def measure(fn, inputs) -> list:
+        """Google Benchmark's repetitions: ``[(iterations, real, cpu)]``."""
+        perf, cpu_clock = time.perf_counter, time.process_time
+        out = []
+        for _ in range(rounds):
+            n, r0, c0 = 0, perf(), cpu_clock()
+            while True:
+                fn(*inputs)
+                n += 1
+                now = perf()
+                if count is not None:
+                    if n >= count:
+                        break
+                elif now - r0 >= min_time:
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+            out.append((n, now - r0, cpu_clock() - c0))
+        return out
 
     def run(_note):
         # The whole benchmark runs in one child (natively): the
@@ -682,7 +797,17 @@ def cmd_benchmark_module(args) -> int:
                         host_modules=loaded) as program:
             fn = program.function(args.function)
             inputs = vm_inputs(fn, args.input, label)
+            bench_name = f"BM_{fn.name}/process_time/real_time"
+            if args.benchmark_list_tests:
+                return str(fn.name), [], "list"
+            if (args.benchmark_filter is not None
+                    and not re.search(args.benchmark_filter, bench_name)):
+                return str(fn.name), [], "filtered"
             fn(*inputs)
+            if gb:
+                measured = measure(fn, inputs)
+                _statistics(args, program)
+                return str(fn.name), measured, "gbench"
             times: list[float] = []
             perf = time.perf_counter
             start = perf()
@@ -702,8 +827,16 @@ def cmd_benchmark_module(args) -> int:
                                    emulation_options(args))
             where = (f"{program.arch}, {'native' if native else 'emulated'}, "
                      f"workers={workers_of(args) or 'auto'}")
+            _statistics(args, program)
             return str(fn.name), times, where
 
+    if args.benchmark_filter is not None:
+        try:
+            re.compile(args.benchmark_filter)
+        except re.error as exc:
+            raise ModuleError(f"not a regular expression: {exc}", name=label,
+                              field="--benchmark_filter",
+                              value=args.benchmark_filter) from None
     from ..errors import NativeCrashError
     with watchdog(args, label), status_errors(label):
         try:
@@ -714,18 +847,98 @@ def cmd_benchmark_module(args) -> int:
             return _crashed(exc)
     if (not isinstance(answer, tuple) or len(answer) != 3
             or not isinstance(answer[0], str) or not isinstance(answer[2], str)
-            or not isinstance(answer[1], list) or not answer[1]
-            or not all(isinstance(t, float) for t in answer[1])):
+            or not isinstance(answer[1], list)):
         raise ModuleError("the child process running the benchmark sent an "
                           "answer of another shape", name=label, field="child",
                           value=type(answer).__name__)
     name, times, where = answer
+    if where == "list":
+        print(f"BM_{printable(name, 200)}/process_time/real_time")
+        return 0
+    if where == "filtered":
+        print(f"Failed to match any benchmarks against regex: "
+              f"{printable(args.benchmark_filter, 200)}", file=sys.stderr)
+        return 1
+    if where == "gbench":
+        return _gbench_report(args, name, times, label)
+    if not times or not all(isinstance(t, float) for t in times):
+        raise ModuleError("the child process running the benchmark sent an "
+                          "answer of another shape", name=label, field="child",
+                          value=type(answer).__name__)
     times.sort()
     n = len(times)
     mean = sum(times) / n
     print(f"BM_{printable(name, 200)} ({where}): {n} calls")
     print(f"  per call: min {times[0] * 1e6:.2f} us, median "
           f"{times[n // 2] * 1e6:.2f} us, mean {mean * 1e6:.2f} us")
+    return 0
+
+
+def _statistics(args, program) -> None:
+    """``--print_statistics``: what this runtime can say of a program's
+    memory after its calls (on stderr, as IREE's tools print their
+    allocator's statistics): the device, the bytes of buffers live and the
+    limit. IREE's peak/allocated/freed figures are not kept here."""
+    if not getattr(args, "print_statistics", False):
+        return
+    memory = getattr(program.hal, "memory", None)
+    live = getattr(memory, "live", 0)
+    limit = getattr(memory, "limit", 0)
+    device = getattr(args, "device", None) or "local-task"
+    print(f"Device: {device}\n[[ hal-cpu buffer memory ]]\n"
+          f"  live: {live}B / limit: {limit}B ({program.arch}, "
+          f"{len(program.modules)} module(s))", file=sys.stderr, flush=True)
+
+
+def _package_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("portable-kernel-runtime")
+    except Exception:  # noqa: BLE001 - not installed as a distribution
+        return "unknown"
+
+
+def _gbench_report(args, name: str, measured: list, label: str) -> int:
+    """Print (and with ``--benchmark_out`` write) Google Benchmark's report
+    of the repetitions a child measured (checked plain data)."""
+    if not measured or not all(
+            isinstance(m, tuple) and len(m) == 3 and isinstance(m[0], int)
+            and isinstance(m[1], float) and isinstance(m[2], float)
+            for m in measured):
+        raise ModuleError("the child process running the benchmark sent an "
+                          "answer of another shape", name=label, field="child",
+                          value="repetitions")
+    unit = args.benchmark_time_unit
+    reps = [gbench.Repetition(*m) for m in measured]
+    only = bool(args.benchmark_report_aggregates_only)
+    rows = gbench.runs(printable(name, 200), reps, unit, only)
+    shown = gbench.runs(printable(name, 200), reps, unit,
+                        only or bool(args.benchmark_display_aggregates_only))
+    ctx = gbench.context(sys.argv[0], _package_version())
+    fmt = args.benchmark_format or "console"
+    if fmt == "json":
+        sys.stdout.write(gbench.json_report(shown, ctx, unit))
+    elif fmt == "csv":
+        gbench.csv(shown, ctx, unit)
+    else:
+        gbench.console(shown, ctx, unit)
+    sys.stdout.flush()
+    if args.benchmark_out:
+        import io
+        buf = io.StringIO()
+        if args.benchmark_out_format == "json":
+            buf.write(gbench.json_report(rows, ctx, unit))
+        elif args.benchmark_out_format == "csv":
+            gbench.csv(rows, ctx, unit, out=buf, err=io.StringIO())
+        else:
+            gbench.console(rows, ctx, unit, out=buf, err=io.StringIO())
+        try:
+            with open(args.benchmark_out, "w") as f:
+                f.write(buf.getvalue())
+        except OSError as exc:
+            raise ModuleError(f"cannot write it: {exc.strerror or exc}",
+                              name=args.benchmark_out, field="--benchmark_out",
+                              value=args.benchmark_out) from None
     return 0
 
 

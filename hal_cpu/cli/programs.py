@@ -47,7 +47,8 @@ from .options import (
 )
 from .options import arch as arch_type
 
-__all__ = ["ModuleError", "PIPED", "STDIN", "StatusFailure", "add_program_flags",
+__all__ = ["ModuleError", "PIPED", "REFUSED_FLAGS", "STDIN", "StatusFailure",
+           "add_program_flags", "add_refused_flags",
            "arrays_from_plain", "by_path", "cache_dir_of", "compile_for", "is_stdin",
            "load_hosts", "module_source", "native_child", "plain_arrays", "read_stdin",
            "split_modules", "status_errors", "vm_arch", "vm_files", "vm_inputs",
@@ -107,8 +108,6 @@ def add_program_flags(p: argparse.ArgumentParser, all_arches: bool,
                        "dispatch) or local-sync (one), as IREE's tools")
         from ..workbench import commands as workbench
         workbench.add_flags(p)
-        from ..workbench import commands as workbench
-        workbench.add_flags(p)
     else:
         p.add_argument("--module", action="append", default=[], metavar="SPEC",
                        help="a host module the program imports: path.py[@create_fn]"
@@ -128,6 +127,109 @@ def add_program_flags(p: argparse.ArgumentParser, all_arches: bool,
                        help="architecture to compile for and run: "
                        + ", ".join(arches.RUNTIME_ARCHES) + " or an alias "
                        "(amd64, arm64, rv32...); default: this machine's")
+
+
+# ---------------------------------------------------------------------------
+# IREE's tools' flags this runtime refuses
+
+_GPU = "no GPU driver: this runtime runs IREE's local CPU device only"
+_CAPTURE = "no HAL capture, profiling or replay in this runtime"
+_TOPOLOGY = ("the task system's topology is not modelled; --workers sets the "
+             "host threads a dispatch runs on")
+_COMPARE = ("results are not compared with expected values here; "
+            "run-module --compare compares them with IREE's runtime")
+
+#: The flags ``iree-run-module`` and ``iree-benchmark-module`` (IREE 3.13,
+#: as their ``--help`` lists them, with Google Benchmark's) take that the
+#: program commands do not, and why: each is refused with one line
+#: (:func:`add_refused_flags`) rather than an argparse usage dump.
+REFUSED_FLAGS: dict[str, str] = {
+    **{f"--cuda_{k}": _GPU for k in (
+        "allow_inline_execution", "async_allocations", "default_index",
+        "default_index_from_mpi", "tracing", "use_streams")},
+    **{f"--hip_{k}": _GPU for k in (
+        "allow_inline_execution", "async_allocations", "async_caching",
+        "default_index", "dylib_path", "tracing", "use_streams")},
+    **{f"--vulkan_{k}": _GPU for k in (
+        "buffer_device_addresses", "cached_bda_replay_instances",
+        "cached_bda_replay_publication_bytes", "debug_utils", "debug_verbosity",
+        "dedicated_compute_queue", "dispatch_abi", "libvulkan_search_path",
+        "retained_cached_bda_replay_instances", "robust_buffer_access",
+        "sparse_binding", "sparse_residency", "tracing", "validation_layers")},
+    **{f"--device_{k}": _CAPTURE for k in (
+        "capture_file", "capture_label", "capture_tool", "profiling_counter",
+        "profiling_filter_command_buffer", "profiling_filter_command_index",
+        "profiling_filter_function", "profiling_filter_physical_device",
+        "profiling_filter_queue", "profiling_flush_interval_ms",
+        "profiling_mode", "profiling_output", "replay_file_policy",
+        "replay_file_validation", "replay_output")},
+    "--agents_md": _CAPTURE,
+    **{f"--task_{k}": _TOPOLOGY for k in (
+        "topology_cpu_ids", "topology_distribution", "topology_favor",
+        "topology_max_group_count", "topology_mode", "topology_nodes",
+        "topology_performance_level", "topology_snapshot",
+        "worker_local_memory", "worker_spin_us", "worker_stack_size")},
+    "--dump_task_topologies": _TOPOLOGY,
+    "--device_allocator": "buffers come from this runtime's own allocator",
+    "--device_lead_allocator": "buffers come from this runtime's own allocator",
+    "--dump_devices": "the devices are local-sync and local-task (--device)",
+    "--list_devices": "the devices are local-sync and local-task (--device)",
+    "--list_drivers": "the driver is local (local-sync, local-task)",
+    "--print_device_statistics": "no device statistics; --print_statistics "
+                                 "prints the buffer memory",
+    **{f"--{k}": _COMPARE for k in (
+        "equality_mode", "expected_bf16_threshold", "expected_f16_threshold",
+        "expected_f32_threshold", "expected_f64_threshold", "expected_output",
+        "expected_rtol")},
+    "--flagfile": "pass the flags on the command line",
+    "--instrument_file": "no dispatch instrumentation in this runtime",
+    "--module_mode": "modules are read (mapped) as they are",
+    "--parameters": "parameter archives (.irpa, .gguf, .safetensors) are not "
+                    "read by this runtime",
+    "--parameter_mode": "parameter archives are not read by this runtime",
+    "--trace_execution": "no VM execution trace; hal-cpu plan --trace "
+                         "lists the dispatches",
+    # iree-benchmark-module's own
+    "--batch_size": "one call per iteration",
+    "--batch_concurrency": "one call per iteration",
+    "--dispatch_statistics": "no per-dispatch statistics",
+    "--enable_output_processing": "benchmark calls keep no outputs; "
+                                  "run-module prints and writes them",
+    # Google Benchmark's
+    **{f"--benchmark_{k}": "not offered by hal-cpu's benchmark loop" for k in (
+        "min_warmup_time", "dry_run", "enable_random_interleaving", "color",
+        "counters_tabular", "context")},
+    "--v": "no benchmark library logging",
+}
+
+
+def add_refused_flags(p: argparse.ArgumentParser, command: str) -> None:
+    """Register every flag of :data:`REFUSED_FLAGS` that ``p`` lacks, so
+    that giving one ends ``hal-cpu <command>`` with one line
+    (``hal-cpu run-module: flag --X is not supported (why)``, exit status
+    2), hidden from ``--help``."""
+    known = set(getattr(p, "long_options", ()))
+    for flag, why in REFUSED_FLAGS.items():
+        if flag in known:
+            continue
+        p.add_argument(flag, nargs="?", action=_Refuse, help=argparse.SUPPRESS,
+                       why=why, command=command)
+
+
+class _Refuse(argparse.Action):
+    """The action of a refused IREE flag: one line on stderr, exit 2."""
+
+    def __init__(self, option_strings, dest, why: str = "", command: str = "",
+                 **kw):
+        kw.pop("nargs", None)
+        super().__init__(option_strings, argparse.SUPPRESS, nargs="?",
+                         default=argparse.SUPPRESS, **kw)
+        self.why, self.command = why, command
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"hal-cpu {self.command}: flag {self.option_strings[0]} is not "
+              f"supported ({self.why})", file=sys.stderr)
+        raise SystemExit(2)
 
 
 # ---------------------------------------------------------------------------
@@ -212,9 +314,6 @@ def _is_host_spec(spec: str) -> bool:
 def split_modules(args) -> tuple[list[str], list[str]]:
     """``(program files in link order, host module specs)`` from the
     positional program, ``--module`` and ``--host_module``."""
-    from ..workbench import commands as workbench
-    if workbench.wanted(args):
-        workbench.prepare(args)     # emulated on qemu, in this process
     from ..workbench import commands as workbench
     if workbench.wanted(args):
         workbench.prepare(args)     # emulated on qemu, in this process
@@ -582,12 +681,6 @@ def native_child(args, label: str, arch: str | None, fn: Callable, *,
     native = arch is not None and runs_natively(
         getattr(args, "backend", "auto"), elfloader.arch.by_name(arch),
         emulation_options(args))
-    from ..workbench import commands as workbench
-    if workbench.wanted(args):
-        # --sanitize / --count_instructions: emulated, here, watched
-        if prepare is not None:
-            prepare()
-        return workbench.run_watched(args, lambda: fn(lambda _text: None))
     from ..workbench import commands as workbench
     if workbench.wanted(args):
         # --sanitize / --count_instructions: emulated, here, watched
