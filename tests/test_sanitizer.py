@@ -5,6 +5,7 @@ architectures; the correct kernel reports nothing."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -209,3 +210,42 @@ def test_cli_refuses_unicorn(planted, tmp_path):
     assert got.returncode == 1
     assert "not supported on the unicorn engine" in got.stderr
     assert "Traceback" not in got.stderr
+
+
+INNER_TESTS = '''
+import numpy as np
+import pytest
+
+@pytest.mark.parametrize("case", [0, 2])
+def test_planted(hal_executable, case):
+    exe = hal_executable({library!r})
+    out = np.zeros(18, np.float32)
+    exe.dispatch("planted", (5, 1, 1), [np.ones(18, np.float32), out,
+                                        np.zeros(18, np.float32)], [case])
+'''
+
+
+@requires("qemu-user")
+def test_pytest_plugin_sanitize_and_counts(planted, tmp_path):
+    """--hal-sanitize fails the test whose dispatch has a bug, with the
+    report as its message; --hal-count-instructions writes the counts."""
+    tests = tmp_path / "test_inner.py"
+    tests.write_text(INNER_TESTS.format(library=str(planted)))
+    counts = tmp_path / "counts.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+         "--rootdir", str(tmp_path), str(tests), "--hal-arch=riscv64",
+         "--hal-sanitize", f"--hal-count-instructions={counts}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "1 failed, 1 passed" in out, out
+    assert re.search(r"FindingsError: .*sanitizer: 4 finding\(s\) in planted grid "
+                     r"\(5, 1, 1\)\n\s+order: binding 1 bytes \[12, 16\) "
+                     r"\(read\) by workgroup \(1, 0, 0\) after workgroup "
+                     r"\(0, 0, 0\)", out), out
+    data = json.loads(counts.read_text())
+    assert len(data) == 2
+    for reports in data.values():
+        assert len(reports) == 1 and reports[0]["arch"] == "riscv64"
+        assert len(reports[0]["workgroups"]) == 5

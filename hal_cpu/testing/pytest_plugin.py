@@ -29,6 +29,14 @@ when pytest starts: a bad one is one usage error before collection):
   flush against the guard page after them (the default, where even a
   one-element read past the end faults; see :mod:`hal_cpu.testing.guarded`).
   ``--hal-strict-bounds`` names the default.
+* ``--hal-sanitize``: ``hal_executable``'s dispatches run on the qemu
+  engine, one worker, under the workbench's kernel sanitizer
+  (:mod:`hal_cpu.workbench`): a race between workgroups, an order
+  dependence, never-written output bytes, an uninitialized read or an
+  access outside a binding fails the test with the report.
+  ``--hal-count-instructions=FILE.json`` counts each dispatch's
+  instructions per workgroup on the qemu engine and writes them, by test,
+  to ``FILE.json``.
 * ``--hal-cpu=PROFILES``: run the tests of a profile's architecture once
   per CPU profile and vector length, e.g. ``--hal-cpu='rv64gcv:vlen=128,
   256,512'``, ``sve:vl=128,512``, ``x86-64-v3`` (repeatable, or several
@@ -101,6 +109,15 @@ def pytest_addoption(parser):
     group.addoption("--hal-strict-bounds", action="store_true",
                     help="arrays flush against their guard page (the "
                          "default; kept for older command lines)")
+    group.addoption("--hal-sanitize", action="store_true",
+                    help="run hal_executable's dispatches under the kernel "
+                    "sanitizer (qemu engine, one worker): races, order "
+                    "dependences, never-written output bytes, uninitialized "
+                    "reads and accesses outside bindings fail the test")
+    group.addoption("--hal-count-instructions", default=None,
+                    metavar="FILE.json", help="count the instructions of "
+                    "hal_executable's dispatches per workgroup (qemu engine) "
+                    "and write them, by test, to FILE.json")
     group.addoption("--hal-cpu", action="append", default=[],
                     metavar="PROFILES",
                     help="run the tests of a profile's architecture once per "
@@ -473,6 +490,9 @@ def hal_executable(request, hal_target, hal_backend, hal_engine, hal_timeout):
     end of the test."""
     from ..library import Executable
     opened: list = []
+    watched = _workbench_session(request)
+    if watched is not None:
+        hal_backend, hal_engine = "emulated", "qemu"
 
     def emulated_options() -> dict:
         return dict(hal_target.options(), engine=hal_engine)
@@ -499,10 +519,66 @@ def hal_executable(request, hal_target, hal_backend, hal_engine, hal_timeout):
 
         _guard_dispatch(exe, hal_timeout, isolated, emulated,
                         sandbox=settings(request.config).sandbox)
+        if watched is not None and watched.sanitize:
+            _one_worker(exe)
         return exe
 
     yield load
     for exe in opened:
         exe.close()
+    if watched is not None:
+        watched.__exit__(None, None, None)
+        _keep_counts(request, watched)
+
+
+def _workbench_session(request):
+    """The workbench session ``--hal-sanitize`` / ``--hal-count-
+    instructions`` ask for (entered), or None."""
+    config = request.config
+    sanitize = config.getoption("--hal-sanitize", False)
+    counts = config.getoption("--hal-count-instructions", None)
+    if not sanitize and not counts:
+        return None
+    from ..workbench import FindingsError, Session
+
+    def check(report) -> None:
+        if report.findings or report.unseen or report.lost:
+            exc = FindingsError(report.text(), name=report.export,
+                                    field="--hal-sanitize",
+                                    value=len(report.findings))
+            exc.hal_report = True  # type: ignore[attr-defined]
+            raise exc
+    session = Session(sanitize=bool(sanitize), count=bool(counts),
+                      on_report=check if sanitize else None)
+    return session.__enter__()
+
+
+def _one_worker(exe) -> None:
+    """Make ``exe.dispatch`` run one worker (the sanitizer's)."""
+    dispatch = exe.dispatch
+
+    def one(*args, **kwargs):
+        kwargs["workers"] = 1
+        return dispatch(*args, **kwargs)
+    exe.dispatch = one
+
+
+def _keep_counts(request, session) -> None:
+    """Add the test's counts to ``--hal-count-instructions``'s file."""
+    path = request.config.getoption("--hal-count-instructions", None)
+    if not path:
+        return
+    import json
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        data = {}
+    data[request.node.nodeid] = [r.counts_json() for r in session.reports
+                                 if r.counts is not None]
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+
 
 

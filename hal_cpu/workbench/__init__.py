@@ -15,8 +15,15 @@ then load the plugin) and while it dispatches; see
 :class:`~hal_cpu.workbench.session.Session`.
 """
 
-from .report import KINDS, DispatchReport, Finding, WorkbenchError, write_counts
+from .report import (
+    KINDS,
+    DispatchReport,
+    Finding,
+    FindingsError,
+    WorkbenchError,
+    write_counts,
+)
 from .session import Session
 
-__all__ = ["KINDS", "DispatchReport", "Finding", "Session", "WorkbenchError",
-           "write_counts"]
+__all__ = ["KINDS", "DispatchReport", "Finding", "FindingsError", "Session",
+           "WorkbenchError", "write_counts"]

@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import Any, Callable, Iterable
 
-from .report import WorkbenchError, write_counts
+from .report import FindingsError, WorkbenchError, write_counts
 from .session import Session
 
 #: Exit status when the sanitizer found something.
@@ -119,17 +119,12 @@ def finish(args: Any, wb: Session, out=None) -> int:
     return 0
 
 
-class FoundError(WorkbenchError):
-    """The sanitizer found something in a program's dispatches (or could
-    not see all their accesses); the reports were printed."""
-
-
 def run_watched(args: Any, fn: Callable[[], Any]) -> Any:
     """``fn()`` (a program command's call) under the session the command
     line asks for; prints the reports and returns what ``fn`` returned.
 
     Raises:
-        FoundError: the sanitizer found something, or SVE contiguous
+        FindingsError: the sanitizer found something, or SVE contiguous
             accesses went unseen.
     """
     with session(args) as wb:
@@ -137,7 +132,7 @@ def run_watched(args: Any, fn: Callable[[], Any]) -> Any:
     status = finish(args, wb)
     if status:
         found = sum(len(r.findings) for r in wb.reports)
-        raise FoundError(
+        raise FindingsError(
             f"the sanitizer found {found} problem(s) in the program's "
             "dispatches" if status == FOUND else "the sanitizer could not see "
             "every access (SVE contiguous loads/stores)",

@@ -15,6 +15,11 @@ class WorkbenchError(HalCpuError):
     shadow, a grid too large for per-workgroup counts, or a bad option."""
 
 
+class FindingsError(WorkbenchError):
+    """The sanitizer found something in a dispatch (or could not see every
+    access of it); the message is the report."""
+
+
 #: Kinds of findings, in plain words, in the order reports list them.
 KINDS = {
     "race": "race: two workgroups write the same bytes",
