@@ -15,27 +15,67 @@ the exact layout.
     True
 """
 
-from .arches import (
-                     ALIASES,
-                     ARCHES,
-                     RUNTIME_ARCHES,
-                     TABLE,
-                     ArchInfo,
-                     arch_name,
-                     arch_target,
-                     host_arch,
-                     lookup,
-                     parse_arch,
-)
-from .build import join, pack, remove, replace
-from .errors import (
-                     FatElfError,
-                     FatElfFormatError,
-                     FatElfInputError,
-                     FatElfSelectError,
-                     PortableKernelError,
-)
-from .format import MAGIC, PAGE_SIZE, VERSION, FatElf, Record, is_fatelf, read, select, split
+import importlib
+from typing import TYPE_CHECKING
+
+# Public name -> the module of this package defining it. Importing the
+# package imports none of them: each is imported on first use of one of its
+# names (PEP 562), so that ``import fatelf.errors`` (every error of the
+# project derives from it) costs only that module.
+_EXPORTS = {
+    "arches": ("ALIASES", "ARCHES", "RUNTIME_ARCHES", "TABLE", "ArchInfo",
+               "arch_name", "arch_target", "host_arch", "lookup", "parse_arch"),
+    "build": ("join", "pack", "remove", "replace"),
+    "errors": ("FatElfError", "FatElfFormatError", "FatElfInputError",
+               "FatElfSelectError", "PortableKernelError"),
+    "format": ("MAGIC", "PAGE_SIZE", "VERSION", "FatElf", "Record", "is_fatelf",
+               "read", "select", "split"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+if TYPE_CHECKING:
+    from .arches import (
+        ALIASES,
+        ARCHES,
+        RUNTIME_ARCHES,
+        TABLE,
+        ArchInfo,
+        arch_name,
+        arch_target,
+        host_arch,
+        lookup,
+        parse_arch,
+    )
+    from .build import join, pack, remove, replace
+    from .errors import (
+        FatElfError,
+        FatElfFormatError,
+        FatElfInputError,
+        FatElfSelectError,
+        PortableKernelError,
+    )
+    from .format import MAGIC, PAGE_SIZE, VERSION, FatElf, Record, is_fatelf, read, select, split
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("__"):
+        # a submodule (``fatelf.arches``, ``fatelf.format``...) as an attribute
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __all__ = [
     "ALIASES", "ARCHES", "MAGIC", "PAGE_SIZE", "RUNTIME_ARCHES", "TABLE", "VERSION",

@@ -42,6 +42,33 @@ COMMANDS = {
 }
 
 
+#: One line per subcommand for ``hal-cpu --help`` and usage errors that name
+#: no subcommand, listed without importing the modules (each module's own
+#: parser has the same text as its ``help=``; tests/test_startup.py checks).
+SUMMARIES = {
+    "inspect": "show an executable library or plugin without running its "
+               "code on this CPU",
+    "run": "dispatch one export over a workgroup grid",
+    "run-module": "run a compiled IREE module (.vmfb) or an MLIR program "
+                  "(compiled first) through this runtime on any architecture "
+                  "and print the results as iree-run-module does",
+    "plan": "compile an MLIR program and print the dispatches and transfers "
+            "one call performs, with a hal-cpu run command line per dispatch",
+    "check-module": "run every public function of a test program with IREE's "
+                    "check ops, as iree-check-module does, on any architecture",
+    "benchmark-module": "time calls of a function of a compiled module (.vmfb) "
+                        "or MLIR program loaded once, as iree-benchmark-module "
+                        "does, on any architecture",
+    "demo": "run the bundled sample executables for every architecture and "
+            "check them against numpy",
+    "profiles": "list the CPU profiles --cpu accepts, with the engines that "
+                "run them",
+    "build-plugin": "compile a C executable plugin for several architectures "
+                    "with zig (pip install ziglang) and pack a FatELF .sos",
+    "debug": "run one dispatch under gdb (qemu-user's gdb stub)",
+}
+
+
 def option_key(option: str) -> str:
     """``--cache_dir`` and ``--cache-dir`` alike: the spelling-free key of a
     long option (``_`` and ``-`` between words are the same)."""
@@ -79,6 +106,9 @@ class ArgumentParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any):
         #: The long options, as registered (``--help`` among them).
         self.long_options: list[str] = []
+        #: A top-level parser's subcommands: name -> parser (None when not
+        #: built), filled by :func:`build_parser`.
+        self.subcommands: dict[str, Any] = {}
         super().__init__(*args, **kwargs)
 
     def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
@@ -156,35 +186,66 @@ def _command(name: str) -> tuple[Callable[[Any], None], Callable[[Any], int]]:
 
 def _command_of(argv) -> str | None:
     """The subcommand when it is the first argument (the parser then needs
-    only that one's options), else None (all are built). A name that is no
-    command leaves every subcommand unbuilt: the error lists the names."""
+    only that one's options), else None. A name that is no command is None
+    too: the error lists the names."""
     args = sys.argv[1:] if argv is None else list(argv)
-    return args[0] if args and not args[0].startswith("-") else None
+    if args and not args[0].startswith("-") and args[0] in COMMANDS:
+        return args[0]
+    return None
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The ``hal-cpu`` parser; with ``command``, only that subcommand's
-    options are built, the others are registered by name alone, to be found
-    on the command line (help listing every command needs ``None``).
-    Building every subcommand's options is a good part of a short command's
-    start."""
+def build_parser(command: str | None = None, *,
+                 listing: bool = False) -> ArgumentParser:
+    """The ``hal-cpu`` parser.
+
+    Args:
+        command: build only that subcommand's options (importing only its
+            module); the others are registered by name alone, to be found
+            on the command line. None: every subcommand is built (each
+            module imported).
+        listing: with ``command`` None, register every subcommand by name
+            with its one-line summary (:data:`SUMMARIES`) and build none:
+            what ``hal-cpu --help``, ``hal-cpu`` alone and an unknown
+            subcommand need, without importing any module of subcommands.
+
+    Building every subcommand's options is most of a short command's start.
+    """
     parser = ArgumentParser(
         prog="hal-cpu", description="Inspect and run IREE CPU executables "
         "(embedded ELF / FatELF), natively or emulated.",
         epilog="Exit status: 0 success, 1 error (one line on stderr), "
         "2 usage error, 130 interrupted. Long options may be spelled with "
-        "_ or - between words (--cache_dir, --cache-dir).")
+        "_ or - between words (--cache_dir, --cache-dir). "
+        "hal-cpu COMMAND --help shows a command's options.")
     parser.add_argument("--version", action=_VersionAction)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # name -> parser: an unbuilt one is None, its name found on the command
     # line and listed in errors
     parsers: dict[str, Any] = sub.choices
+    #: subcommand name -> its parser (None: not built), for usage errors
+    parser.subcommands = parsers
     for name in COMMANDS:
-        if command is None or name == command:
+        if command is None and listing:
+            sub.add_parser(name, help=SUMMARIES.get(name), add_help=False)
+        elif command is None or name == command:
             _command(name)[0](sub)
         else:
             parsers[name] = None
     return parser
+
+
+def _parse(argv) -> argparse.Namespace:
+    """The command line parsed; a usage error exits with status 2 showing the
+    usage of the subcommand given (its own parser's), or the top-level usage
+    when none is."""
+    args_list = sys.argv[1:] if argv is None else list(argv)
+    command = _command_of(args_list)
+    parser = build_parser(command, listing=command is None)
+    args, extras = parser.parse_known_args(args_list)
+    if extras:
+        owner = parser.subcommands.get(str(getattr(args, "command", ""))) or parser
+        owner.error("unrecognized arguments: " + " ".join(extras))
+    return args
 
 
 def error_line(exc) -> str:
@@ -196,7 +257,7 @@ def error_line(exc) -> str:
 
 
 def main(argv=None) -> int:
-    args = build_parser(_command_of(argv)).parse_args(argv)
+    args = _parse(argv)
     try:
         return _command(args.command)[1](args)
     except PortableKernelError as exc:
