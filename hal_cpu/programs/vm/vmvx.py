@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -139,6 +139,18 @@ def _view(buf, dtype, offset: int, strides: tuple, sizes: tuple, op: str,
 
 def _view2d(buf, dtype, offset, stride0, stride1, size0, size1, op, operand,
             write=False):
+    """:func:`_view` of a 2-D operand; the common case (a non-empty view
+    inside its buffer) is checked here without building the error's
+    context."""
+    if (type(buf) is VmBuffer and 0 <= offset < _LIMIT32 and 0 < size0 < _LIMIT32
+            and 0 < size1 < _LIMIT32 and 0 <= stride0 < _LIMIT32
+            and 0 <= stride1 < _LIMIT32 and not (write and buf.readonly)):
+        es = dtype.itemsize
+        start = offset * es
+        if start + ((size0 - 1) * stride0 + (size1 - 1) * stride1 + 1) * es \
+                <= len(buf.data):
+            return np.ndarray((size0, size1), dtype, buf.data, start,
+                              (stride0 * es, stride1 * es))
     return _view(buf, dtype, offset, (stride0, stride1), (size0, size1), op,
                  operand, write)
 
@@ -171,7 +183,7 @@ def _shift(r):
     return r & np.uint32(31)
 
 
-_F, _U, _S = np.float32, np.uint32, np.int32
+_F, _U, _S = np.dtype(np.float32), np.dtype(np.uint32), np.dtype(np.int32)
 #: binary op name -> (element dtype, function of (lhs, rhs) -> result)
 _BINARY: dict[str, tuple] = {
     "add.2d.f32": (_F, np.add), "sub.2d.f32": (_F, np.subtract),
@@ -195,8 +207,8 @@ _UNARY: dict[str, tuple] = {
     "ctlz.2d.i32": (_U, _clz32),
 }
 #: copy op name -> element dtype
-_COPY = {"copy.2d.x8": np.uint8, "copy.2d.x16": np.uint16,
-         "copy.2d.x32": np.uint32, "copy.2d.x64": np.uint64}
+_COPY = {"copy.2d.x8": np.dtype(np.uint8), "copy.2d.x16": np.dtype(np.uint16),
+         "copy.2d.x32": _U, "copy.2d.x64": np.dtype(np.uint64)}
 
 
 def _binary(name: str, dtype, fn) -> Callable:
@@ -204,8 +216,7 @@ def _binary(name: str, dtype, fn) -> Callable:
         a = _view2d(lhs, dtype, lo, ls0, ls1, n0, n1, name, "lhs")
         b = _view2d(rhs, dtype, ro, rs0, rs1, n0, n1, name, "rhs")
         o = _view2d(out, dtype, oo, os0, os1, n0, n1, name, "out", True)
-        with np.errstate(all="ignore"):
-            o[...] = fn(a, b)
+        o[...] = fn(a, b)
     op.__name__ = "vmvx." + name
     return op
 
@@ -214,8 +225,7 @@ def _unary(name: str, dtype, fn) -> Callable:
     def op(inp, io, is0, is1, out, oo, os0, os1, n0, n1):
         a = _view2d(inp, dtype, io, is0, is1, n0, n1, name, "in")
         o = _view2d(out, dtype, oo, os0, os1, n0, n1, name, "out", True)
-        with np.errstate(all="ignore"):
-            o[...] = fn(a)
+        o[...] = fn(a)
     op.__name__ = "vmvx." + name
     return op
 
@@ -230,7 +240,7 @@ def _copy(name: str, dtype) -> Callable:
 
 
 def _fill_x32(value, out, offset, row_stride, n0, n1):
-    o = _view2d(out, np.int32, offset, row_stride, 1, n0, n1, "fill.2d.x32",
+    o = _view2d(out, _S, offset, row_stride, 1, n0, n1, "fill.2d.x32",
                 "out", True)
     o[...] = np.int32(value)
 
@@ -239,10 +249,10 @@ def _fill_x32(value, out, offset, row_stride, n0, n1):
 # mmt4d, pack, unpack (IREE's ukernels; flags of builtins/ukernel/
 # exported_bits.h)
 
-MMT4D_TYPES = {0x01: (np.float32, np.float32), 0x02: (np.int8, np.int32)}
+MMT4D_TYPES: dict[int, Any] = {0x01: (_F, _F), 0x02: (np.dtype(np.int8), _S)}
 MMT4D_ACCUMULATE = 0x100
-PACK_TYPES = {0x01: np.uint32, 0x02: np.uint8, 0x03: np.uint32}
-UNPACK_TYPES = {0x01: np.uint32, 0x03: np.uint32}
+PACK_TYPES: dict[int, Any] = {0x01: _U, 0x02: np.dtype(np.uint8), 0x03: _U}
+UNPACK_TYPES: dict[int, Any] = {0x01: _U, 0x03: _U}
 TRANSPOSE_INNER, TRANSPOSE_OUTER = 0x100, 0x200
 
 
@@ -304,7 +314,7 @@ def _pack(inp, io, is0, is1, out, oo, os0, os1, in0, in1, out0, out1, out2,
         raise VmvxError(INVALID_ARGUMENT, f"vmvx.pack: {outer0}x{outer1} tiles "
                         f"of {t0}x{t1} do not cover the {in0}x{in1} input",
                         field="vmvx.pack out_size", value=(out0, out1, out2, out3))
-    pad = np.array(padding & ((1 << (8 * np.dtype(dtype).itemsize)) - 1), dtype)
+    pad = np.array(padding & ((1 << (8 * dtype.itemsize)) - 1), dtype)
     full = np.full((outer0 * t0, outer1 * t1), pad, dtype)
     full[:in0, :in1] = a
     tiles = full.reshape(outer0, t0, outer1, t1).transpose(0, 2, 1, 3)
@@ -599,11 +609,13 @@ class PreparedVmvx:
         local = VmBuffer(bytearray(self.export.local_memory),
                          name="local memory")
         fn, consts, extra = self.fn, self.constants, self.extra
-        for z in range(gz):
-            for y in range(gy):
-                for x in range(gx):
-                    fn(local, consts, bindings, x, y, z, 1, 1, 1, gx, gy, gz,
-                       *extra)
+        # (float ops give IEEE results, as C does, without numpy's warnings)
+        with np.errstate(all="ignore"):
+            for z in range(gz):
+                for y in range(gy):
+                    for x in range(gx):
+                        fn(local, consts, bindings, x, y, z, 1, 1, 1, gx, gy,
+                           gz, *extra)
 
     def run_addresses(self, pointers, sizes, *, writable=None,
                       timeout: float | None = None) -> None:
