@@ -119,20 +119,37 @@ def needs_qemu(command: str) -> bool:
     return False
 
 
-def _param_needs_qemu(value) -> bool:
-    return isinstance(value, str) and (value == "qemu" or needs_qemu(value))
+_DEBUG = re.compile(r"\bhal-cpu debug\b")
+
+
+def system_packages(command: str) -> tuple[str, ...]:
+    """The system packages (keys of SYSTEM_PACKAGES) a command line needs:
+    qemu-user when :func:`needs_qemu`; both qemu-user and gdb-multiarch for
+    ``hal-cpu debug`` (a dispatch under qemu-user's gdb stub), unless it is
+    given ``--engine=unicorn`` (then it is an error to show)."""
+    debug = bool(_DEBUG.search(command)) and "unicorn" not in _ENGINE_FLAG.findall(command)
+    qemu = needs_qemu(command) or debug
+    return (("qemu-user",) if qemu else ()) + (("gdb-multiarch",) if debug else ())
+
+
+def _param_packages(value) -> tuple[str, ...]:
+    if not isinstance(value, str):
+        return ()
+    return ("qemu-user",) if value == "qemu" else system_packages(value)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """The rule that marks tests needing qemu-user: a test parametrized with
-    the engine ``"qemu"`` (any parameter, fixtures' ``params`` included) or
-    with a command line :func:`needs_qemu` gets ``requires("qemu-user")``."""
+    """The rule that marks tests needing system packages: a test
+    parametrized with the engine ``"qemu"`` (any parameter, fixtures'
+    ``params`` included) or with a command line that needs a package
+    (:func:`system_packages`) gets ``requires(...)`` naming them."""
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is None:
             continue
-        if any(_param_needs_qemu(v) for v in callspec.params.values()):
-            item.add_marker(requires("qemu-user"))
+        needed = {p for v in callspec.params.values() for p in _param_packages(v)}
+        if needed:
+            item.add_marker(requires(*sorted(needed, reverse=True)))
 
 
 @pytest.fixture

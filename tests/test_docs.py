@@ -25,8 +25,10 @@ Convention (also what a page author needs to know):
 * An example that needs the qemu engine (``--engine=qemu`` or
   ``--hal-engine=qemu``, ``--vlen``, a ``--cpu``/``--hal-cpu`` profile
   unicorn cannot run, ``engine="qemu"`` in Python: ``conftest.needs_qemu``)
-  runs in a test of its own marked ``requires("qemu-user")``: skipped, with
-  the reason, on a machine without qemu-user (failed under ``CI=true``).
+  or gdb-multiarch (``hal-cpu debug``: ``conftest.system_packages``) runs
+  in a test of its own marked ``requires(...)`` with those packages:
+  skipped, with the reason, on a machine without them (failed under
+  ``CI=true``).
 * ``hal-cpu``, ``fatelf`` and ``python`` are this checkout's (the running
   interpreter with the repository first on ``PYTHONPATH``), and ``/tmp/`` in
   an example is replaced by a fresh temporary directory, so runs never
@@ -46,7 +48,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_qemu, requires
+from conftest import needs_qemu, requires, system_packages
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -194,15 +196,18 @@ def _environment(tmp_path: Path) -> dict[str, str]:
 
 
 def _shell_params() -> list:
+    """(page, half) for each page with commands: the portable half, and the
+    half of the commands needing system packages, marked ``requires(...)``."""
     out = []
     for path in doc_files():
         commands = [c for block in sh_blocks(path.read_text()) for c in block
                     if runnable(c)]
-        for qemu in (False, True):
-            if any(needs_qemu(c) == qemu for c in commands):
-                half = "qemu" if qemu else "portable"
-                out.append(pytest.param(path, qemu, id=f"{_rel(path)}-{half}",
-                                        marks=[requires("qemu-user")] if qemu else []))
+        if any(not system_packages(c) for c in commands):
+            out.append(pytest.param(path, False, id=f"{_rel(path)}-portable"))
+        needed = {p for c in commands for p in system_packages(c)}
+        if needed:
+            out.append(pytest.param(path, True, id=f"{_rel(path)}-qemu",
+                                    marks=[requires(*sorted(needed, reverse=True))]))
     return out
 
 
@@ -252,6 +257,10 @@ def test_docs_qemu_examples_are_found():
     assert not needs_qemu("hal-cpu run k.so --cpu=sve --engine=unicorn")
     assert not needs_qemu("hal-cpu run k.so --arch=aarch64 --backend=emulated")
     assert not needs_qemu("hal-cpu run k.so --cpu=x86-64-v2")
+    assert system_packages("hal-cpu debug run k.so --entry_point 0") == (
+        "qemu-user", "gdb-multiarch")
+    assert system_packages("hal-cpu debug run k.so --engine unicorn  # exit status 1") == ()
+    assert system_packages("hal-cpu run k.so --engine=qemu") == ("qemu-user",)
     assert python_needs_qemu('Executable("k.so", engine="qemu")')
     assert any(needs_qemu(c) for path in doc_files()
                for block in sh_blocks(path.read_text()) for c in block)
@@ -270,7 +279,7 @@ def test_docs_shell_examples_run(tmp_path, path, qemu):
         script = ["set -u"]
         for command in block:
             job = runnable(command)
-            if job is None or needs_qemu(command) != qemu:
+            if job is None or bool(system_packages(command)) != qemu:
                 continue
             text, status = job
             text = text.replace("/tmp/", f"{scratch}/")
