@@ -286,7 +286,10 @@ def test_copy_pack_unpack_match_numpy():
 
 def test_bad_executables_are_typed_errors(vmvx_build):
     data = _executable_bytes(vmvx_build("elementwise", "ukernels"))
-    with pytest.raises(ModuleFormatError):
+    with pytest.raises(ModuleFormatError) as fmt:
+        vmvx.load_executable(data[:200], label="cut.fb")
+    assert fmt.value.name == "cut.fb"
+    with pytest.raises(vmvx.VmvxError):     # as hal.executable.create sees it
         vmvx.load_executable(data[:200])
     with pytest.raises(vmvx.VmvxError):
         vmvx.load_executable(data, constants=b"\0\0\0\0")
@@ -308,5 +311,22 @@ def test_hal_module_creates_vmvx_executables(vmvx_build):
         assert type(exe) is Executable and exe.format == vmvx.VMVX_FORMAT
         name = next(e.name for e in exe.library.exports if "matmul_odd" in e.name)
         assert hal.executable_lookup_function(exe, VmBuffer(name.encode())) >= 0
-        with pytest.raises(ModuleFormatError):
+        with pytest.raises(vmvx.VmvxError) as exc:
             hal.executable_create(dev, -1, fmt, VmBuffer(b"PK\x03\x04junk"), None)
+        assert exc.value.code == 3 and exc.value.field.startswith("vmvx executable")
+
+
+def test_run_module_names_the_file_and_the_bad_import(vmvx_build, tmp_path, capsys):
+    """A .vmfb whose vmvx executable imports an op the vmvx module lacks
+    (the name patched in place) fails as one line naming the file, the
+    import and the source line; nothing runs."""
+    data = vmvx_build("elementwise", "ukernels").read_bytes()
+    assert b"vmvx.add.2d.f32" in data
+    bad = tmp_path / "bad.vmfb"
+    bad.write_bytes(data.replace(b"vmvx.add.2d.f32", b"vmvx.add.2d.q32"))
+    rc = main(["run-module", str(bad), "--function=float_ops",
+               "--input=4x8xf32=1", "--input=4x8xf32=2"])
+    out, err = capsys.readouterr()
+    assert rc == 1 and out == "" and len(err.splitlines()) == 1
+    assert str(bad) in err and "@vmvx.add.2d.q32" in err
+    assert "elementwise.mlir:" in err

@@ -1240,8 +1240,7 @@ class HalModule:
             return entry[1]
         if format_str == "vmvx-bytecode-fb":     # VM bytecode: run on this VM
             from .vmvx import load_executable
-            exe = Executable(self, load_executable(data, consts, memory=self.memory,
-                                                   label=f"executable {format_str}"),
+            exe = Executable(self, load_executable(data, consts, memory=self.memory),
                              format_str, data)
             self._executables[key] = (data, exe)
             return exe

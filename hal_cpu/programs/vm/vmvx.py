@@ -642,14 +642,33 @@ class PreparedVmvx:
 
 
 def load_executable(data, constants: bytes = b"", *, memory=None,
-                    label: str = "<vmvx executable>") -> VmvxLibrary:
-    """Load a ``vmvx-bytecode-fb`` executable (see :class:`VmvxLibrary`,
-    which lists the errors: each a
-    :class:`~hal_cpu.programs.vm.refs.VmError` naming ``label``);
-    ``data`` is bytes or a :class:`~hal_cpu.programs.vm.refs.VmBuffer`."""
+                    label: str | None = None) -> VmvxLibrary:
+    """Load a ``vmvx-bytecode-fb`` executable (see :class:`VmvxLibrary`);
+    ``data`` is bytes or a :class:`~hal_cpu.programs.vm.refs.VmBuffer`.
+
+    ``label`` is the file the executable came from, named by the errors
+    (:class:`VmvxLibrary` lists them); None for an executable a program
+    creates: the errors then name no file (the program names its own)
+    and a module that cannot be read is a :class:`VmvxError`
+    (INVALID_ARGUMENT) like the others, a status of ``hal.executable.create``.
+    """
+    from .module_def import ModuleFormatError
     if isinstance(data, VmBuffer):
         data = data.bytes()
-    return VmvxLibrary(data, constants, memory=memory, label=label)
+    if label is not None:
+        return VmvxLibrary(data, constants, memory=memory, label=label)
+    unnamed = "<vmvx executable>"
+    try:
+        return VmvxLibrary(data, constants, memory=memory, label=unnamed)
+    except ModuleFormatError as exc:
+        raise VmvxError(INVALID_ARGUMENT, "the vmvx executable is not a VM "
+                        f"module: {exc.message}",
+                        field=f"vmvx executable {exc.field}",
+                        value=exc.value) from None
+    except VmvxError as exc:
+        if exc.name != unnamed:
+            raise
+        raise exc.with_name(None) from None  # type: ignore[arg-type]
 
 
 def describe(data, label: str) -> str:
