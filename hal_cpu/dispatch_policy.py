@@ -993,7 +993,8 @@ class DispatchBatch:
     """
 
     __slots__ = ("items", "slots", "_lock", "_execs", "slow", "_shares",
-                 "_call", "_view", "_table", "_block", "_backend", "_header")
+                 "_call", "_view", "_table", "_block", "_backend", "_header",
+                 "_local")
 
     def __init__(self, items: Sequence[tuple["PreparedDispatch",
                                              Sequence[tuple[int, int]]]]):
@@ -1069,6 +1070,8 @@ class DispatchBatch:
         self._header = block
         self._call = backend.bound_calls(function, [(block,)])[0]
         self.items = [(prepared, layout) for prepared, layout in made]
+        # (the dispatches with local memory canaries to check after a run)
+        self._local = [(p, lay) for p, lay in made if lay.local_checks]
         self._lock = threading.Lock()
         execs: list = []
         for prepared, _ in made:
@@ -1130,9 +1133,8 @@ class DispatchBatch:
                     ret = self._call()
                 if ret:
                     self._failed(ret)
-                for prepared, layout in self.items:
-                    if layout.local_checks:
-                        layout.check_local(prepared.label, prepared.path)
+                for prepared, layout in self._local:
+                    layout.check_local(prepared.label, prepared.path)
             finally:
                 for exe in execs:
                     exe.running.remove(me)
@@ -1161,6 +1163,7 @@ class DispatchBatch:
         batch block (runs after this return False)."""
         with self._lock:
             items, self.items = self.items, []
+            self._local = []
             for prepared, layout in items:
                 prepared.give_layout(layout)
             if items and not self._backend.closed:

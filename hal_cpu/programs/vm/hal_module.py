@@ -1487,6 +1487,14 @@ class HalModule:
             raise _bad_ref(device, Device, "hal.device.queue.dealloca")
         if type(buffer) is not Buffer:
             raise _bad_ref(buffer, Buffer, "hal.device.queue.dealloca")
+        if (type(wait) is Fence and wait.parts is None and wait.code == 0
+                and type(signal) is Fence and signal.parts is None
+                and signal.code is None and signal.waiters is None):
+            # (the usual case, without _queue's checks: a reached wait, a
+            # fresh signal nothing waits on)
+            self._release(buffer)
+            signal.code = 0
+            return
         self._queue(wait, signal, self._release, buffer)
 
     def device_queue_fill(self, device, affinity: int, wait, signal, target,
@@ -1626,9 +1634,9 @@ class HalModule:
         for slot, reach in cb.need.items():
             if slot >= count or lens[slot] < reach:
                 self._slot_error(what, slot, reach, count, lens)
-        tab = _Table(table, lens, addrs)
         if self.record is not None:
-            self._queue(wait, signal, _record, self.record, cb.steps, tab)
+            self._queue(wait, signal, _record, self.record, cb.steps,
+                        _Table(table, lens, addrs))
             return
         if (wait is None or (type(wait) is Fence and wait.parts is None
                              and wait.code == 0)) and type(signal) is Fence:
@@ -1636,6 +1644,7 @@ class HalModule:
             batch = cb.batch if cb.batch_of == len(cb.commands) else batch_of(cb)
             try:
                 if batch is None or self._timeout or not batch.run(addrs):
+                    tab = _Table(table, lens, addrs)
                     for cmd in cb.commands:
                         cmd(tab)
             except VmStatusError as exc:
@@ -1646,7 +1655,7 @@ class HalModule:
                 raise
             _signal_fence(signal)
             return
-        self._queue(wait, signal, _execute, cb.commands, tab)
+        self._queue(wait, signal, _execute, cb.commands, _Table(table, lens, addrs))
 
     @staticmethod
     def _table_error(what: str, table, i: int) -> None:
@@ -1683,6 +1692,12 @@ class HalModule:
         return Fence()
 
     def fence_join(self, flags: int, fences):
+        for (f,) in fences:
+            if type(f) is not Fence or f.parts is not None or f.code != 0:
+                break
+        else:
+            # (every one a reached timepoint: the usual case)
+            return Fence(None, 0) if fences else None
         parts = []
         any_fence = False
         for (f,) in fences:

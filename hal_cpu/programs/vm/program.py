@@ -344,9 +344,8 @@ def _link_bytecode(mdef, registered: list[_Linked], label: str,
     env = tr.Env.for_module(
         mdef, imports=[_resolve(imp, registered, label) for imp in mdef.imports],
         functions=[None] * len(mdef.functions), memory=memory)
-    for f in mdef.functions:
-        env.functions[f.ordinal] = tr.translate(f, mdef.function_bytecode(f.ordinal),
-                                                env, module_name=mdef.name)
+    # every function translated (or its translation read from the cache)
+    tr.translate_module(mdef, env, module_name=mdef.name)
     return _BytecodeModule(mdef, env, label)
 
 
@@ -460,7 +459,10 @@ class Function:
                             f"({self.declaration or self.cconv}); got {len(inputs)}")
         with program.lock:
             try:
-                args = [c(v) for c, v in zip(convert, inputs)]
+                if len(convert) == 1:
+                    args = (convert[0](inputs[0]),)
+                else:
+                    args = [c(v) for c, v in zip(convert, inputs)]
             except VmError as exc:
                 if exc.name is None:
                     raise exc.with_name(program.label) from None
