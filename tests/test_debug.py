@@ -4,8 +4,12 @@ gdb-multiarch, stopped at its export, then completed and checked."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import shutil
+import socket
+import struct
 import subprocess
 import sys
 
@@ -150,3 +154,65 @@ def test_no_gdb_stub_is_a_typed_error(flags, field, value):
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.startswith("hal-cpu: error: ") and field in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+#: aarch64: call(number, a0, a1, a2, a3) makes that system call (x8 the
+#: number): mov x8, x0; mov x0, x1; mov x1, x2; mov x2, x3; mov x3, x4;
+#: svc #0; ret.
+TRAMPOLINE = struct.pack("<7I", 0xAA0003E8, 0xAA0103E0, 0xAA0203E1,
+                         0xAA0303E2, 0xAA0403E3, 0xD4000001, 0xD65F03C0)
+SOCKET, BIND, CONNECT = 198, 200, 203          # aarch64's numbers
+AF_UNIX, AF_INET, SOCK_STREAM, SOCK_DGRAM = 1, 2, 1, 2
+EACCES = 13
+
+
+@requires("qemu-user")
+def test_a_debugged_agent_serves_its_socket_and_connects_nowhere(tmp_path):
+    import elfloader
+    from elfloader.backend.emulated import EmulatedBackend, sandbox
+    from elfloader.backend.emulated.qemu_engine import GdbStub
+    from hal_cpu.workbench.debug import session_folder
+
+    def listening(path, pid):
+        # No gdb: a connection closed at once lets the agent run.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(path)
+
+    backend = EmulatedBackend(elfloader.arch.by_name("aarch64"),
+                              engine="qemu", timeout=20)
+    folder = session_folder()
+    try:
+        entry = backend.place_code(TRAMPOLINE)
+        buf = backend.alloc(4096)
+        mask = backend.arch.word_mask
+
+        def call(*args: int) -> int:
+            got = backend.call(entry, *[a & mask for a in args])
+            return got - (mask + 1) if got >> 63 else got
+
+        def address(path) -> int:
+            backend.write(buf, struct.pack("<H", AF_UNIX) + os.fsencode(path)
+                          + b"\0")
+            return buf
+
+        stub = GdbStub(str(folder), listening)
+        backend.cpu.debug_next(stub)
+        fd = call(SOCKET, AF_UNIX, SOCK_STREAM, 0)
+        assert fd >= 0 and stub.pid is not None
+        if sandbox.landlock_abi():
+            # Landlock: sockets are made beneath the session folder only.
+            assert call(BIND, fd, address(tmp_path / "out.sock"), 110) \
+                == -EACCES
+            assert not (tmp_path / "out.sock").exists()
+        assert call(BIND, fd, address(folder / "guest.sock"), 110) == 0
+        for refused, args in (("socket", (SOCKET, AF_INET, SOCK_STREAM, 0)),
+                              ("socket", (SOCKET, AF_UNIX, SOCK_DGRAM, 0)),
+                              ("connect", (CONNECT, fd, address(stub.path),
+                                           110))):
+            with pytest.raises(elfloader.EmulationError) as info:
+                call(*args)
+            assert info.value.fault.kind == "syscall"
+            assert info.value.fault.syscall_name == refused
+    finally:
+        backend.close()
+        shutil.rmtree(folder, ignore_errors=True)
