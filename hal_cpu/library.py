@@ -34,7 +34,7 @@ import elfloader
 from elfloader import Backend
 from fatelf.text import printable
 
-from . import abi
+from . import abi, empty_functions
 from .dispatch import DispatchLayout
 from .dispatch_policy import (
     DispatchPolicy,
@@ -202,6 +202,7 @@ class Executable(DispatchPolicy):
         try:
             with self.backend.time_limit(timeout):
                 self._query(plugins if bind_imports else None, bind_imports)
+            empty_functions.check_library(self)  # 32-bit: iree-compile's empty libm
         except BaseException:
             self.closed = False
             self.close()

@@ -109,6 +109,15 @@ class Obj:
         return struct.pack(self.sym_fmt, s["name"], s["info"], s["other"],
                            s["shndx"], s["value"], s["size"])
 
+    def section_name(self, index: int) -> str:
+        """The name of section ``index`` (``""`` when unreadable)."""
+        shstrndx, = struct.unpack_from("<H", self.data, 50 if self.bits == 32 else 62)
+        if shstrndx >= len(self.sections):
+            return ""
+        start = self.sections[shstrndx][4] + self.sections[index][0]
+        end = self.data.find(b"\0", start)
+        return self.data[start:end].decode("utf-8", "replace") if end >= 0 else ""
+
     def string(self, index: int) -> str:
         start = self.strtab[4] + index
         end = self.data.index(b"\0", start)
@@ -146,6 +155,11 @@ class Obj:
             target = s[7]
             if target >= len(self.sections) or not self.sections[target][2] & SHF_ALLOC:
                 continue    # debug information: left as it is
+            if self.section_name(target) == ".eh_frame":
+                # the empty function's frame description keeps naming it:
+                # the linker drops both (nothing else keeps it), rather
+                # than leave an FDE of no length at the replacement
+                continue
             entsize = s[9] or ((8 if s[1] == SHT_REL else 12) if self.bits == 32
                                else (16 if s[1] == SHT_REL else 24))
             for at in range(s[4], s[4] + s[5] - entsize + 1, entsize):
@@ -278,12 +292,12 @@ def main(argv: list[str]) -> int:
             out.append(arg)
         if (ours and lib.machine == EM_RISCV and float_abi is not None
                 and lib.flags & EF_RISCV_FLOAT_ABI != float_abi):
-            data = bytearray(lib.data)
-            struct.pack_into("<I", data, lib.flags_at,
+            flagged = bytearray(lib.data)
+            struct.pack_into("<I", flagged, lib.flags_at,
                              (lib.flags & ~EF_RISCV_FLOAT_ABI) | float_abi)
             libm = os.path.join(tmp, "libm.o")
             with open(libm, "wb") as f:
-                f.write(data)
+                f.write(flagged)
         return subprocess.run([lld, *out, *([libm] if ours else [])]).returncode
 
 
