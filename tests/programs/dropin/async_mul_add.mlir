@@ -15,3 +15,7 @@ func.func @mul_add(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
   %1 = arith.addf %0, %b : tensor<4xf32>
   return %1 : tensor<4xf32>
 }
+
+// CHECK: EXEC @mul_add
+// CHECK-NEXT: result[0]: hal.buffer_view
+// CHECK-NEXT: 4xf32=4 6 8 10
