@@ -219,9 +219,9 @@ class Session:
         exe = prepared.executable
         syms = self._symbolizers.get(id(exe))
         if syms is None:
-            entry = {e.label: e.address for e in exe.exports}
+            entries = {e.label: e.address for e in exe.exports}
             syms = self._symbolizers[id(exe)] = [
-                Symbolizer(m.image, m.base, entry if i == 0 else None)
+                Symbolizer(m.image, m.base, entries if i == 0 else None)
                 for i, m in enumerate(_modules(exe))]
         events = results.events().astype(np.int64)
         mask = (1 << 64) - 1

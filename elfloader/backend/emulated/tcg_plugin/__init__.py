@@ -118,8 +118,7 @@ class Results:
         try:
             self.fd = os.memfd_create("workbench_results", os.MFD_CLOEXEC)
             os.ftruncate(self.fd, self.size)
-            self.mm: mmap.mmap | None = mmap.mmap(self.fd, self.size,
-                                                  mmap.MAP_SHARED)
+            self.mm = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED)
         except OSError as exc:
             raise EngineError(f"cannot make the plugin's results file: {exc}",
                               field="plugin", value=self.size) from None
@@ -132,8 +131,7 @@ class Results:
         w[W_MAGIC] = MAGIC
         w[W_COUNTS_OFF], w[W_COUNTS_CAP] = self.counts_off, COUNTS_CAP
         w[W_EVENTS_OFF], w[W_EVENTS_CAP] = self.events_off, EVENTS_CAP
-        #: serializes dispatches that use the control words
-        self.lock = threading.Lock()
+        self.closed = False
 
     def counts(self, n: int) -> np.ndarray:
         """The first ``n`` workgroups' counts (uint64 view)."""
@@ -160,14 +158,15 @@ class Results:
                 f"mode={self.mode}")
 
     def close(self) -> None:
-        mm, self.mm = getattr(self, "mm", None), None
-        if mm is not None:
-            del self.words
-            try:
-                mm.close()
-            except BufferError:
-                pass
-            os.close(self.fd)
+        if getattr(self, "closed", True):
+            return
+        self.closed = True
+        del self.words
+        try:
+            self.mm.close()
+        except BufferError:
+            pass    # (a view of the caller's still holds it: freed with it)
+        os.close(self.fd)
 
 
 def attach(space: Any, results: Results) -> None:

@@ -79,6 +79,36 @@ static uint64_t seen_generation;
 static uint64_t state_at;         // guest address of this agent's state
 static uint64_t current = NONE;   // linear id of the running workgroup
 
+// The dispatch's bindings, copied from the control words when a new
+// generation starts (the host writes them before the dispatch runs).
+typedef struct binding_t {
+  uint64_t base, end, zone_lo, zone_hi;
+  uint32_t* shadow;  // 2 words per byte: writer, reader
+  int uninitialized;
+} binding_t;
+static binding_t bindings[MAX_BINDINGS];
+static uint64_t n_bindings, span_lo, span_hi;
+
+static void load_bindings(void) {
+  uint64_t n = ctl[W_N_BINDINGS];
+  if (n > MAX_BINDINGS) n = MAX_BINDINGS;
+  span_lo = UINT64_MAX;
+  span_hi = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    volatile uint64_t* w = ctl + W_BINDINGS + BINDING_WORDS * i;
+    binding_t* b = &bindings[i];
+    b->base = w[0];
+    b->end = w[0] + w[1];
+    b->zone_lo = w[2];
+    b->zone_hi = w[3];
+    b->shadow = (uint32_t*)(results + w[4]);
+    b->uninitialized = (w[5] & FLAG_UNINITIALIZED) != 0;
+    if (b->zone_lo < span_lo) span_lo = b->zone_lo;
+    if (b->zone_hi > span_hi) span_hi = b->zone_hi;
+  }
+  n_bindings = n;
+}
+
 static uint64_t parse(const char* text) {
   return strtoull(text, NULL, 0);
 }
@@ -112,6 +142,7 @@ static void loop_store(unsigned int vcpu, qemu_plugin_meminfo_t info,
     seen_generation = generation;
     state_at = 0;
     current = NONE;
+    if (mode & MODE_SANITIZE) load_bindings();
   } else if (current != NONE && current < ctl[W_COUNTS_CAP]) {
     uint64_t* counts = (uint64_t*)(results + ctl[W_COUNTS_OFF]);
     counts[current] += insns - mark;
@@ -135,7 +166,7 @@ static void loop_store(unsigned int vcpu, qemu_plugin_meminfo_t info,
   current = x + ctl[W_CX] * (y + ctl[W_CY] * z);
 }
 
-static void add_event(uint64_t kind, uint64_t binding, int64_t offset,
+__attribute__((noinline, cold)) static void add_event(uint64_t kind, uint64_t binding, int64_t offset,
                       uint64_t other, uint64_t pc, int store) {
   uint64_t n = ctl[W_EVENTS_N];
   uint64_t* events = (uint64_t*)(results + ctl[W_EVENTS_OFF]);
@@ -167,27 +198,28 @@ static void add_event(uint64_t kind, uint64_t binding, int64_t offset,
   ctl[W_EVENTS_N] = n + 1;
 }
 
-static void shadow_byte(uint64_t i, volatile uint64_t* b, uint64_t offset,
-                        int store, uint64_t pc) {
-  uint32_t* sh = (uint32_t*)(results + b[4]) + 2 * offset;
+// One byte of binding i at offset, accessed by the running workgroup.
+static inline void shadow_byte(uint64_t i, const binding_t* b, uint64_t offset,
+                               int store, uint64_t pc) {
+  uint32_t* sh = b->shadow + 2 * offset;
   uint32_t me = (uint32_t)(current + 1);
   uint32_t writer = sh[0], reader = sh[1];
   if (store) {
-    if (writer && writer != me) add_event(EV_RACE, i, (int64_t)offset, writer, pc, 1);
-    if (reader && reader != me) add_event(EV_ORDER, i, (int64_t)offset,
-                                          reader == SEVERAL ? 0 : reader, pc, 1);
+    if (__builtin_expect((writer && writer != me) || (reader && reader != me), 0)) {
+      if (writer && writer != me) add_event(EV_RACE, i, (int64_t)offset, writer, pc, 1);
+      if (reader && reader != me)
+        add_event(EV_ORDER, i, (int64_t)offset, reader == SEVERAL ? 0 : reader, pc, 1);
+    }
     sh[0] = me;
   } else {
-    if (writer && writer != me) {
-      add_event(EV_ORDER, i, (int64_t)offset, writer, pc, 0);
-    } else if (!writer && (b[5] & FLAG_UNINITIALIZED)) {
-      add_event(EV_UNINITIALIZED, i, (int64_t)offset, 0, pc, 0);
+    if (__builtin_expect(writer != me, 0)) {
+      if (writer) {
+        add_event(EV_ORDER, i, (int64_t)offset, writer, pc, 0);
+      } else if (b->uninitialized) {
+        add_event(EV_UNINITIALIZED, i, (int64_t)offset, 0, pc, 0);
+      }
     }
-    if (!reader) {
-      sh[1] = me;
-    } else if (reader != me) {
-      sh[1] = SEVERAL;
-    }
+    if (reader != me && reader != SEVERAL) sh[1] = reader ? SEVERAL : me;
   }
 }
 
@@ -196,35 +228,32 @@ static void shadow_byte(uint64_t i, volatile uint64_t* b, uint64_t offset,
 static void kernel_access(unsigned int vcpu, qemu_plugin_meminfo_t info,
                           uint64_t vaddr, void* udata) {
   (void)vcpu;
-  if (current == NONE) return;
-  uint64_t pc = (uint64_t)(uintptr_t)udata;
   uint64_t size = 1ull << qemu_plugin_mem_size_shift(info);
+  uint64_t end = vaddr + size;
+  if (current == NONE || end <= span_lo || vaddr >= span_hi) return;
+  uint64_t pc = (uint64_t)(uintptr_t)udata;
   int store = qemu_plugin_mem_is_store(info);
-  uint64_t nb = ctl[W_N_BINDINGS];
-  if (nb > MAX_BINDINGS) nb = MAX_BINDINGS;
+  uint64_t nb = n_bindings;
   for (uint64_t i = 0; i < nb; ++i) {
-    volatile uint64_t* b = ctl + W_BINDINGS + BINDING_WORDS * i;
-    if (vaddr >= b[0] && vaddr + size <= b[0] + b[1]) {
-      for (uint64_t k = 0; k < size; ++k) shadow_byte(i, b, vaddr - b[0] + k, store, pc);
+    const binding_t* b = &bindings[i];
+    if (vaddr >= b->base && end <= b->end) {
+      for (uint64_t k = 0; k < size; ++k) shadow_byte(i, b, vaddr - b->base + k, store, pc);
       return;
     }
   }
   // Byte by byte: in some binding, in a binding's guarded range, or not ours.
-  for (uint64_t k = 0; k < size; ++k) {
-    uint64_t a = vaddr + k;
+  for (uint64_t a = vaddr; a < end; ++a) {
     uint64_t zone = NONE;
     uint64_t i = 0;
     for (; i < nb; ++i) {
-      volatile uint64_t* b = ctl + W_BINDINGS + BINDING_WORDS * i;
-      if (a >= b[0] && a < b[0] + b[1]) break;
-      if (zone == NONE && a >= b[2] && a < b[3]) zone = i;
+      const binding_t* b = &bindings[i];
+      if (a >= b->base && a < b->end) break;
+      if (zone == NONE && a >= b->zone_lo && a < b->zone_hi) zone = i;
     }
     if (i < nb) {
-      volatile uint64_t* b = ctl + W_BINDINGS + BINDING_WORDS * i;
-      shadow_byte(i, b, a - b[0], store, pc);
+      shadow_byte(i, &bindings[i], a - bindings[i].base, store, pc);
     } else if (zone != NONE) {
-      volatile uint64_t* b = ctl + W_BINDINGS + BINDING_WORDS * zone;
-      add_event(EV_OUTSIDE, zone, (int64_t)(a - b[0]), 0, pc, store);
+      add_event(EV_OUTSIDE, zone, (int64_t)(a - bindings[zone].base), 0, pc, store);
     }
   }
 }
