@@ -123,7 +123,7 @@ def _mhz() -> int:
 
 
 def _caches() -> list[dict]:
-    out = []
+    out: list[dict] = []
     base = "/sys/devices/system/cpu/cpu0/cache"
     try:
         names = sorted(n for n in os.listdir(base) if n.startswith("index"))
