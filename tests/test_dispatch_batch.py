@@ -264,9 +264,12 @@ def test_vm_replays_a_command_buffer_in_one_batch_with_the_same_results():
     x = np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)
     with load_program(vmfb, workers=1) as program:
         predict = program.function("predict")
-        results = [predict(x)[0] for _ in range(4)]
+        results = [predict(x)[0]]
+        # a reusable command buffer (recorded once by the module's
+        # initializer) has its batch from its first submission on
         cbs = _command_buffers(predict._fn)
         assert cbs and all(cb.batch is not None for cb in cbs)
+        results += [predict(x)[0] for _ in range(3)]
         # dispatch by dispatch (a time limit turns the batch off)
         program.timeout = 60
         calls: list = []
@@ -315,3 +318,25 @@ def test_vm_batch_after_close_reports_the_unloaded_executable():
     assert "unloaded" in str(e.value)
     program.close()
     del cbs
+
+
+@needs_native
+def test_vm_batches_are_bounded_per_module():
+    from hal_cpu.programs import compile_program
+    from hal_cpu.programs.vm import load_program
+    from hal_cpu.programs.vm.hal_module import MAX_BATCHES, batch_of
+    vmfb = compile_program(MLP, "x86_64").vmfb
+    x = np.ones((4, 16), np.float32)
+    with load_program(vmfb, workers=1) as program:
+        predict = program.function("predict")
+        want = predict(x)[0]
+        (cb,) = _command_buffers(predict._fn)
+        batch = cb.batch
+        cb.batch, cb.batch_of = None, -1
+        # the module holds its limit of batches: none is made, and the
+        # dispatches run one by one with the same result
+        assert batch_of(cb, [MAX_BATCHES]) is None and cb.batch is None
+        cb.batch, cb.batch_of = None, len(cb.commands)
+        np.testing.assert_array_equal(predict(x)[0], want)
+        cb.batch = batch
+        np.testing.assert_array_equal(predict(x)[0], want)

@@ -87,6 +87,10 @@ STATUS_CODE_MASK = 0x1F
 #: IREE_HAL_WHOLE_BUFFER as the VM passes it (an i64 of all ones).
 WHOLE = -1
 
+#: ``IREE_HAL_COMMAND_BUFFER_MODE_ONE_SHOT``: the command buffer is
+#: submitted once.
+MODE_ONE_SHOT = 1 << 0
+
 # iree_hal_memory_type_t bits
 MEMORY_TYPE_OPTIMAL = 1 << 0
 #: What every buffer of a CPU device is: host visible, coherent, cached and
@@ -115,6 +119,11 @@ MAX_ALLOCATION = 1 << 40
 #: (distinct export, grid, constants and binding lengths); past it they
 #: are released and the next commands prepare theirs afresh.
 MAX_PREPARED = 1024
+
+#: Command buffers of one module holding a dispatch batch at once (each
+#: batch holds a dispatch layout per dispatch); others run their dispatches
+#: one by one.
+MAX_BATCHES = 256
 #: Results up to this many bytes are copied out to the caller; larger
 #: ones are handed over without a copy.
 SLAB_CHUNK_MAX = 1 << 14
@@ -403,19 +412,22 @@ class CommandBuffer:
         return f"<hal.command_buffer {len(self.commands)} commands>"
 
 
-def batch_of(cb: CommandBuffer) -> DispatchBatch | None:
-    """The batch of ``cb``'s commands, made (at the second submission of
-    the same commands: a one-shot command buffer never pays for it) when
-    every command is a native dispatch that can run in one (the
-    ``batch_item`` of :meth:`Executable.dispatch_command`'s callables);
-    else None."""
+def batch_of(cb: CommandBuffer, live: list[int]) -> DispatchBatch | None:
+    """The batch of ``cb``'s commands, made when every command is a native
+    dispatch that can run in one (the ``batch_item`` of
+    :meth:`Executable.dispatch_command`'s callables), else None: at the
+    first submission of a finalized reusable command buffer, at the
+    second submission of the same commands of any other (a one-shot
+    command buffer, submitted once, never pays for it). ``live`` counts
+    the batches the module's command buffers hold: at most
+    :data:`MAX_BATCHES` (each holds dispatch layouts of its own)."""
     n = len(cb.commands)
     if cb.batch_of == n:
         return cb.batch
     if cb.batch is not None:
-        cb.batch.close()
+        cb.batch.close()    # (its finalizer counts it out)
         cb.batch = None
-    if cb.batch_of != -2 - n:
+    if cb.batch_of != -2 - n and (cb.mode & MODE_ONE_SHOT or not cb.finalized):
         cb.batch_of = -2 - n            # (seen once with n commands)
         return None
     cb.batch_of = n
@@ -425,14 +437,20 @@ def batch_of(cb: CommandBuffer) -> DispatchBatch | None:
         if item is None:
             return None
         items.append(item)
-    if not items:
+    if not items or live[0] >= MAX_BATCHES:
         return None
     try:
         batch = cb.batch = DispatchBatch(items)
     except DispatchError:
         return None         # (e.g. executables on several backends)
-    weakref.finalize(cb, batch.close)
+    live[0] += 1
+    weakref.finalize(cb, _drop_batch, batch, live)
     return batch
+
+
+def _drop_batch(batch: DispatchBatch, live: list[int]) -> None:
+    batch.close()
+    live[0] -= 1
 
 
 class _Table:
@@ -675,6 +693,8 @@ class HalModule:
         self.format = self.arch.iree_format
         self._executables: dict[tuple, tuple[VmBuffer, Executable]] = {}
         self._pool: dict[int, list[tuple[np.ndarray, int]]] = {}
+        # (batches the command buffers hold: see batch_of)
+        self._batches = [0]
         # (dtype, shape) of inputs and (dims, element type) of results seen
         self._inputs: dict[tuple, tuple] = {}
         self._outputs: dict[tuple, tuple] = {}
@@ -1641,7 +1661,8 @@ class HalModule:
         if (wait is None or (type(wait) is Fence and wait.parts is None
                              and wait.code == 0)) and type(signal) is Fence:
             # (the usual case, without _queue's checks)
-            batch = cb.batch if cb.batch_of == len(cb.commands) else batch_of(cb)
+            batch = (cb.batch if cb.batch_of == len(cb.commands)
+                     else batch_of(cb, self._batches))
             try:
                 if batch is None or self._timeout or not batch.run(addrs):
                     tab = _Table(table, lens, addrs)

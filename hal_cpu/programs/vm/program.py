@@ -461,7 +461,7 @@ class Function:
         with program.lock:
             try:
                 if len(convert) == 1:
-                    args = (convert[0](inputs[0]),)
+                    args = [convert[0](inputs[0])]
                 else:
                     args = [c(v) for c, v in zip(convert, inputs)]
             except VmError as exc:
