@@ -344,9 +344,8 @@ def _link_bytecode(mdef, registered: list[_Linked], label: str,
     env = tr.Env.for_module(
         mdef, imports=[_resolve(imp, registered, label) for imp in mdef.imports],
         functions=[None] * len(mdef.functions), memory=memory)
-    for f in mdef.functions:
-        env.functions[f.ordinal] = tr.translate(f, mdef.function_bytecode(f.ordinal),
-                                                env, module_name=mdef.name)
+    # every function translated (or its translation read from the cache)
+    tr.translate_module(mdef, env, module_name=mdef.name)
     return _BytecodeModule(mdef, env, label)
 
 

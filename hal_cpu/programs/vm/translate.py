@@ -40,7 +40,10 @@ a time limit); unset, the check costs one list lookup and compare.
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import marshal
 import math
+import os
 import struct
 import sys
 import weakref
@@ -51,12 +54,13 @@ from fatelf.text import printable
 
 from ... import arrays as _arrays
 from ...arrays import default_memory_limit
+from . import decode as _decode_module
 from . import isa
 from .decode import BytecodeError, Instruction, decode
 from .refs import MemoryBudget, VmBuffer, VmError, VmList, VmStatusError
 
-__all__ = ["Env", "translate", "UnsupportedOpError", "BACKEDGE_HOOK",
-           "parse_cconv"]
+__all__ = ["Env", "translate", "translate_module", "translator_version",
+           "UnsupportedOpError", "BACKEDGE_HOOK", "parse_cconv"]
 
 #: ``[None]`` or ``[callable]``: called at every backward branch of every
 #: translated function (e.g. to check a deadline and raise)
@@ -867,6 +871,9 @@ class _Gen:
         self.lines: list[str] = []
         self.line_offsets: dict[int, int] = {}   # source line -> bytecode offset
         self.consts = 0
+        #: (name, origin) of every constant bound in ``ns`` (see :meth:`const`)
+        self.recipe: list[tuple] = []
+        self.cacheable = True
         self.cur: Instruction | None = None
         # blocks: marker offset -> index
         self.block_index = {ins.offset: k for k, ins in enumerate(
@@ -891,10 +898,23 @@ class _Gen:
         raise BytecodeError(printable(why), function=self.qual, op=ins.name,
                             offset=ins.offset, value=value)
 
-    def const(self, value, prefix="_k") -> str:
+    def const(self, value, prefix="_k", origin: tuple | None = None) -> str:
+        """A name bound to ``value`` in the function's namespace. ``origin``
+        says how to bind it again from an :class:`Env` alone (``("ro", i)``:
+        rodata ``i``; ``("imp", i)``: import ``i``; ``("unres", name, i)``:
+        an unresolved import), for the cache of translations; None: the
+        value itself, when :mod:`marshal` can store it (else the function
+        is not cached)."""
         name = f"{prefix}{self.consts}"
         self.consts += 1
         self.ns[name] = value
+        if origin is None:
+            try:
+                marshal.dumps(value)
+                origin = ("val", value)
+            except ValueError:
+                self.cacheable = False
+        self.recipe.append((name, origin))
         return name
 
     def emit(self, indent: int, text: str):
@@ -1148,7 +1168,7 @@ class _Gen:
         elif name == "const.ref.rodata":
             if not 0 <= a[0] < len(self.env.rodata):
                 self.bad(ins, f"rodata ordinal {a[0]} out of range", a[0])
-            e(f"{R(a[1])} = {self.const(self.env.rodata[a[0]], '_ro')}")
+            e(f"{R(a[1])} = {self.const(self.env.rodata[a[0]], '_ro', ('ro', a[0]))}")
         # globals
         elif name.startswith("global."):
             self.global_op(ins, ind)
@@ -1440,8 +1460,10 @@ class _Gen:
             iname = (self.env.import_names[ordinal]
                      if ordinal < len(self.env.import_names) else f"import[{ordinal}]")
             if fn is None:
-                fn = _unresolved(iname, ordinal)
-            target = self.const(fn, "_imp")
+                target = self.const(_unresolved(iname, ordinal), "_imp",
+                                    ("unres", iname, ordinal))
+            else:
+                target = self.const(fn, "_imp", ("imp", ordinal))
         else:
             if variadic:
                 self.unsupported(ins, "variadic calls of internal functions")
@@ -1708,6 +1730,15 @@ def translate(function, bytecode, env: Env, *, module_name: str = "module") -> C
         BytecodeError: malformed bytecode.
         UnsupportedOpError: an op the translator cannot run.
     """
+    return _bind(_generate(function, bytecode, env, module_name), env)
+
+
+def _generate(function, bytecode, env: Env, module_name: str) -> dict:
+    """What :func:`_bind` needs to make the Python function of one VM
+    function: its code object, source, line -> bytecode offset map, op
+    names by offset, and how to bind its constants (``recipe``: None when
+    a constant cannot be bound again from an :class:`Env`), plus the
+    namespace of this translation (``ns``, not cached)."""
     qual = printable(f"{module_name}.{function.name}", 120)
     instrs = decode(bytecode, function=qual, i32_count=function.i32_register_count,
                     ref_count=function.ref_register_count)
@@ -1715,11 +1746,33 @@ def translate(function, bytecode, env: Env, *, module_name: str = "module") -> C
     pyname = _pyname(function.ordinal)
     src = gen.source(pyname)
     code = compile(src, f"<vm function {function.ordinal}>", "exec")
-    ns = gen.ns
-    lines = gen.line_offsets
-    ops = {ins.offset: ins.name for ins in instrs}
+    return {"ordinal": function.ordinal, "qual": qual, "pyname": pyname,
+            "code": code, "src": src, "lines": gen.line_offsets,
+            "ops": {ins.offset: ins.name for ins in instrs},
+            "recipe": gen.recipe if gen.cacheable else None, "ns": gen.ns}
+
+
+def _bind(t: dict, env: Env) -> Callable:
+    """The Python function of a translation (:func:`_generate`, or one read
+    from the cache, whose namespace is built from ``env`` and the recipe)."""
+    ns = t.get("ns")
+    if ns is None:
+        ns = dict(_HELPERS)
+        ns.update({"_fns": env.functions, "_gb": env.global_bytes,
+                   "_grefs": env.global_refs, "_mem": env.memory})
+        for name, origin in t["recipe"]:
+            kind = origin[0]
+            if kind == "val":
+                ns[name] = origin[1]
+            elif kind == "ro":
+                ns[name] = env.rodata[origin[1]]
+            elif kind == "imp":
+                ns[name] = env.imports[origin[1]]
+            else:
+                ns[name] = _unresolved(origin[1], origin[2])
+    qual, ordinal = t["qual"], t["ordinal"]
+    lines, ops = t["lines"], t["ops"]
     locate = env.locate
-    ordinal = function.ordinal
     holder: dict = {}
 
     def annotate(err):
@@ -1733,9 +1786,162 @@ def translate(function, bytecode, env: Env, *, module_name: str = "module") -> C
     ns["_operand_error"] = operand_error
     #: the function's name as messages show it (read by the time limit)
     ns["_vm_name"] = qual
-    exec(code, ns)
-    fn = ns[pyname]
+    exec(t["code"], ns)
+    fn = ns[t["pyname"]]
     holder["code"] = fn.__code__
-    fn.vm_source = src
+    fn.vm_source = t["src"]
     fn.vm_name = qual
     return fn
+
+
+# ---------------------------------------------------------------------------
+# translations cached on disk, by content
+
+#: The folder of cached translations in the runtime's private cache
+#: (:func:`fatelf.private_dirs.cache_folder`).
+CACHE_FOLDER = "vm-translations"
+
+#: The layout of a cache file (changes when :func:`translate_module`'s
+#: record changes).
+_CACHE_FORMAT = 1
+
+_translator_digest: list = []
+
+
+def translator_version() -> str:
+    """A digest of what generated code depends on: the translator's own
+    source (this file, the opcode table and the decoder) and the Python
+    that compiled it (``marshal``'d code objects are specific to one
+    Python version)."""
+    if not _translator_digest:
+        h = hashlib.sha256(f"{_CACHE_FORMAT}:{sys.implementation.cache_tag}:"
+                           f"{sys.version}".encode())
+        for path in (__file__, isa.__file__, _decode_module.__file__):
+            try:
+                with open(path, "rb") as f:
+                    h.update(f.read())
+            except (OSError, TypeError):
+                h.update(b"?")
+        _translator_digest.append(h.hexdigest()[:32])
+    return _translator_digest[0]
+
+
+def _module_key(mdef, env: Env, module_name: str) -> str:
+    """The cache key of a module's translations: a digest of the translator
+    (:func:`translator_version`) and of everything of the module the
+    generated code depends on: its bytecode, its functions' signatures and
+    register counts, its types, imports (names, calling conventions and
+    which are resolved: ``vm.import.resolved`` is translated to a
+    constant), the numbers of its read-only segments and globals. Not the
+    contents of its read-only data (referenced, never copied into code)."""
+    h = hashlib.sha256(translator_version().encode())
+    h.update(bytes(mdef.bytecode))
+    meta = (module_name, tuple(env.types), tuple(env.import_names),
+            tuple(env.import_cconvs),
+            tuple(fn is not None for fn in env.imports),
+            tuple(getattr(fn, "cconv", None) for fn in env.imports),
+            tuple((f.ordinal, f.name, f.cconv, f.i32_register_count,
+                   f.ref_register_count, f.bytecode_offset, f.bytecode_length)
+                  for f in mdef.functions),
+            len(env.rodata), len(env.global_bytes), len(env.global_refs))
+    h.update(repr(meta).encode())
+    return h.hexdigest()
+
+
+def _cache_dir():
+    """The cache folder, or None (``PKR_VM_CACHE=0``, or it cannot be made
+    private: translations are then not kept)."""
+    if os.environ.get("PKR_VM_CACHE", "1") == "0":
+        return None
+    from fatelf import private_dirs
+    try:
+        return private_dirs.cache_folder(CACHE_FOLDER)
+    except (OSError, private_dirs.UnsafePathError):
+        return None
+
+
+def _read_cached(path, count: int) -> list | None:
+    """The records of a cache file, or None (missing, not this user's
+    private file, unreadable, or not a record of ``count`` functions)."""
+    from fatelf import private_dirs
+    try:
+        private_dirs.check_private_file(path)
+        with open(path, "rb") as f:
+            data = marshal.load(f)
+    except (OSError, EOFError, ValueError, TypeError, private_dirs.UnsafePathError):
+        return None
+    if (not isinstance(data, tuple) or len(data) != 2 or data[0] != _CACHE_FORMAT
+            or not isinstance(data[1], list) or len(data[1]) != count):
+        return None
+    keys = {"ordinal", "qual", "pyname", "code", "src", "lines", "ops", "recipe"}
+    for t in data[1]:
+        if not isinstance(t, dict) or set(t) != keys or not isinstance(t["recipe"], list):
+            return None
+    return data[1]
+
+
+def _write_cached(path, records: list) -> None:
+    """Write a cache file atomically (a private temporary file renamed);
+    a failure leaves no file and is not an error."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            marshal.dump((_CACHE_FORMAT, records), f)
+        os.replace(tmp, path)
+    except (OSError, ValueError):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def translate_module(mdef, env: Env, *, module_name: str | None = None,
+                     cache: bool = True) -> list[Callable]:
+    """Translate every function of module ``mdef`` into ``env.functions``
+    (:func:`translate` each), reusing the translations cached on disk for
+    the same module, translator and link (:func:`_module_key`), and
+    caching new ones.
+
+    The cache: one file per module and link under the private cache folder
+    ``vm-translations`` (:func:`fatelf.private_dirs.cache_folder`; a file
+    is used only when it is this user's and nobody else can write it):
+    each function's ``marshal``'d code object, generated source, line and
+    op maps, and how to bind its constants (rodata, imports) from ``env``
+    again. ``PKR_VM_CACHE=0`` turns it off; a file that cannot be read or
+    written is ignored.
+
+    Args:
+        mdef: the :class:`~hal_cpu.programs.vm.module_def.ModuleDef`.
+        env: its :class:`Env` (imports resolved: which are is part of the key).
+        module_name: for names and messages (default ``mdef.name``).
+        cache: use the cache.
+
+    Returns:
+        ``env.functions``, filled.
+
+    Raises:
+        BytecodeError, UnsupportedOpError: as :func:`translate`.
+    """
+    name = mdef.name if module_name is None else module_name
+    functions = list(mdef.functions)
+    if len(env.functions) < len(functions):
+        env.functions.extend([None] * (len(functions) - len(env.functions)))
+    folder = _cache_dir() if cache and functions else None
+    path = None
+    if folder is not None:
+        path = os.path.join(folder, _module_key(mdef, env, name) + ".marshal")
+        records = _read_cached(path, len(functions))
+        if records is not None:
+            try:
+                for t in records:
+                    env.functions[t["ordinal"]] = _bind(t, env)
+                return env.functions
+            except (KeyError, IndexError, TypeError, ValueError):
+                pass  # a record that does not fit: translate again
+    made = [_generate(f, mdef.function_bytecode(f.ordinal), env, name) for f in functions]
+    for t in made:
+        env.functions[t["ordinal"]] = _bind(t, env)
+    if path is not None and all(t["recipe"] is not None for t in made):
+        _write_cached(path, [{k: v for k, v in t.items() if k != "ns"} for t in made])
+    return env.functions
