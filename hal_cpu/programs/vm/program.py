@@ -48,6 +48,7 @@ import numpy as np
 from fatelf import arches
 from fatelf.text import printable
 
+from ...errors import HalCpuError
 from .decode import BytecodeError
 from .refs import RESOURCE_EXHAUSTED, VmBuffer, VmError, VmStatusError
 
@@ -708,6 +709,12 @@ class Program:
                                            exc.location, name=exc.name or self.label)
                     raise err from None
             if exc.name is None:
+                raise exc.with_name(self.label) from None
+            raise
+        except HalCpuError as exc:
+            # an executable of the module, loaded from its bytes, names
+            # no file: the module's does
+            if exc.name in (None, "<memory>"):
                 raise exc.with_name(self.label) from None
             raise
 
