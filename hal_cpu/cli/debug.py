@@ -49,7 +49,7 @@ def _debug_parser(sub) -> None:
     how.add_argument("--gdb_batch", metavar="FILE",
                      help="run gdb in batch mode: after the set-up (stopped "
                      "at the export) it runs FILE's commands and exits; "
-                     "end FILE with continue (or detach)")
+                     "end FILE with delete and continue (or detach)")
     how.add_argument("--gdb_command", action="store_true",
                      help="print the gdb command line on stdout instead of "
                      "starting gdb, then wait for it (run it in another "
@@ -57,7 +57,7 @@ def _debug_parser(sub) -> None:
     p.add_argument("--gdb", metavar="PATH", default=None,
                    help="the gdb to run (default gdb-multiarch)")
     p.add_argument("debugged", choices=DEBUGGED, metavar="COMMAND",
-                   help="the command whose dispatch runs under gdb")
+                   help="the command whose dispatch runs under gdb: run")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                    help="its arguments, as it takes them")
 
@@ -125,11 +125,15 @@ def _image(run):
 
 def cmd_debug(args) -> int:
     from ..library import Executable
-    from ..workbench.debug import GDB, Debugger, find_gdb
+    from ..workbench.debug import GDB, DebugError, Debugger, find_gdb
     from . import build_parser
     run = build_parser(args.debugged).parse_args([args.debugged, *args.args])
     _refuse(run, run.file)
     gdb = (args.gdb or GDB) if args.gdb_command else find_gdb(args.gdb)
+    if args.gdb_batch is not None and not os.path.isfile(args.gdb_batch):
+        raise DebugError("no such gdb script (a file of gdb commands)",
+                         name=args.gdb_batch, field="--gdb_batch",
+                         value=args.gdb_batch)
     arrays = [parse_binding(s) for s in run.binding]
     shown = _shown(run.print_bindings, len(arrays))
     for i, path in run.output:

@@ -117,8 +117,6 @@ def gdb_command(gdb: str, socket_path: str,
     if batch is not None:
         argv.append("-batch")
     argv += ["-ex", "set confirm off", "-ex", "set pagination off",
-             # the host's stop requests (time limits, Ctrl-C of hal-cpu)
-             "-ex", "handle SIGUSR1 nostop noprint pass",
              "-ex", f"target remote {socket_path}"]
     for path, offset in symbols:
         argv += ["-ex", f"add-symbol-file {path} -o {offset:#x}"]
