@@ -44,7 +44,9 @@ from .options import (
 )
 from .options import arch as arch_type
 from .programs import (
+    PIPED,
     SOURCES,
+    STDIN,
     ModuleError,
     add_program_flags,
     add_refused_flags,
@@ -52,6 +54,7 @@ from .programs import (
     by_path,
     cache_dir_of,
     compile_for,
+    is_stdin,
     load_hosts,
     native_child,
     plain_arrays,
@@ -394,6 +397,9 @@ def _results_text(args, function: str, results, types, announced: bool,
 
 
 def _max_abs_error(got: np.ndarray, want: np.ndarray) -> str:
+    if got.size == want.size == 1 and (got.ndim == 0 or want.ndim == 0):
+        # a scalar result: however each side holds it
+        got, want = got.reshape(()), want.reshape(())
     if got.shape != want.shape:
         return f"shape {'x'.join(map(str, want.shape))} != ours"
     if got.size == 0:
@@ -490,6 +496,16 @@ def _compare(args, program: str, function: str, inputs: list,
               f"here: {why}; nothing compared")
 
     try:
+        if is_stdin(program) and STDIN in PIPED:
+            # the module piped in: IREE's runtime reads it from a file
+            import tempfile
+            tmp = tempfile.NamedTemporaryFile(prefix="hal-cpu-stdin-",
+                                              suffix=".vmfb")
+            tmp.write(PIPED[STDIN])
+            tmp.flush()
+            program = tmp.name
+        elif is_stdin(program):
+            program = next((v for v, s in SOURCES.items() if s == STDIN), program)
         if vmfb.is_module_file(program):
             _, arch = vm_arch([program], None)
             if arch != host:
