@@ -46,6 +46,9 @@ __all__ = ["VMVX_FORMAT", "ENTRY_CCONVS", "OPS", "VmvxError",
 
 #: The executable format string of VMVX executables.
 VMVX_FORMAT = "vmvx-bytecode-fb"
+#: Most local memory an export may ask for, bytes: IREE keeps it as a
+#: 16-bit count of 4096-byte pages.
+MAX_LOCAL_MEMORY = 0xFFFF * 4096
 #: Calling conventions of a workgroup function: without and with the
 #: trailing processor id.
 ENTRY_CCONVS = ("0rrriiiiiiiii_v", "0rrriiiiiiiiii_v")
@@ -467,9 +470,15 @@ def _exports(mdef, label: str) -> list[VmvxExport]:
                             f"but got '{printable(cconv)}'", field="cconv",
                             value=printable(cconv), name=label)
         attrs = {**(f.attrs or {}), **(e.attrs or {})}
+        local = _int_attr(attrs, "local_memory", e.name, label)
+        if local > MAX_LOCAL_MEMORY:
+            raise VmvxError(INVALID_ARGUMENT, f"export {printable(e.name)} asks "
+                            f"for {local} bytes of local memory, more than the "
+                            f"{MAX_LOCAL_MEMORY} a dispatch can have",
+                            field="local_memory", value=local, name=label)
         out.append(VmvxExport(len(out), e.name, e.function, cconv,
                               _int_attr(attrs, "binding_count", e.name, label),
-                              _int_attr(attrs, "local_memory", e.name, label)))
+                              local))
     return out
 
 
@@ -606,16 +615,23 @@ class PreparedVmvx:
                             f"{len(buffers)} given", field="bindings",
                             value=len(buffers))
         bindings = VmList("!vm.buffer", buffers)
-        local = VmBuffer(bytearray(self.export.local_memory),
-                         name="local memory")
-        fn, consts, extra = self.fn, self.constants, self.extra
-        # (float ops give IEEE results, as C does, without numpy's warnings)
-        with np.errstate(all="ignore"):
-            for z in range(gz):
-                for y in range(gy):
-                    for x in range(gx):
-                        fn(local, consts, bindings, x, y, z, 1, 1, 1, gx, gy,
-                           gz, *extra)
+        size = self.export.local_memory
+        memory = self.library.env.memory
+        if size:
+            memory.charge(size, f"local memory of {self.export.label}")
+        try:
+            local = VmBuffer(bytearray(size), name="local memory")
+            fn, consts, extra = self.fn, self.constants, self.extra
+            # (float ops give IEEE results, as C does, without numpy's warnings)
+            with np.errstate(all="ignore"):
+                for z in range(gz):
+                    for y in range(gy):
+                        for x in range(gx):
+                            fn(local, consts, bindings, x, y, z, 1, 1, 1, gx,
+                               gy, gz, *extra)
+        finally:
+            if size:
+                memory.uncharge(size)
 
     def run_addresses(self, pointers, sizes, *, writable=None,
                       timeout: float | None = None) -> None:

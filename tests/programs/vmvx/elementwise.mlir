@@ -65,3 +65,15 @@ func.func @ctlz_concat(%a: tensor<4x8xi32>, %b: tensor<4x8xi32>) -> tensor<8x8xi
   %r = tensor.concat dim(0) %z, %b : (tensor<4x8xi32>, tensor<4x8xi32>) -> tensor<8x8xi32>
   return %r : tensor<8x8xi32>
 }
+
+func.func @big_mul_add(%a: tensor<200x300xf32>, %b: tensor<200x300xf32>) -> tensor<200x300xf32> {
+  %e = tensor.empty() : tensor<200x300xf32>
+  %0 = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%a, %b : tensor<200x300xf32>, tensor<200x300xf32>) outs(%e : tensor<200x300xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %m = arith.mulf %x, %y : f32
+    %s = arith.addf %m, %x : f32
+    linalg.yield %s : f32
+  } -> tensor<200x300xf32>
+  return %0 : tensor<200x300xf32>
+}

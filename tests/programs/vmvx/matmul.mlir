@@ -23,3 +23,11 @@ func.func @matmul_i8(%a: tensor<6x10xi8>, %b: tensor<10x3xi8>) -> tensor<6x3xi32
   %r = linalg.matmul ins(%a, %b : tensor<6x10xi8>, tensor<10x3xi8>) outs(%f : tensor<6x3xi32>) -> tensor<6x3xi32>
   return %r : tensor<6x3xi32>
 }
+
+func.func @matmul_big(%a: tensor<96x64xf32>, %b: tensor<64x80xf32>) -> tensor<96x80xf32> {
+  %c0 = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<96x80xf32>
+  %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<96x80xf32>) -> tensor<96x80xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<96x64xf32>, tensor<64x80xf32>) outs(%f : tensor<96x80xf32>) -> tensor<96x80xf32>
+  return %r : tensor<96x80xf32>
+}
