@@ -17,10 +17,11 @@ file gdb then runs it and exits (``-batch -x FILE``); otherwise the person
 at the terminal debugs. When gdb continues (or detaches), the dispatch
 completes; closing the executable ends the agent, which gdb sees exit.
 
-The runtime's workgroup loop, loaded at the first dispatch, has no
-symbols in gdb (its frame shows as ``??`` in ``bt``). Only the qemu
-engine has a gdb stub: unicorn and native runs are refused
-(:class:`DebugError`).
+The runtime's workgroup loop (:data:`hal_cpu.runtime.BUNDLE`), which
+calls the export, is loaded before the dispatch and added too (its
+exported functions are named; the loop's body is a local function
+without a symbol, ``??`` in ``bt``). Only the qemu engine has a gdb stub: unicorn and native runs
+are refused (:class:`DebugError`).
 """
 
 from __future__ import annotations
@@ -180,7 +181,8 @@ class Debugger:
         self.command_only = command_only
         self.out = out or sys.stdout
         self.folder = session_folder()
-        #: ``(symbol file, load offset)`` of the executable and its plugins.
+        #: ``(symbol file, load offset)`` of the executable, its plugins and
+        #: the runtime's workgroup loop.
         self.symbols = self._write_symbols()
         self.proc: subprocess.Popen | None = None
         self.argv: list[str] = []
@@ -202,6 +204,17 @@ class Debugger:
             with os.fdopen(fd, "wb") as f:
                 f.write(module.image.data)
             out.append((str(path), module.base))
+        # The runtime's workgroup loop, which calls the export: loaded now
+        # (the dispatch would load it first thing) to be named in ``bt``.
+        import elfloader
+
+        from .. import runtime
+        from ..dispatch import loop_function
+        loop = loop_function(self.exe.backend)
+        image = elfloader.read_image(runtime.BUNDLE, arch=self.exe.arch.name)
+        path = self.folder / f"{len(out)}-runtime.so"
+        path.write_bytes(image.data)
+        out.append((str(path), loop - image.exports[runtime.LOOP_SYMBOL]))
         return out
 
     def __enter__(self) -> "Debugger":
