@@ -570,9 +570,12 @@ class VmvxLibrary:
     def prepare(self, ordinal: int, grid, constants, lengths, *,
                 workers: int | None = None) -> "PreparedVmvx":
         """A dispatch of export ``ordinal`` over ``grid`` (x, y, z) with
-        ``constants`` (u32 values), checked once; ``lengths`` (binding
-        byte lengths, or their count) are checked at each run against the
-        bindings given. ``workers`` is accepted and ignored (one thread)."""
+        ``constants`` (u32 values). ``lengths`` (the recorded binding
+        lengths, or their count) is accepted for the ``hal`` module's
+        interface: each run takes the lengths of the bindings it is given,
+        and every access is checked against them. ``workers`` is accepted
+        and ignored (workgroups run one after another on the calling
+        thread)."""
         if not 0 <= ordinal < len(self.exports):
             raise VmvxError(OUT_OF_RANGE, f"export ordinal {ordinal} of an "
                             f"executable with {len(self.exports)} exports",
