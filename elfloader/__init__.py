@@ -4,38 +4,78 @@ It verifies an ELF (32/64-bit, little endian), maps its PT_LOAD segments,
 applies relocations, runs initializers, finds exports through the dynamic
 symbol table and sets segment protections, in a *native* backend (this CPU,
 ctypes + mmap) or an *emulated* one (unicorn, any supported architecture).
+
+Importing the package imports none of its modules: each public name is
+imported on first use (``elfloader.ElfImage`` imports
+:mod:`elfloader.image`).
 """
 
 from __future__ import annotations
 
+import importlib
 import mmap
 import os
+from typing import TYPE_CHECKING
 
-import fatelf
-from fatelf.files import map_regular
+# Public name -> the module of this package defining it. Importing the
+# package imports none of them (the backends import numpy, the arch tables
+# are many modules): each is imported on first use of one of its names
+# (PEP 562), and the functions below import what they use when called.
+_EXPORTS = {
+    "arch": ("Arch",),
+    "backend": ("Backend", "as_int32", "open_backend"),
+    "elf": ("file_extent",),
+    "errors": ("ArchitectureMismatchError", "BackendError", "ElfError",
+               "ElfFormatError", "EmulationError", "EngineError", "Fault",
+               "GuardError", "RelocationError", "SymbolNotFoundError",
+               "UndefinedSymbolError", "UnsupportedElfError"),
+    "image": ("MAX_IMAGE_SIZE", "ElfImage"),
+    "module": ("ElfModule",),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
-from . import arch
-from .arch import Arch
-from .backend import Backend, as_int32, open_backend
-from .elf import file_extent
-from .errors import (
-    ArchitectureMismatchError,
-    BackendError,
-    ElfError,
-    ElfFormatError,
-    EmulationError,
-    EngineError,
-    Fault,
-    GuardError,
-    RelocationError,
-    SymbolNotFoundError,
-    UndefinedSymbolError,
-    UnsupportedElfError,
-)
-from .image import MAX_IMAGE_SIZE, ElfImage
-from .module import ElfModule
+if TYPE_CHECKING:
+    from .arch import Arch
+    from .backend import Backend, as_int32, open_backend
+    from .errors import (
+        ArchitectureMismatchError,
+        BackendError,
+        ElfError,
+        ElfFormatError,
+        EmulationError,
+        EngineError,
+        Fault,
+        GuardError,
+        RelocationError,
+        SymbolNotFoundError,
+        UndefinedSymbolError,
+        UnsupportedElfError,
+    )
+    from .image import ElfImage
+    from .module import ElfModule
 
-arch_mod = arch  # the module, for functions whose ``arch`` argument hides it
+
+def __getattr__(name: str):
+    if name == "arch_mod":
+        # the module, for functions whose ``arch`` argument hides it
+        return importlib.import_module(f"{__name__}.arch")
+    module = _WHERE.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("__"):
+        # a submodule (``elfloader.arch``, ``elfloader.backend``...) as an attribute
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE) | {"arch", "arch_mod"})
 
 
 def read_image(source, *, arch: Arch | str | None = None,
@@ -58,6 +98,11 @@ def read_image(source, *, arch: Arch | str | None = None,
             is for another architecture.
         other ElfError subclasses: see :class:`ElfImage`.
     """
+    from fatelf.files import map_regular
+
+    from . import arch as arch_mod
+    from .errors import ElfFormatError
+    from .image import ElfImage
     want = arch_mod.resolve(arch)
     if isinstance(source, ElfImage):
         return _check_arch(source, want)
@@ -79,6 +124,12 @@ def read_image(source, *, arch: Arch | str | None = None,
 def _image_of(data, name: str, want: Arch | None) -> ElfImage:
     """The verified image in ``data`` (bytes or a file's map), or in the
     record of a FatELF bundle for ``want`` (default: the host)."""
+    import fatelf
+
+    from . import arch as arch_mod
+    from .elf import file_extent
+    from .errors import ArchitectureMismatchError, ElfFormatError
+    from .image import MAX_IMAGE_SIZE, ElfImage
     if fatelf.is_fatelf(data):
         pick = want or arch_mod.host()
         if pick is None:
@@ -114,6 +165,7 @@ def _image_of(data, name: str, want: Arch | None) -> ElfImage:
 
 
 def _check_arch(image: ElfImage, want: Arch | None) -> ElfImage:
+    from .errors import ArchitectureMismatchError
     if want is not None and image.arch is not want:
         raise ArchitectureMismatchError(
             f"file is {image.arch.name}, not {want.name}", name=image.name,
@@ -141,6 +193,8 @@ def load(source, *, arch: Arch | str | None = None, backend="auto",
     Returns:
         The loaded :class:`ElfModule`; ``module.backend`` is its backend.
     """
+    from .backend import Backend, open_backend
+    from .module import ElfModule
     if isinstance(backend, Backend):
         image = read_image(source, arch=arch or backend.arch)
         return ElfModule(image, backend, initialize=initialize)
