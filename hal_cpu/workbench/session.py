@@ -63,6 +63,9 @@ class Session:
             before any workgroup writes them are reported), or a callable
             ``uninitialized(prepared)`` returning them per dispatch.
         on_report: called with each :class:`DispatchReport` as it is made.
+        outside_only: with ``sanitize``, check accesses outside bindings
+            alone (no shadow of binding bytes: no races, order
+            dependences, never-written or uninitialized bytes).
 
     Attributes:
         reports: every dispatch's :class:`DispatchReport`, in order.
@@ -75,13 +78,16 @@ class Session:
 
     def __init__(self, sanitize: bool = False, count: bool = False,
                  uninitialized: Iterable[int] | Callable[[Any], Iterable[int]]
-                 = (), on_report: Callable[[DispatchReport], None] | None = None):
+                 = (), on_report: Callable[[DispatchReport], None] | None = None,
+                 outside_only: bool = False):
         if not sanitize and not count:
             raise WorkbenchError("a workbench session needs sanitize or count",
                                  field="mode", value=None)
         self.sanitize, self.count = sanitize, count
+        self.outside_only = bool(sanitize and outside_only)
         self.mode = (tp.MODE_SANITIZE if sanitize else 0) | (
-            tp.MODE_COUNT if count else 0)
+            tp.MODE_COUNT if count else 0) | (
+            tp.MODE_OUTSIDE_ONLY if self.outside_only else 0)
         self.uninitialized = uninitialized
         self.on_report = on_report
         self.reports: list[DispatchReport] = []
@@ -178,8 +184,9 @@ class Session:
                 w[row:row + tp.BINDING_WORDS] = (
                     base, n, base - base % page, -(-(base + n) // page) * page,
                     at, tp.FLAG_UNINITIALIZED if i in uninit else 0)
-                results.shadow(at, n)[:] = 0
-                shadows.append((at, n))
+                if not self.outside_only:
+                    results.shadow(at, n)[:] = 0
+                    shadows.append((at, n))
                 at += 8 * n
             w[tp.W_N_BINDINGS] = count
         else:
@@ -257,7 +264,7 @@ class Session:
                 out.append(Finding(kind, binding, start, end, list(wgs), pc,
                                    symbol, source, "write" if store else "read"))
         for i, (at, n) in enumerate(shadows):
-            written = results.shadow(at, n)[:, 0] != 0
+            written = results.shadow(at, n)[0] != 0
             if not written.any() or written.all():
                 continue
             edges = np.flatnonzero(np.diff(np.concatenate(

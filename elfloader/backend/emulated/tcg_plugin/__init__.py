@@ -26,6 +26,8 @@ from ....errors import EngineError
 BUNDLE = os.path.join(os.path.dirname(__file__), "tcg_plugin.sos")
 
 MODE_COUNT, MODE_SANITIZE = 1, 2
+#: With MODE_SANITIZE: accesses outside bindings only (no shadow).
+MODE_OUTSIDE_ONLY = 4
 MAGIC = 0x68616C776F726B31
 W_MAGIC, W_GENERATION, W_ACTIVE = 0, 1, 2
 W_LOOP_LO, W_LOOP_HI, W_N_KERNEL, W_KERNEL = 4, 5, 6, 7
@@ -145,9 +147,10 @@ class Results:
 
     def shadow(self, offset: int, length: int) -> np.ndarray:
         """The shadow of ``length`` binding bytes at byte ``offset`` of the
-        file: shape ``(length, 2)`` uint32 (writer, reader)."""
+        file: shape ``(2, length)`` uint32, the writers (linear id + 1, 0
+        none) then the readers (linear id + 1, 0 none, ~0 several)."""
         return np.frombuffer(self.mm, np.uint32, 2 * length,
-                             offset).reshape(length, 2)
+                             offset).reshape(2, length)
 
     def plugin_args(self, fd: int, guest_fd: int, arena: tuple[int, int]) -> str:
         """qemu-user's ``-plugin`` arguments after the file name, for the

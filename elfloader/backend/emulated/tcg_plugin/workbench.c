@@ -15,7 +15,8 @@
 //   the plugin adds each workgroup's kernel instructions to counts[linear
 //   id], appends events (race, order, uninitialized, outside) and keeps
 //   each binding byte's shadow: uint32 writer (linear id + 1, 0 none) and
-//   uint32 reader (linear id + 1, 0 none, ~0 several).
+//   uint32 reader (linear id + 1, 0 none, ~0 several), the writers of a
+//   binding's n bytes first, then its n readers.
 // The current workgroup of the agent is read from guest memory (the guest
 // memfd, mapped read-only) whenever the workgroup loop stores to memory:
 // the loop writes workgroup_id_{x,y,z} of its worker's state before every
@@ -58,7 +59,7 @@ enum {
   EVENT_WORDS = 8,  // kind, binding, offset, size, workgroup, other, pc, store
 };
 
-enum { MODE_COUNT = 1, MODE_SANITIZE = 2 };
+enum { MODE_COUNT = 1, MODE_SANITIZE = 2, MODE_OUTSIDE_ONLY = 4 };
 enum { EV_RACE = 1, EV_ORDER = 2, EV_UNINITIALIZED = 4, EV_OUTSIDE = 5 };
 enum { FLAG_UNINITIALIZED = 1 };
 #define MAGIC 0x68616c776f726b31ull  // "halwork1"
@@ -83,7 +84,8 @@ static uint64_t current = NONE;   // linear id of the running workgroup
 // generation starts (the host writes them before the dispatch runs).
 typedef struct binding_t {
   uint64_t base, end, zone_lo, zone_hi;
-  uint32_t* shadow;  // 2 words per byte: writer, reader
+  uint32_t* writers;  // one word per byte (linear id + 1, 0 none)
+  uint32_t* readers;  // one word per byte (linear id + 1, 0 none, ~0 several)
   int uninitialized;
 } binding_t;
 static binding_t bindings[MAX_BINDINGS];
@@ -101,7 +103,8 @@ static void load_bindings(void) {
     b->end = w[0] + w[1];
     b->zone_lo = w[2];
     b->zone_hi = w[3];
-    b->shadow = (uint32_t*)(results + w[4]);
+    b->writers = (uint32_t*)(results + w[4]);
+    b->readers = b->writers + w[1];
     b->uninitialized = (w[5] & FLAG_UNINITIALIZED) != 0;
     if (b->zone_lo < span_lo) span_lo = b->zone_lo;
     if (b->zone_hi > span_hi) span_hi = b->zone_hi;
@@ -199,28 +202,60 @@ __attribute__((noinline, cold)) static void add_event(uint64_t kind, uint64_t bi
 }
 
 // One byte of binding i at offset, accessed by the running workgroup.
-static inline void shadow_byte(uint64_t i, const binding_t* b, uint64_t offset,
-                               int store, uint64_t pc) {
-  uint32_t* sh = b->shadow + 2 * offset;
+__attribute__((noinline)) static void shadow_byte(uint64_t i, const binding_t* b,
+                                                  uint64_t offset, int store,
+                                                  uint64_t pc) {
   uint32_t me = (uint32_t)(current + 1);
-  uint32_t writer = sh[0], reader = sh[1];
+  uint32_t writer = b->writers[offset], reader = b->readers[offset];
   if (store) {
-    if (__builtin_expect((writer && writer != me) || (reader && reader != me), 0)) {
-      if (writer && writer != me) add_event(EV_RACE, i, (int64_t)offset, writer, pc, 1);
-      if (reader && reader != me)
-        add_event(EV_ORDER, i, (int64_t)offset, reader == SEVERAL ? 0 : reader, pc, 1);
-    }
-    sh[0] = me;
+    if (writer && writer != me) add_event(EV_RACE, i, (int64_t)offset, writer, pc, 1);
+    if (reader && reader != me)
+      add_event(EV_ORDER, i, (int64_t)offset, reader == SEVERAL ? 0 : reader, pc, 1);
+    b->writers[offset] = me;
   } else {
-    if (__builtin_expect(writer != me, 0)) {
-      if (writer) {
-        add_event(EV_ORDER, i, (int64_t)offset, writer, pc, 0);
-      } else if (b->uninitialized) {
-        add_event(EV_UNINITIALIZED, i, (int64_t)offset, 0, pc, 0);
-      }
+    if (writer && writer != me) {
+      add_event(EV_ORDER, i, (int64_t)offset, writer, pc, 0);
+    } else if (!writer && b->uninitialized) {
+      add_event(EV_UNINITIALIZED, i, (int64_t)offset, 0, pc, 0);
     }
-    if (reader != me && reader != SEVERAL) sh[1] = reader ? SEVERAL : me;
+    if (reader != me && reader != SEVERAL) b->readers[offset] = reader ? SEVERAL : me;
   }
+}
+
+// The bytes [offset, offset + size) of binding i: the common cases (bytes
+// only this workgroup wrote or read, inputs nobody writes) checked without
+// branches per byte; anything else byte by byte.
+static inline void shadow_span(uint64_t i, const binding_t* b, uint64_t offset,
+                               uint64_t size, int store, uint64_t pc) {
+  uint32_t me = (uint32_t)(current + 1);
+  uint32_t* w = b->writers + offset;
+  uint32_t* r = b->readers + offset;
+  uint32_t odd = 0, fresh = 0;
+  if (store) {
+    for (uint64_t k = 0; k < size; ++k) {
+      odd |= (w[k] != me) & (w[k] != 0);
+      odd |= (r[k] != me) & (r[k] != 0);
+    }
+    if (!odd) {
+      for (uint64_t k = 0; k < size; ++k) w[k] = me;
+      return;
+    }
+  } else {
+    uint32_t uninit = (uint32_t)b->uninitialized;
+    for (uint64_t k = 0; k < size; ++k) {
+      odd |= (w[k] != me) & ((w[k] != 0) | uninit);
+      fresh |= (r[k] != me) & (r[k] != SEVERAL);
+    }
+    if (!odd) {
+      if (fresh) {
+        for (uint64_t k = 0; k < size; ++k) {
+          if (r[k] != me && r[k] != SEVERAL) r[k] = r[k] ? SEVERAL : me;
+        }
+      }
+      return;
+    }
+  }
+  for (uint64_t k = 0; k < size; ++k) shadow_byte(i, b, offset + k, store, pc);
 }
 
 // A memory access of kernel code: the shadow of binding bytes, and the
@@ -237,7 +272,7 @@ static void kernel_access(unsigned int vcpu, qemu_plugin_meminfo_t info,
   for (uint64_t i = 0; i < nb; ++i) {
     const binding_t* b = &bindings[i];
     if (vaddr >= b->base && end <= b->end) {
-      for (uint64_t k = 0; k < size; ++k) shadow_byte(i, b, vaddr - b->base + k, store, pc);
+      if (!(mode & MODE_OUTSIDE_ONLY)) shadow_span(i, b, vaddr - b->base, size, store, pc);
       return;
     }
   }
@@ -251,7 +286,8 @@ static void kernel_access(unsigned int vcpu, qemu_plugin_meminfo_t info,
       if (zone == NONE && a >= b->zone_lo && a < b->zone_hi) zone = i;
     }
     if (i < nb) {
-      shadow_byte(i, &bindings[i], a - bindings[i].base, store, pc);
+      if (!(mode & MODE_OUTSIDE_ONLY))
+        shadow_byte(i, &bindings[i], a - bindings[i].base, store, pc);
     } else if (zone != NONE) {
       add_event(EV_OUTSIDE, zone, (int64_t)(a - bindings[zone].base), 0, pc, store);
     }
