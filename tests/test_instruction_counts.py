@@ -118,3 +118,43 @@ def test_cli_writes_the_counts_json(planted, tmp_path):
     # the same dispatch in Python counts the same
     report = count(planted, "aarch64", grid=(3, 1, 1), n=12)
     assert report.counts_json()["workgroups"] == data["workgroups"]
+
+
+@requires("qemu-user")
+def test_profiles_sweeps_vector_lengths(tmp_path_factory, tmp_path):
+    """hal-cpu profiles --sweep runs the command per vector length of the
+    profile and prints a table (and a plot with matplotlib)."""
+    library = _build(tmp_path_factory, "planted_rvv", ("riscv64",),
+                     cpu="rv64gcv")
+    plot = tmp_path / "sweep.png"
+    got = subprocess.run(
+        [sys.executable, "-m", "hal_cpu", "profiles", "--sweep", "rv64gcv",
+         f"--plot={plot}", "--", "run", str(library), "--function", "planted",
+         "--binding", "1000xf32=1", "--binding", "1000xf32=0", "--binding",
+         "1000xf32=0", "--constant", "6"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert got.returncode == 0, got.stderr
+    lines = got.stdout.strip().splitlines()
+    assert lines[0].split() == ["vector", "length", "(bits)", "instructions"]
+    from fatelf import arches
+    vlens = sorted(next(p for p in arches.PROFILES
+                        if p.name == "rv64gcv").vlens)
+    rows = [tuple(int(v) for v in line.split()) for line in lines[1:]]
+    assert [r[0] for r in rows] == vlens
+    # each vector length's count is what a single counted run gives
+    for vlen, total in rows[:2]:
+        assert count(library, "riscv64", case=6, grid=(1, 1, 1), n=1000,
+                     cpu="rv64gcv", vlen=vlen).total == total
+    assert rows[0][1] > rows[-1][1]
+    pytest.importorskip("matplotlib")
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_of_a_fixed_width_profile_is_refused(tmp_path):
+    got = subprocess.run(
+        [sys.executable, "-m", "hal_cpu", "profiles", "--sweep", "armv8-a",
+         "--", "run", "x.so", "--function", "f"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert got.returncode == 1
+    assert "armv8-a has no scalable vectors to sweep" in got.stderr
+    assert "Traceback" not in got.stderr

@@ -25,6 +25,16 @@ def _profiles_parser(sub) -> None:
                        "with the engines that run them")
     p.add_argument("--arch", action="append", type=_arch, metavar="ARCH",
                    help="only these architectures (repeatable)")
+    p.add_argument("--sweep", metavar="PROFILE", default=None,
+                   help="run the hal-cpu command given after -- (run, "
+                   "run-module or benchmark-module) once per vector length "
+                   "of PROFILE (sve, sve2, rv64gcv) with "
+                   "--count_instructions, and print the instructions per "
+                   "vector length")
+    p.add_argument("--plot", metavar="FILE.png", default=None,
+                   help="with --sweep: also plot them (needs matplotlib)")
+    p.add_argument("sweep_command", nargs="*", metavar="-- COMMAND",
+                   help="with --sweep: the hal-cpu command line to sweep")
 
 
 def _build_plugin_parser(sub) -> None:
@@ -77,6 +87,18 @@ def cmd_build_plugin(args) -> int:
 
 
 def cmd_profiles(args) -> int:
+    if args.sweep or args.sweep_command or args.plot:
+        from ..workbench import WorkbenchError, sweep
+        from . import main
+        if not args.sweep:
+            raise WorkbenchError("a command or --plot needs --sweep PROFILE",
+                                 field="--sweep", value=None)
+        rows = sweep.sweep(args.sweep, args.sweep_command, main)
+        print(sweep.table(rows))
+        if args.plot:
+            sweep.plot(rows, args.plot, f"{args.sweep}: " + " ".join(
+                os.path.basename(a) for a in args.sweep_command[:2]))
+        return 0
     from elfloader.backend.emulated.choice import qemu_program
     names = args.arch or list(arches.RUNTIME_ARCHES)
     print(f"{'arch':<8} {'profile':<24} {'engines':<14} {'vector lengths':<26} "
