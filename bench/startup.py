@@ -1,6 +1,26 @@
-"""Process start-up of ``hal-cpu run`` against ``iree-run-module``.
+"""Start-up of ``hal-cpu`` against IREE's tools: ``--help``, ``run`` of a
+sample kernel, ``run-module`` of a cached ``.vmfb``, and ``load_program``
+against ``iree.runtime``'s load of the same file.
 
 Usage: python bench/startup.py [--quick] [--rounds R] [--kernel K]
+
+Targets, printed as target vs measured at the end (medians of wall time
+and of CPU time, user + system, of the whole process tree: the machine is
+shared, and CPU time is the steadier of the two):
+
+* ``hal-cpu --help`` <= 2x ``iree-run-module --help``;
+* ``hal-cpu run-module mlp.vmfb --function=predict`` (``bench/programs/mlp.mlir``
+  compiled here for this machine, native) <= 2x ``iree-run-module
+  --device=local-sync`` on the same file;
+* ``hal_cpu.programs.vm.load_program(mlp.vmfb)`` (read, link, translate or
+  read the cached translation, ``__init``; closed after) <= 2x
+  ``iree.runtime``'s load of the same file (``Config("local-sync")``,
+  ``VmModule.copy_buffer``, a ``SystemContext`` with the module added),
+  both in this process, after one untimed load each.
+
+``iree-run-module`` is the command pip's ``iree-base-runtime`` installs next
+to this Python (a Python launcher that runs IREE's binary, as IREE's pip
+users run it); IREE's binary alone is in the table too, for scale.
 
 Both commands run the sample kernel (default ``mul_add``: a * b + a over
 5003 float32 values) once on inputs of ones and twos and print the result:
@@ -18,7 +38,8 @@ Both commands run the sample kernel (default ``mul_add``: a * b + a over
   flags from ``fatelf.arches``, with the same inputs (``--input=...``).
 
 For scale, the table also has ``python -c pass`` (interpreter start-up) and
-``python -c "import hal_cpu.cli"``. Every figure is the wall time of a whole
+``python -c "import hal_cpu.cli"``; the run of the sample kernel is measured
+as before: Every figure is the wall time of a whole
 process (spawn to exit, output discarded); each round runs every command
 once, in an order rotated by one per round; min and median, and the ratio to
 iree-run-module. The processes run without ``PYTHONDONTWRITEBYTECODE``, as
@@ -50,6 +71,8 @@ from hal_cpu.buffers import dtype_name
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "hal_cpu" / "samples"
+MLP = ROOT / "bench" / "programs" / "mlp.mlir"
+MLP_INPUT = "4x16xf32=1"
 
 
 def hal_cpu_argv(kernel: dict, host: str) -> list[str]:
@@ -119,6 +142,98 @@ def top_imports(argv: list[str], count: int = 8) -> list[tuple[str, int]]:
     return sorted(found.items(), key=lambda x: -x[1])[:count]
 
 
+def iree_tool(name: str) -> str | None:
+    """IREE's command ``name`` as pip installs it next to this Python, else
+    on ``PATH``."""
+    here = Path(sys.executable).parent / name
+    return str(here) if here.exists() else shutil.which(name)
+
+
+def iree_binary(name: str) -> str | None:
+    """IREE's own executable ``name`` inside ``iree-base-runtime``, or None."""
+    try:
+        import iree._runtime_libs as libs
+    except ImportError:
+        return None
+    path = Path(libs.__file__).parent / name
+    return str(path) if path.exists() else None
+
+
+def compile_mlp(out: Path, host: str) -> Path | None:
+    compiler = iree_tool("iree-compile")
+    if compiler is None:
+        return None
+    vmfb = out / f"mlp_{host}.vmfb"
+    subprocess.run([compiler, str(MLP), "--iree-hal-target-device=local",
+                    "--iree-hal-local-target-device-backends=llvm-cpu",
+                    *A.lookup(host).iree_flags, "-o", str(vmfb)],
+                   check=True, capture_output=True)
+    return vmfb
+
+
+class ProcessCase:
+    """A process measurement: wall time returned, CPU time (user + system
+    of the process and its children) kept in :attr:`cpu`."""
+
+    def __init__(self, argv: list[str], env: dict, cpu: T.Stats):
+        self.argv, self.env, self.cpu = argv, env, cpu
+
+    def __call__(self) -> float:
+        before = T.children_cpu()
+        elapsed = T.run_process(self.argv, env=self.env)
+        self.cpu.samples.append(T.children_cpu() - before)
+        return elapsed
+
+
+def load_cases(vmfb: Path) -> dict[str, T.Measure]:
+    """``load_program`` and ``iree.runtime``'s load of ``vmfb``, in this
+    process (each loaded once, untimed, first)."""
+    from hal_cpu.programs.vm import load_program
+
+    cases: dict[str, T.Measure] = {}
+
+    def ours():
+        load_program(str(vmfb)).close()
+    ours()
+    cases["load_program(mlp.vmfb)"] = T.wall(ours)
+    try:
+        import iree.runtime as rt
+    except ImportError:
+        return cases
+    data = vmfb.read_bytes()
+
+    def theirs():
+        config = rt.Config("local-sync")
+        ctx = rt.SystemContext(config=config)
+        ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, data))
+    theirs()
+    cases["iree.runtime load (mlp.vmfb)"] = T.wall(theirs)
+    return cases
+
+
+def target_rows(stats: dict[str, T.Stats], cpu: dict[str, T.Stats]) -> list[list[str]]:
+    """Target vs measured, by median (min in brackets)."""
+    rows = []
+    for what, ours, theirs in (
+            ("hal-cpu --help", "hal-cpu --help", "iree-run-module --help"),
+            ("hal-cpu run-module mlp.vmfb", "hal-cpu run-module mlp.vmfb",
+             "iree-run-module mlp.vmfb"),
+            ("load_program", "load_program(mlp.vmfb)", "iree.runtime load (mlp.vmfb)")):
+        a, b = stats.get(ours), stats.get(theirs)
+        if a is None or b is None or not a.ok or not b.ok:
+            rows.append([what, f"<= 2x {theirs}", "-", "-", "-"])
+            continue
+        wall = f"{a.median / b.median:.2f}x (min {a.min / b.min:.2f}x)"
+        ca, cb = cpu.get(ours), cpu.get(theirs)
+        cpu_ratio = (f"{ca.median / cb.median:.2f}x (min {ca.min / cb.min:.2f}x)"
+                     if ca and cb and ca.ok and cb.ok and cb.median > 0 and cb.min > 0
+                     else "-")
+        ok = a.median <= 2 * b.median
+        rows.append([what, f"<= 2x {theirs}", wall, cpu_ratio,
+                     "met" if ok else "not met"])
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     T.add_common_args(parser, rounds=15, quick_rounds=5)
@@ -139,39 +254,63 @@ def main() -> int:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
 
     cases: dict[str, T.Measure] = {}
+    cpu: dict[str, T.Stats] = {}
+
+    def process(name: str, command: list[str]) -> None:
+        cpu[name] = T.Stats(name)
+        cases[name] = ProcessCase(command, env, cpu[name])
+
     peer = None
     tmp = Path(tempfile.mkdtemp(prefix="bench_startup_"))
     try:
-        iree = shutil.which("iree-run-module")
+        iree = iree_tool("iree-run-module")
+        binary = iree_binary("iree-run-module")
+        mlp = compile_mlp(tmp, host)
+        process("hal-cpu --help", [*hal, "--help"])
+        if iree:
+            process("iree-run-module --help", [iree, "--help"])
+        if binary:
+            process("IREE's binary iree-run-module --help", [binary, "--help"])
+        if mlp is not None:
+            # cached: the first (untimed) round compiles nothing, translates
+            # and caches; the rounds read the cache
+            process("hal-cpu run-module mlp.vmfb",
+                    [*hal, "run-module", str(mlp), "--function=predict", f"--input={MLP_INPUT}"])
+            if iree:
+                process("iree-run-module mlp.vmfb",
+                        [iree, "--device=local-sync", f"--module={mlp}",
+                         "--function=predict", f"--input={MLP_INPUT}"])
+            cases.update(load_cases(mlp))
         if iree and shutil.which("iree-compile"):
             vmfb = compile_vmfb(kernel, host, tmp)
             peer = "iree-run-module --device=local-sync"
-            iree_argv = [iree, "--device=local-sync", f"--module={vmfb}",
-                         f"--function={kernel['reference']}", *iree_inputs(kernel)]
-            cases[peer] = lambda: T.run_process(iree_argv, env=env)
+            process(peer, [iree, "--device=local-sync", f"--module={vmfb}",
+                           f"--function={kernel['reference']}", *iree_inputs(kernel)])
         else:
             print("iree-run-module / iree-compile not found (pip install "
                   "iree-base-runtime iree-base-compiler): no peer")
-        cases["hal-cpu run"] = lambda: T.run_process([*hal, *argv], env=env)
-        cases["hal-cpu run --backend=emulated"] = lambda: T.run_process(
-            [*hal, *argv, "--backend=emulated"], env=env)
-        cases["python -c pass"] = lambda: T.run_process(
-            [sys.executable, "-c", "pass"], env=env)
-        cases["python -c 'import hal_cpu.cli'"] = lambda: T.run_process(
-            [sys.executable, "-c", "import hal_cpu.cli"], env=env)
+        process("hal-cpu run", [*hal, *argv])
+        process("hal-cpu run --backend=emulated", [*hal, *argv, "--backend=emulated"])
+        process("python -c pass", [sys.executable, "-c", "pass"])
+        process("python -c 'import hal_cpu.cli'", [sys.executable, "-c", "import hal_cpu.cli"])
         stats = T.interleave(cases, rounds, warmup=1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    for s in cpu.values():      # the warm-up round is not counted
+        del s.samples[:len(s.samples) - len(stats[s.name].samples)]
     unicorn = imports_unicorn(argv)
     imports = top_imports(argv)
 
     print(T.machine_line())
     print(f"kernel {args.kernel}: {kernel['description']}; {rounds} rounds")
     print("hal-cpu " + " ".join(argv).replace(str(ROOT) + os.sep, ""))
-    rows = [[name, *T.stats_cells(s, stats.get(peer) if peer else None)]
+    rows = [[name, *T.stats_cells(s, stats.get(peer) if peer else None),
+             T.fmt_time(cpu[name].median) if name in cpu and cpu[name].ok else "-"]
             for name, s in stats.items()]
-    print(T.table(["process", "min", "median", "ratio to iree-run-module (median)"],
-                  rows))
+    print(T.table(["process / call", "min", "median",
+                   "ratio to iree-run-module (median)", "CPU (median)"], rows))
+    print(T.table(["target", "", "measured: wall", "CPU", ""],
+                  target_rows(stats, cpu)))
     print(f"hal-cpu run (native) imported unicorn: {'yes' if unicorn else 'no'}")
     print("costliest imports of hal-cpu run (python -X importtime, cumulative, "
           "nested ones included in their parents): "
