@@ -35,6 +35,15 @@ import's error) gets the location (``file:line:col`` from
 Backward branches check :data:`BACKEDGE_HOOK`: when its one element is set
 to a callable, it is called at every backward branch (a place to enforce
 a time limit); unset, the check costs one list lookup and compare.
+
+:func:`translate_module` translates a whole module (what linking calls)
+and keeps the result on disk, in the private cache folder
+``vm-translations``: per module and link, each function's ``marshal``'d
+code object with what rebinds its constants, keyed by the module's
+bytecode and signatures, which imports resolved, the translator's source
+and the Python version (:func:`translator_version`). Loading the same
+program again reads that file instead of decoding, generating and
+compiling (``PKR_VM_CACHE=0`` turns the cache off).
 """
 
 from __future__ import annotations
