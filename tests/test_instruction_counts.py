@@ -158,3 +158,14 @@ def test_sweep_of_a_fixed_width_profile_is_refused(tmp_path):
     assert got.returncode == 1
     assert "armv8-a has no scalable vectors to sweep" in got.stderr
     assert "Traceback" not in got.stderr
+
+
+def test_tcg_plugin_rebuilds_byte_identically(tmp_path):
+    """The committed tcg_plugin.sos is what workbench.c builds (python -m
+    elfloader.backend.emulated.tcg_plugin.build)."""
+    pytest.importorskip("ziglang")
+    from elfloader.backend.emulated.tcg_plugin import BUNDLE, build
+    rebuilt = build.build(tmp_path)
+    assert rebuilt.read_bytes() == Path(BUNDLE).read_bytes(), (
+        "tcg_plugin.sos is not what workbench.c builds: run python -m "
+        "elfloader.backend.emulated.tcg_plugin.build")
