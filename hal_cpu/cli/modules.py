@@ -171,6 +171,11 @@ def _benchmark_module_parser(sub) -> None:
                    "stddev and cv")
     _add_memory_limit(p)
     _add_statistics(p)
+    p.add_argument("--replay", action="store_true",
+                   help="time the call's recorded dispatches, fills and copies "
+                   "replayed on the same buffers without the VM (its native "
+                   "dispatches in one crossing); a call with no replay (data "
+                   "dependent steps, host modules) is timed as without it")
     p.add_argument("--benchmark_min_time", type=_min_time, default=None,
                    metavar="T", help="call for at least T seconds (0.5, 0.5s) "
                    "or exactly N times (100x); default 0.5s")
@@ -756,6 +761,29 @@ def _vm_check_module(args, files, hosts, arch) -> int:
 # ---------------------------------------------------------------------------
 # benchmark-module
 
+def _replayed(fn, inputs, label: str):
+    """``--replay``: (callable, its arguments, a note for the report) of
+    the call replayed without the VM, its results checked once against a
+    call's; the function itself when the call has no replay."""
+    import numpy as np
+
+    from ..programs.vm.replay import NoReplayError, record_replay
+    try:
+        replay = record_replay(fn, inputs)
+    except NoReplayError as exc:
+        return fn, inputs, f", not replayed: {exc.message}"
+    want = [r for r in fn(*inputs) if isinstance(r, np.ndarray)]
+    replay.run()
+    got = replay.results()
+    if len(got) != len(want) or not all(
+            g.shape == w.shape and g.tobytes() == w.tobytes()
+            for g, w in zip(got, want)):
+        raise ModuleError("the replayed call's results differ from the call's",
+                          name=label, field="--replay", value=fn.name)
+    return replay.run, (), (f", replayed: {replay.dispatches} dispatches in "
+                            f"{replay.crossings} crossings")
+
+
 def cmd_benchmark_module(args) -> int:
     """``hal-cpu benchmark-module``: load the program once, call the function
     repeatedly and print min / median / mean per call, as
@@ -812,6 +840,7 @@ def cmd_benchmark_module(args) -> int:
         with vm_program(args, files, hosts, arch, modules=modules,
                         host_modules=loaded) as program:
             fn = program.function(args.function)
+            name = fn.name
             inputs = vm_inputs(fn, args.input, label)
             bench_name = f"BM_{fn.name}/process_time/real_time"
             if args.benchmark_list_tests:
@@ -820,10 +849,13 @@ def cmd_benchmark_module(args) -> int:
                     and not re.search(args.benchmark_filter, bench_name)):
                 return str(fn.name), [], "filtered"
             fn(*inputs)
+            replayed = ""
+            if args.replay:
+                fn, inputs, replayed = _replayed(fn, inputs, label)
             if gb:
                 measured = measure(fn, inputs)
                 _statistics(args, program)
-                return str(fn.name), measured, "gbench"
+                return str(name), measured, "gbench"
             times: list[float] = []
             perf = time.perf_counter
             start = perf()
@@ -842,9 +874,9 @@ def cmd_benchmark_module(args) -> int:
                                    elfloader.arch.by_name(program.arch),
                                    emulation_options(args))
             where = (f"{program.arch}, {'native' if native else 'emulated'}, "
-                     f"workers={workers_of(args) or 'auto'}")
+                     f"workers={workers_of(args) or 'auto'}{replayed}")
             _statistics(args, program)
-            return str(fn.name), times, where
+            return str(name), times, where
 
     if args.benchmark_filter is not None:
         try:
