@@ -76,9 +76,12 @@ def __dir__():
 
 
 def get_include() -> str:
-    """Directory holding ``plugin_abi.h``, the C header of IREE's executable
-    plugin ABI (version 0x1) for writing plugins: pass it as ``-I`` to the
-    compiler (as ``numpy.get_include()`` is used)."""
+    """Directory holding the C headers of IREE's executable plugin ABI
+    (version 0x1) for writing plugins: ``iree/hal/local/executable_plugin.h``
+    (IREE's header path and names, so plugins written for IREE build
+    unmodified) and ``plugin_abi.h`` (that header and this project's
+    helpers). Pass it as ``-I`` to the compiler (as ``numpy.get_include()``
+    is used); ``hal-cpu build-plugin`` does."""
     import os
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
 
