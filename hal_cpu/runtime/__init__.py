@@ -25,11 +25,16 @@ Return values: :data:`LOOP_OK`, the non-zero return of a failing workgroup
 :data:`LOOP_STOPPED` or :data:`LOOP_INVALID`. A workgroup failed exactly
 when ``range.status != 0``. The C file's header comment is the reference.
 
-The package also holds the math functions that ``iree-compile`` 3.13 leaves
-missing or empty in executables for 32-bit targets (``libm.c``, built into
-relocatable objects for :data:`LIBM_ARCHES` and packed into
-:data:`LIBM_BUNDLE`), and the linker that links them in
+The package also holds the support library of executables for 32-bit
+targets: the math functions that ``iree-compile`` 3.13 leaves missing or
+empty there (``libm.c``) joined with compiler-rt's builtins as zig ships
+them (float conversions such as ``__extendsfdf2`` and ``__truncdfhf2``,
+64-bit division and shifts, ARM's ``__aeabi_*`` helpers), one relocatable
+object per architecture of :data:`LIBM_ARCHES` packed into
+:data:`LIBM_BUNDLE`, and the linker that links them in
 (:data:`LIBM_LINKER`, run by :func:`hal_cpu.programs.compile_program`).
+A library built without them that calls an empty function is refused when
+it loads (:mod:`hal_cpu.empty_functions`).
 """
 
 from __future__ import annotations
@@ -61,7 +66,8 @@ LIBM_LINKER = HERE.parent / "buildtools" / "libm_link.py"
 
 #: Architectures whose executables link the objects, and the zig flags
 #: that build them: the architecture's least capable CPU (x87 only; VFPv3
-#: without NEON), so that one object serves every profile. Derived from
+#: without NEON; RV32IM with iree-compile's ilp32 calls), so that one object
+#: serves every profile. Derived from
 #: each :attr:`elfloader.arch.Arch.builds`'s ``libm`` (empty: no row), in
 #: the order of the runtime's architectures.
 LIBM_ARCHES: dict[str, tuple[str, ...]] = {a.name: a.builds.libm for a in ARCHES
