@@ -249,3 +249,21 @@ def test_pytest_plugin_sanitize_and_counts(planted, tmp_path):
     for reports in data.values():
         assert len(reports) == 1 and reports[0]["arch"] == "riscv64"
         assert len(reports[0]["workgroups"]) == 5
+
+
+@requires("qemu-user")
+def test_outside_only_checks_bounds_alone(planted):
+    """Session(outside_only=True) reports the read past a binding and
+    nothing of the shadow (the race goes unreported)."""
+    from hal_cpu import Executable, workbench
+    with workbench.Session(sanitize=True, outside_only=True) as wb:
+        with Executable(planted, arch="aarch64", backend="emulated",
+                        engine="qemu", timeout=60) as exe:
+            for case in (1, 5):
+                exe.dispatch("planted", GRID,
+                             [np.ones(N, np.float32), np.zeros(N, np.float32),
+                              np.zeros(N, np.float32)], [case], workers=1)
+    race, past = wb.reports
+    assert race.findings == []
+    assert [(f.kind, f.binding, f.start, f.end) for f in past.findings] == [
+        ("outside", 0, 4 * N, 4 * N + 4)]

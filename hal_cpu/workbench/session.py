@@ -196,11 +196,13 @@ class Session:
 
         def finish() -> None:
             w[tp.W_ACTIVE] = 0
-            self._report(prepared, backend, results, wc, total, shadows)
+            self._report(prepared, backend, results, wc, total, shadows,
+                         min(len(pointers), tp.MAX_BINDINGS))
 
         return finish
 
-    def _report(self, prepared, backend, results, wc, total, shadows) -> None:
+    def _report(self, prepared, backend, results, wc, total, shadows,
+                bindings: int) -> None:
         profile = backend.profile
         vlen = backend.vlen or (profile.vlens[0] if profile is not None
                                 and profile.vlens else None)
@@ -215,14 +217,16 @@ class Session:
             report.counts = {tuple(int(v) for v in k): int(c)
                              for k, c in zip(xyz.tolist(), counts.tolist())}
         if self.sanitize:
-            report.findings = self._findings(prepared, results, wc, shadows)
+            report.findings = self._findings(prepared, results, wc, shadows,
+                                             bindings)
             report.unseen = int(results.words[tp.W_UNSEEN])
             report.lost = int(results.words[tp.W_EVENTS_LOST])
         self.reports.append(report)
         if self.on_report is not None:
             self.on_report(report)
 
-    def _findings(self, prepared, results, wc, shadows) -> list[Finding]:
+    def _findings(self, prepared, results, wc, shadows,
+                  bindings: int) -> list[Finding]:
         exe = prepared.executable
         syms = self._symbolizers.get(id(exe))
         if syms is None:
@@ -245,7 +249,14 @@ class Session:
             return got
 
         merged: dict[tuple, list] = {}
+        total = wc[0] * wc[1] * wc[2]
         for kind, binding, offset, size, wg, other, pc, store in events.tolist():
+            # (the plugin shares its process with guest code: what does not
+            # fit this dispatch is not a finding of it)
+            if (kind not in tp.EVENT_KINDS or not 0 <= binding < bindings
+                    or not 0 <= wg < total or not 0 <= other <= total
+                    or not 0 < size <= 1 << 32 or abs(offset) > 1 << 48):
+                continue
             pc &= mask
             symbol, source = place(pc)
             key = (tp.EVENT_KINDS.get(kind, "?"), binding, wg, other, store,

@@ -140,8 +140,9 @@ class Results:
         return np.frombuffer(self.mm, np.uint64, n, self.counts_off)
 
     def events(self) -> np.ndarray:
-        """The events of the last dispatch, shape ``(n, 8)`` uint64."""
-        n = int(self.words[W_EVENTS_N])
+        """The events of the last dispatch, shape ``(n, 8)`` uint64 (at
+        most :data:`EVENTS_CAP`: the words are the guest process's too)."""
+        n = min(int(self.words[W_EVENTS_N]), EVENTS_CAP)
         return np.frombuffer(self.mm, np.uint64, n * EVENT_WORDS,
                              self.events_off).reshape(n, EVENT_WORDS)
 

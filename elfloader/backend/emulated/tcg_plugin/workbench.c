@@ -90,12 +90,37 @@ typedef struct binding_t {
 } binding_t;
 static binding_t bindings[MAX_BINDINGS];
 static uint64_t n_bindings, span_lo, span_hi;
+// Where counts and events go, checked against the file's size when a
+// generation starts (guest code shares the process and may have written
+// over the control words: nothing here writes outside the file).
+static uint64_t* counts;
+static uint64_t counts_cap;
+static uint64_t* events;
+static uint64_t events_cap;
+
+// Whether [offset, offset + bytes) lies inside the results file.
+static int inside(uint64_t offset, uint64_t bytes) {
+  return offset <= results_size && bytes <= results_size - offset;
+}
+
+static void load_tables(void) {
+  uint64_t off = ctl[W_COUNTS_OFF], cap = ctl[W_COUNTS_CAP];
+  if (cap > (1ull << 32) || !inside(off, 8 * cap)) cap = 0;
+  counts = (uint64_t*)(results + (cap ? off : 0));
+  counts_cap = cap;
+  off = ctl[W_EVENTS_OFF];
+  cap = ctl[W_EVENTS_CAP];
+  if (cap > (1ull << 32) || !inside(off, 8 * EVENT_WORDS * cap)) cap = 0;
+  events = (uint64_t*)(results + (cap ? off : 0));
+  events_cap = cap;
+}
 
 static void load_bindings(void) {
   uint64_t n = ctl[W_N_BINDINGS];
   if (n > MAX_BINDINGS) n = MAX_BINDINGS;
   span_lo = UINT64_MAX;
   span_hi = 0;
+  uint64_t good = 0;
   for (uint64_t i = 0; i < n; ++i) {
     volatile uint64_t* w = ctl + W_BINDINGS + BINDING_WORDS * i;
     binding_t* b = &bindings[i];
@@ -103,13 +128,15 @@ static void load_bindings(void) {
     b->end = w[0] + w[1];
     b->zone_lo = w[2];
     b->zone_hi = w[3];
+    if (w[1] > (1ull << 40) || !inside(w[4], 8 * w[1])) break;
     b->writers = (uint32_t*)(results + w[4]);
     b->readers = b->writers + w[1];
     b->uninitialized = (w[5] & FLAG_UNINITIALIZED) != 0;
     if (b->zone_lo < span_lo) span_lo = b->zone_lo;
     if (b->zone_hi > span_hi) span_hi = b->zone_hi;
+    good = i + 1;
   }
-  n_bindings = n;
+  n_bindings = good;
 }
 
 static uint64_t parse(const char* text) {
@@ -145,9 +172,9 @@ static void loop_store(unsigned int vcpu, qemu_plugin_meminfo_t info,
     seen_generation = generation;
     state_at = 0;
     current = NONE;
+    load_tables();
     if (mode & MODE_SANITIZE) load_bindings();
-  } else if (current != NONE && current < ctl[W_COUNTS_CAP]) {
-    uint64_t* counts = (uint64_t*)(results + ctl[W_COUNTS_OFF]);
+  } else if (current != NONE && current < counts_cap) {
     counts[current] += insns - mark;
   }
   mark = insns;
@@ -172,7 +199,10 @@ static void loop_store(unsigned int vcpu, qemu_plugin_meminfo_t info,
 __attribute__((noinline, cold)) static void add_event(uint64_t kind, uint64_t binding, int64_t offset,
                       uint64_t other, uint64_t pc, int store) {
   uint64_t n = ctl[W_EVENTS_N];
-  uint64_t* events = (uint64_t*)(results + ctl[W_EVENTS_OFF]);
+  if (n > events_cap) {
+    ctl[W_EVENTS_LOST] += 1;
+    return;
+  }
   if (n) {
     uint64_t* e = events + (n - 1) * EVENT_WORDS;
     if (e[0] == kind && e[1] == binding && e[4] == current && e[5] == other &&
@@ -185,7 +215,7 @@ __attribute__((noinline, cold)) static void add_event(uint64_t kind, uint64_t bi
       if (offset >= start && offset < end) return;
     }
   }
-  if (n >= ctl[W_EVENTS_CAP]) {
+  if (n >= events_cap) {
     ctl[W_EVENTS_LOST] += 1;
     return;
   }
