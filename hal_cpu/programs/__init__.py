@@ -33,6 +33,7 @@ packages; the functions that need them do.
 """
 
 import importlib
+from typing import TYPE_CHECKING
 
 # Public name -> the submodule defining it. Importing this package imports
 # none of them: each is imported on first use of one of its names
@@ -55,6 +56,36 @@ _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 _SUBMODULES = frozenset({
     "check", "compiler", "errors", "host_api", "host_modules", "reference",
     "scalars", "vm"})
+
+
+if TYPE_CHECKING:  # for type checkers and the API reference; not imported at run time
+    from .check import CheckModule
+    from .compiler import (
+        BASE_FLAGS,
+        INSTALL_HINT,
+        SUPPORTED_VERSION,
+        Compiled,
+        compile_many,
+        compile_program,
+        default_cache_dir,
+        find_iree_compile,
+        iree_compile_version,
+        target_flags,
+        variant_name,
+    )
+    from .errors import CompileError, EvaluationError, IreeToolError
+    from .host_api import (
+        HOST_MODULE_ABI_VERSION,
+        HostCallError,
+        HostModule,
+        HostModuleError,
+        RawTensor,
+        StatusCode,
+        StatusError,
+        export,
+    )
+    from .host_modules import ModuleRegistry, load_module_spec
+    from .reference import reference_run
 
 
 def __getattr__(name: str):
