@@ -96,8 +96,8 @@ def test_batch_stops_in_the_export_then_the_dispatch_completes(
     pcs = _pc(out)
     assert len(pcs) == 2, out
     assert f"<{EXPORT}>" in out and f"<{EXPORT}+" in out, out
-    # stepi ran one instruction forward (2 to 15 bytes, whatever the ISA).
-    assert 2 <= pcs[1] - pcs[0] <= 15, out
+    # stepi ran one instruction forward (1 to 15 bytes, whatever the ISA).
+    assert 1 <= pcs[1] - pcs[0] <= 15, out
     sp = re.search(r"^\$\d+ = (0x[0-9a-f]+)$", out, re.M)
     assert sp and int(sp.group(1), 16) != 0, out
     # gdb continued; the agent ended when the executable closed.
@@ -154,6 +154,41 @@ def test_no_gdb_stub_is_a_typed_error(flags, field, value):
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.startswith("hal-cpu: error: ") and field in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@requires("qemu-user")
+@requires("gdb-multiarch")
+def test_plugins_symbols_are_added_and_the_dispatch_completes(compile_cache,
+                                                               tmp_path):
+    """An executable calling an embedded plugin: gdb gets the plugin too
+    (at its load address); closing the plugins' backend ends the agent
+    gdb continues, so the session ends."""
+    from hal_cpu.plugins import PluginManager
+    from hal_cpu.programs import compile_program, vm
+    plugin = ROOT / "sample_plugins" / "prebuilt" / "standalone.sos"
+    comp = compile_program(ROOT / "sample_plugins" / "standalone_example.mlir",
+                           "aarch64", compile_cache)
+    a = np.arange(100, dtype=np.float32)
+    with PluginManager.from_specs([str(plugin)], arch="aarch64") as plugins:
+        (d, _) = vm.plan_program(comp, [a, a], "mixed_invocation",
+                                 plugins=plugins).dispatches
+    script = tmp_path / "steps.gdb"
+    script.write_text("bt 1\ndelete\ncontinue\n")
+    proc = hal_cpu("debug", "--gdb_batch", script, "run", comp.so_files[0],
+                   f"--function={d.export_name}", "--workgroup_count="
+                   + ",".join(map(str, d.workgroup_count)),
+                   *[f"--constant={c}" for c in d.constants],
+                   "--binding=100xf32=3", "--binding=100xf32=4",
+                   "--binding=100xf32", f"--executable_plugin={plugin}",
+                   "--print_bindings=2", timeout=120)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    added = re.findall(r'add symbol table from file "([^"]+)" with all '
+                       r"sections offset by (0x[0-9a-f]+)", proc.stdout)
+    assert [p.rsplit("/", 1)[-1].split("-", 1)[1] for p, _ in added][1:] \
+        == ["standalone.sos_aarch64_", "runtime.so"], proc.stdout
+    assert len({base for _, base in added}) == 3
+    assert re.search(rf"^#0 +{d.export_name} \(", proc.stdout, re.M)
+    assert "binding[2]: 100xf32=12 12 12" in proc.stdout
 
 
 #: aarch64: call(number, a0, a1, a2, a3) makes that system call (x8 the

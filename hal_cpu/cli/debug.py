@@ -150,15 +150,21 @@ def cmd_debug(args) -> int:
                                            arch=image.arch,
                                            backend="emulated", timeout=0,
                                            **options)
-    with Executable(image, backend="emulated", plugins=plugins, timeout=0,
-                    **({} if plugins else options)) as exe:
-        debugger = Debugger(exe, export, gdb=gdb, batch=args.gdb_batch,
-                            command_only=args.gdb_command)
-        with debugger:
-            exe.dispatch(export, run.workgroup_count, arrays, run.constant,
-                         workers=1)
-        where = (f"{exe.arch.name}, {exe.backend.describe()}, "
-                 f"export {debugger.label}")
+    try:
+        with Executable(image, backend="emulated", plugins=plugins, timeout=0,
+                        **({} if plugins else options)) as exe:
+            debugger = Debugger(exe, export, gdb=gdb, batch=args.gdb_batch,
+                                command_only=args.gdb_command)
+            with debugger:
+                exe.dispatch(export, run.workgroup_count, arrays,
+                             run.constant, workers=1)
+            where = (f"{exe.arch.name}, {exe.backend.describe()}, "
+                     f"export {debugger.label}")
+    finally:
+        # The plugins' backend holds the agent gdb continues: closing it
+        # ends the agent, and gdb with it.
+        if plugins is not None:
+            plugins.close()
     status = debugger.wait()
     if run.verbose:
         print(f"hal-cpu: ran {debugger.label} of {run.file} under gdb "

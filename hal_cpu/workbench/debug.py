@@ -150,7 +150,9 @@ class Debugger:
         out: where the command line goes.
 
     Use: ``with Debugger(exe, export, ...) as dbg:`` dispatch with one
-    worker, then close ``exe``, then ``dbg.wait()``.
+    worker, then close ``exe`` and its backend (with plugins, the plugin
+    manager's: close the manager), which ends the agent gdb continues,
+    then ``dbg.wait()``.
 
     Raises:
         DebugError: not the qemu engine (``field`` ``--backend`` or
