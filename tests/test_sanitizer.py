@@ -267,3 +267,38 @@ def test_outside_only_checks_bounds_alone(planted):
     assert race.findings == []
     assert [(f.kind, f.binding, f.start, f.end) for f in past.findings] == [
         ("outside", 0, 4 * N, 4 * N + 4)]
+
+
+PROGRAMS = Path(__file__).parent / "programs"
+
+
+@requires("qemu-user")
+def test_run_module_sanitize_and_count(tmp_path):
+    """run-module: every dispatch of the program reported (a reduction's
+    output binding is its buffer's 64 bytes, the padding past its 28
+    written bytes is no finding); the counts of both dispatches as JSON."""
+    counts = tmp_path / "counts.json"
+    got = _hal_cpu("run-module", str(PROGRAMS / "softmax.mlir"), "--arch",
+                   "riscv64", "--input", "7x33xf32=1", "--sanitize",
+                   f"--count_instructions={counts}", cwd=tmp_path)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.count("sanitizer: nothing found in softmax_dispatch_") == 2
+    data = json.loads(counts.read_text())
+    assert len(data) == 2 and all(d["arch"] == "riscv64" for d in data)
+    assert all(d["total"] == sum(w[3] for w in d["workgroups"]) > 0
+               for d in data)
+
+
+@requires("qemu-user")
+def test_run_module_reports_an_iree_kernel_reading_past_a_binding(tmp_path):
+    """iree-compile's x86_64 layer norm reads the 4 bytes after its 67-float
+    gamma and beta bindings (IREE's buffers are padded to 64 bytes): an
+    outside finding per workgroup, and the command fails."""
+    got = _hal_cpu("run-module", str(PROGRAMS / "layer_norm.mlir"), "--arch",
+                   "x86_64", "--input", "5x67xf32=1", "--input", "67xf32=1",
+                   "--input", "67xf32=0", "--sanitize", cwd=tmp_path)
+    assert got.returncode == 1
+    assert re.search(r"outside: binding 2 bytes \[268, 272\) \(read\) by "
+                     r"workgroup \(0, 0, 0\)", got.stdout), got.stdout
+    assert "the sanitizer found" in got.stderr
+    assert "Traceback" not in got.stderr

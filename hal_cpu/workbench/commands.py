@@ -79,12 +79,14 @@ def prepare(args: Any) -> None:
                 setattr(args, name, None)
 
 
-def session(args: Any, uninitialized: Iterable[int] = ()) -> Session:
+def session(args: Any, uninitialized: Iterable[int] = (),
+            padded: bool = False) -> Session:
     """The session the command line asks for (``uninitialized``: binding
-    ordinals given no contents)."""
+    ordinals given no contents; ``padded``: a program's bindings, which may
+    end in their buffer's alignment padding)."""
     return Session(sanitize=bool(getattr(args, "sanitize", False)),
                    count=getattr(args, "count_instructions", None) is not None,
-                   uninitialized=set(uninitialized))
+                   uninitialized=set(uninitialized), padded=padded)
 
 
 def finish(args: Any, wb: Session, out=None) -> int:
@@ -127,7 +129,7 @@ def run_watched(args: Any, fn: Callable[[], Any]) -> Any:
         FindingsError: the sanitizer found something, or SVE contiguous
             accesses went unseen.
     """
-    with session(args) as wb:
+    with session(args, padded=True) as wb:
         answer = fn()
     status = finish(args, wb)
     if status:

@@ -66,6 +66,11 @@ class Session:
         outside_only: with ``sanitize``, check accesses outside bindings
             alone (no shadow of binding bytes: no races, order
             dependences, never-written or uninitialized bytes).
+        padded: bindings may end in alignment padding, as a program's
+            buffers do (a binding of a whole buffer is the buffer's
+            allocation, a multiple of 64 bytes): unwritten bytes in the
+            last 64 bytes of such a binding, up to its end, are not
+            "never written".
 
     Attributes:
         reports: every dispatch's :class:`DispatchReport`, in order.
@@ -79,12 +84,13 @@ class Session:
     def __init__(self, sanitize: bool = False, count: bool = False,
                  uninitialized: Iterable[int] | Callable[[Any], Iterable[int]]
                  = (), on_report: Callable[[DispatchReport], None] | None = None,
-                 outside_only: bool = False):
+                 outside_only: bool = False, padded: bool = False):
         if not sanitize and not count:
             raise WorkbenchError("a workbench session needs sanitize or count",
                                  field="mode", value=None)
         self.sanitize, self.count = sanitize, count
         self.outside_only = bool(sanitize and outside_only)
+        self.padded = padded
         self.mode = (tp.MODE_SANITIZE if sanitize else 0) | (
             tp.MODE_COUNT if count else 0) | (
             tp.MODE_OUTSIDE_ONLY if self.outside_only else 0)
@@ -281,6 +287,9 @@ class Session:
             edges = np.flatnonzero(np.diff(np.concatenate(
                 ([1], written.astype(np.int8), [1]))))
             for start, end in zip(edges[0::2].tolist(), edges[1::2].tolist()):
+                if (self.padded and end == n and n % 64 == 0
+                        and start > n - 64):
+                    continue    # the allocation's padding
                 out.append(Finding("never written", i, start, end))
         order = {k: j for j, k in enumerate(
             ("race", "order", "never written", "uninitialized", "outside"))}
