@@ -158,6 +158,27 @@ def test_no_gdb_stub_is_a_typed_error(flags, field, value):
 
 @requires("qemu-user")
 @requires("gdb-multiarch")
+def test_a_fault_stops_gdb_then_is_reported(mul_add, tmp_path):
+    """A binding too small: gdb stops at the faulting load in the export;
+    continued, the agent reports the fault and hal-cpu prints its usual
+    report after gdb's transcript."""
+    script = tmp_path / "steps.gdb"
+    script.write_text("delete\ncontinue\nx/i $pc\ncontinue\n")
+    proc = hal_cpu("debug", "--gdb_batch", script, "run", mul_add("aarch64"),
+                   "--function", EXPORT, "--workgroup_count",
+                   _workgroups("aarch64"), "--binding", "100xf32=2",
+                   "--binding", "100xf32=3", "--binding", "100xf32=0")
+    assert proc.returncode == 1, proc.stderr + proc.stdout
+    assert "received signal SIGSEGV" in proc.stdout, proc.stdout
+    assert re.search(rf"=> 0x[0-9a-f]+ <{EXPORT}\+\d+>:", proc.stdout)
+    assert "exited normally" in proc.stdout
+    assert proc.stderr.count("hal-cpu: error: ") == 1, proc.stderr
+    assert "binding 0 at offset" in proc.stderr and "guard page" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@requires("qemu-user")
+@requires("gdb-multiarch")
 def test_plugins_symbols_are_added_and_the_dispatch_completes(compile_cache,
                                                                tmp_path):
     """An executable calling an embedded plugin: gdb gets the plugin too

@@ -150,6 +150,7 @@ def cmd_debug(args) -> int:
                                            arch=image.arch,
                                            backend="emulated", timeout=0,
                                            **options)
+    debugger = None
     try:
         with Executable(image, backend="emulated", plugins=plugins, timeout=0,
                         **({} if plugins else options)) as exe:
@@ -161,11 +162,12 @@ def cmd_debug(args) -> int:
             where = (f"{exe.arch.name}, {exe.backend.describe()}, "
                      f"export {debugger.label}")
     finally:
-        # The plugins' backend holds the agent gdb continues: closing it
-        # ends the agent, and gdb with it.
+        # Closing the backend (the plugins' one, with plugins) ends the
+        # agent gdb continues, and so gdb's session, also after a fault
+        # (whose report follows gdb's transcript).
         if plugins is not None:
             plugins.close()
-    status = debugger.wait()
+        status = debugger.wait() if debugger is not None else 0
     if run.verbose:
         print(f"hal-cpu: ran {debugger.label} of {run.file} under gdb "
               f"({where})", file=sys.stderr)

@@ -152,7 +152,7 @@ class Debugger:
     Use: ``with Debugger(exe, export, ...) as dbg:`` dispatch with one
     worker, then close ``exe`` and its backend (with plugins, the plugin
     manager's: close the manager), which ends the agent gdb continues,
-    then ``dbg.wait()``.
+    then ``dbg.wait()``, whether the dispatch succeeded or raised.
 
     Raises:
         DebugError: not the qemu engine (``field`` ``--backend`` or
@@ -228,8 +228,9 @@ class Debugger:
         return self
 
     def __exit__(self, *exc) -> None:
-        if exc[0] is not None:
-            self.close()
+        # gdb goes on until the agent ends (the caller closes the backend
+        # and then calls wait(), after an error too).
+        pass
 
     def _listening(self, path: str, pid: int) -> None:
         """The agent waits at ``path``: start gdb (or say how)."""
