@@ -76,11 +76,13 @@ def _unwind_facts(image) -> tuple[list[tuple[int, int]], list[int], list[int]]:
     fdes: list[tuple[int, int]] = []
     exidx: list[int] = []
     ends: list[int] = []
+    starts: set[int] = set()
     try:
         elf = ELFFile(io.BytesIO(image.data))
         for sec in elf.iter_sections():
             if sec["sh_flags"] & 0x4 and sec["sh_type"] == "SHT_PROGBITS":  # SHF_EXECINSTR
                 ends.append(int(sec["sh_addr"] + sec["sh_size"]))
+                starts.add(int(sec["sh_addr"]))
             elif sec.name == ".ARM.exidx" and sec["sh_type"] != "SHT_NOBITS":
                 words = np.frombuffer(sec.data()[:sec["sh_size"] // 8 * 8], "<u4")
                 at = sec["sh_addr"] + 8 * np.arange(len(words) // 2, dtype=np.int64)
@@ -97,7 +99,10 @@ def _unwind_facts(image) -> tuple[list[tuple[int, int]], list[int], list[int]]:
     except (ELFError, ValueError, KeyError, IndexError, AssertionError,
             UnicodeDecodeError, OSError, TypeError, AttributeError):
         return [], [], []
-    return fdes, exidx, ends
+    # an end where more code starts (another section, a described
+    # function) is a call target like any other
+    starts |= {start for start, length in fdes if length}
+    return fdes, exidx, [e for e in ends if e not in starts]
 
 
 def _sext(v: np.ndarray, bits: int) -> np.ndarray:
@@ -124,13 +129,14 @@ def _call_targets(arch: str, code: bytes, vaddr: int) -> tuple[np.ndarray, np.nd
         sites = vaddr + 4 * pos
         return sites, sites + 8 + (_sext(words[pos] & 0xFFFFFF, 24) << 2)
     if arch in ("riscv32", "riscv64"):
-        if n < 8:
+        if n < 4:
             return np.empty(0, np.int64), np.empty(0, np.int64)
-        # every 2-byte offset (compressed code aligns 4-byte ones to 2)
-        m = (n - 8) // 2 + 1
-        lo = np.frombuffer(code, "<u2")[:2 * m + 2].astype(np.int64)
+        # every 2-byte offset (compressed code aligns 4-byte ones to 2); the
+        # pair's second instruction read past the end as zeros
+        lo = np.frombuffer(code[:n - n % 2] + bytes(8), "<u2").astype(np.int64)
+        m = n // 2 - 1
         first = lo[:m] | lo[1:m + 1] << 16
-        second = lo[2:m + 2] | lo[3:m + 3] << 16 if len(lo) >= m + 3 else first * 0
+        second = lo[2:m + 2] | lo[3:m + 3] << 16
         offs = 2 * np.arange(m, dtype=np.int64)
         # jal rd, imm
         jal = np.nonzero((first & 0x7F) == 0x6F)[0]
