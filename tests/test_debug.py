@@ -272,3 +272,18 @@ def test_a_debugged_agent_serves_its_socket_and_connects_nowhere(tmp_path):
     finally:
         backend.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.parametrize("flags, field", [
+    (["--gdb", "/nonexistent/gdb-multiarch"], "gdb"),
+    (["--gdb_batch", "/nonexistent/steps.gdb"], "--gdb_batch"),
+])
+def test_no_gdb_or_no_script_is_a_typed_error(flags, field):
+    from hal_cpu.cli import build_parser, debug
+    from hal_cpu.workbench.debug import DebugError
+    so = ROOT / "hal_cpu" / "samples" / "mul_add_x86_64.so"
+    args = build_parser("debug").parse_args(
+        ["debug", *flags, "run", str(so), "--function", EXPORT])
+    with pytest.raises(DebugError) as info:
+        debug.cmd_debug(args)
+    assert info.value.field == field and info.value.value == flags[1]

@@ -129,11 +129,11 @@ def cmd_debug(args) -> int:
     from . import build_parser
     run = build_parser(args.debugged).parse_args([args.debugged, *args.args])
     _refuse(run, run.file)
-    gdb = (args.gdb or GDB) if args.gdb_command else find_gdb(args.gdb)
     if args.gdb_batch is not None and not os.path.isfile(args.gdb_batch):
         raise DebugError("no such gdb script (a file of gdb commands)",
                          name=args.gdb_batch, field="--gdb_batch",
                          value=args.gdb_batch)
+    gdb = (args.gdb or GDB) if args.gdb_command else find_gdb(args.gdb)
     arrays = [parse_binding(s) for s in run.binding]
     shown = _shown(run.print_bindings, len(arrays))
     for i, path in run.output:
