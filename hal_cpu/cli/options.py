@@ -128,9 +128,8 @@ def add_native_flag(p: argparse.ArgumentParser) -> None:
 NO_ISOLATE_HELP = ("run the program in hal-cpu itself, not in a child "
                    "process: native code runs with your rights, unconfined "
                    "(as with --run_native), and a kernel that crashes ends "
-                   "hal-cpu (no report, no emulated re-run); what the "
-                   "program prints and what hal-cpu prints share one "
-                   "stdout, as in iree-run-module")
+                   "hal-cpu (no report, no emulated re-run), as in "
+                   "iree-run-module")
 
 
 def add_isolate_flag(p: argparse.ArgumentParser) -> None:
