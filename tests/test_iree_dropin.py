@@ -210,6 +210,40 @@ def test_plugin_lines_come_between_exec_and_results(system_vmfb, printing_plugin
     filecheck(DROPIN / "printing_plugin.check", got.stdout)
 
 
+def _on_terminal(argv: list[str]) -> bytes:
+    """What ``argv`` writes to stdout when stdout is a terminal (a
+    pseudo-terminal's lines, newline translation undone)."""
+    import pty
+    import select
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, stdout=slave, stderr=subprocess.DEVNULL,
+                            cwd=ROOT)
+    os.close(slave)
+    out = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 120)
+        if not ready:
+            break
+        try:
+            chunk = os.read(master, 1 << 16)
+        except OSError:         # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.wait(timeout=120) == 0
+    return out.replace(b"\r\n", b"\n")
+
+
+def test_plugin_lines_in_order_on_a_terminal(system_vmfb, printing_plugin):
+    args = [f"--module={system_vmfb}", *_system_args(printing_plugin)]
+    want = _on_terminal([str(IREE_RUN_MODULE), *args])
+    got = _on_terminal([sys.executable, "-m", "hal_cpu", "run-module", *args])
+    assert got == want
+    filecheck(DROPIN / "printing_plugin.check", got)
+
+
 def test_plugin_lines_from_a_piped_module(system_vmfb, printing_plugin):
     args = _system_args(printing_plugin)
     data = system_vmfb.read_bytes()
