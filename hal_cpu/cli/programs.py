@@ -269,7 +269,7 @@ def compile_for(program: str, arch: str, cache_dir: str | None = None,
         first = next((ln for ln in lines if "error:" in ln), lines[-1] if lines else text)
         err = CompileError(f"iree-compile failed for {arch}: {first}", name=program,
                            field="iree-compile", value=exc.value)
-        err.diagnostics = text
+        err.diagnostics = text  # type: ignore[attr-defined]
         raise err from None
     except OSError as exc:
         raise ModuleError(f"cannot read or compile it: {exc.strerror or exc}",
