@@ -70,7 +70,6 @@ def _unwind_facts(image) -> tuple[list[tuple[int, int]], list[int], list[int]]:
     (sorted, as the table is); the end address of every executable
     section. Empty lists when the file has none or pyelftools cannot read
     it (the check is then not made)."""
-    from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
     fdes: list[tuple[int, int]] = []
@@ -88,6 +87,9 @@ def _unwind_facts(image) -> tuple[list[tuple[int, int]], list[int], list[int]]:
                 at = sec["sh_addr"] + 8 * np.arange(len(words) // 2, dtype=np.int64)
                 exidx = [int(a) & 0xFFFFFFFF for a in
                          at + _sext(words[0::2].astype(np.int64) & 0x7FFFFFFF, 31)]
+    except Exception:   # noqa: BLE001 - pyelftools on damaged tables raises anything
+        return [], [], []
+    try:
         if elf.get_section_by_name(".eh_frame") is not None:
             dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
             if dwarf.has_EH_CFI():
@@ -96,9 +98,8 @@ def _unwind_facts(image) -> tuple[list[tuple[int, int]], list[int], list[int]]:
                     if header is not None and "initial_location" in header:
                         fdes.append((int(header["initial_location"]),
                                      int(header["address_range"])))
-    except (ELFError, ValueError, KeyError, IndexError, AssertionError,
-            UnicodeDecodeError, OSError, TypeError, AttributeError):
-        return [], [], []
+    except Exception:   # noqa: BLE001 - a damaged .eh_frame: the sections still tell
+        fdes = []
     # an end where more code starts (another section, a described
     # function) is a call target like any other
     starts |= {start for start, length in fdes if length}
@@ -190,6 +191,10 @@ def find_empty_calls(image) -> list[EmptyCall]:
         for i in np.nonzero(np.isin(targets, wanted))[0]:
             site, target = int(sites[i]), int(targets[i])
             k = int(np.searchsorted(starts, site, "right")) - 1
+            if not len(starts):      # no unwind table tells the functions
+                out.append(EmptyCall(target, site, None))
+                found.add(target)
+                continue
             if k < 0 or site >= stops[k]:
                 continue        # bytes outside every function: not code
             out.append(EmptyCall(target, site, int(starts[k])))

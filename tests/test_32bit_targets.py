@@ -202,3 +202,27 @@ def test_empty_function_error_from_the_library(tmp_path):
     assert e.value.name == str(so) and e.value.field == "call"
     assert e.value.value.startswith("0x")
     assert "_fma_dispatch_0_elementwise_5_f32" in e.value.message
+
+
+def test_unreadable_unwind_tables_are_no_error(tmp_path):
+    """A library whose .eh_frame is garbage loads as before the check: the
+    scan finds what the section headers show, never raises."""
+    import elfloader
+    from hal_cpu.empty_functions import find_empty_calls
+
+    raw_compile("x86_32", None, tmp_path,
+                f"--iree-hal-dump-executable-binaries-to={tmp_path / 'bin'}")
+    (so,) = sorted((tmp_path / "bin").glob("*.so"))
+    image = elfloader.read_image(so)
+    assert find_empty_calls(image)
+    from elftools.elf.elffile import ELFFile
+    with open(so, "rb") as f:
+        sec = ELFFile(f).get_section_by_name(".eh_frame")
+        offset, size = sec["sh_offset"], sec["sh_size"]
+    data = bytearray(image.data)
+    data[offset:offset + size] = b"\xff" * size
+    broken = tmp_path / "broken.so"
+    broken.write_bytes(bytes(data))
+    # without FDEs the call past the end of .text is still seen
+    calls = find_empty_calls(elfloader.read_image(broken))
+    assert calls and all(c.site is not None for c in calls)
