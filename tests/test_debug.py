@@ -158,6 +158,26 @@ def test_no_gdb_stub_is_a_typed_error(flags, field, value):
 
 @requires("qemu-user")
 @requires("gdb-multiarch")
+def test_run_module_stops_in_the_programs_dispatch(compile_cache, tmp_path):
+    """run-module: the program's first dispatch stops at its export in
+    gdb; the program then prints its result, computed."""
+    from hal_cpu.programs import compile_program
+    source = ROOT / "hal_cpu" / "samples" / "samples_mul_add.mlir"
+    vmfb = compile_program(source, "riscv64", compile_cache).vmfb
+    script = tmp_path / "steps.gdb"
+    script.write_text("bt 1\nprint $pc\ndelete\ncontinue\n")
+    proc = hal_cpu("debug", "--gdb_batch", script, "run-module", vmfb,
+                   "--function", "mul_add", "--input", f"{N}xf32=2",
+                   "--input", f"{N}xf32=3")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert re.search(rf"^#0 +{EXPORT} \(", proc.stdout, re.M), proc.stdout
+    assert f"<{EXPORT}>" in proc.stdout
+    assert "runtime.so" in proc.stdout and "exited normally" in proc.stdout
+    assert re.search(rf"^{N}xf32=8 8 8 ", proc.stdout, re.M), proc.stdout
+
+
+@requires("qemu-user")
+@requires("gdb-multiarch")
 def test_a_fault_stops_gdb_then_is_reported(mul_add, tmp_path):
     """A binding too small: gdb stops at the faulting load in the export;
     continued, the agent reports the fault and hal-cpu prints its usual

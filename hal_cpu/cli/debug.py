@@ -25,8 +25,9 @@ from .options import emulation_options
 
 __all__ = ["COMMANDS", "cmd_debug"]
 
-#: The commands whose dispatch ``debug`` runs.
-DEBUGGED = ("run",)
+#: The commands whose dispatch ``debug`` runs (``run-module``: the
+#: program's first dispatch).
+DEBUGGED = ("run", "run-module")
 
 
 def _debug_parser(sub) -> None:
@@ -62,7 +63,7 @@ def _debug_parser(sub) -> None:
                    help="its arguments, as it takes them")
 
 
-def _refuse(run, name: str) -> None:
+def _refuse(run, name: str | None) -> None:
     """Refuse ``run``'s options that debugging cannot honour."""
     from ..workbench.debug import DebugError
     if run.backend == "native":
@@ -80,8 +81,10 @@ def _refuse(run, name: str) -> None:
                          "agent)", name=name, field="--workers",
                          value=run.workers)
     for flag, value in (("--timeout", run.timeout),
-                        ("--benchmark_repetitions", run.benchmark_repetitions),
-                        ("--benchmark_min_time", run.benchmark_min_time)):
+                        ("--benchmark_repetitions",
+                         getattr(run, "benchmark_repetitions", None)),
+                        ("--benchmark_min_time",
+                         getattr(run, "benchmark_min_time", None))):
         if value is not None:
             raise DebugError(f"{flag} does not apply under gdb (no time "
                              "limits, one dispatch)", name=name, field=flag,
@@ -128,12 +131,14 @@ def cmd_debug(args) -> int:
     from ..workbench.debug import GDB, DebugError, Debugger, find_gdb
     from . import build_parser
     run = build_parser(args.debugged).parse_args([args.debugged, *args.args])
-    _refuse(run, run.file)
+    _refuse(run, getattr(run, "file", None) or getattr(run, "program", None))
     if args.gdb_batch is not None and not os.path.isfile(args.gdb_batch):
         raise DebugError("no such gdb script (a file of gdb commands)",
                          name=args.gdb_batch, field="--gdb_batch",
                          value=args.gdb_batch)
     gdb = (args.gdb or GDB) if args.gdb_command else find_gdb(args.gdb)
+    if args.debugged == "run-module":
+        return _debug_program(args, gdb)
     arrays = [parse_binding(s) for s in run.binding]
     shown = _shown(run.print_bindings, len(arrays))
     for i, path in run.output:
@@ -180,6 +185,29 @@ def cmd_debug(args) -> int:
               "completed)", file=sys.stderr)
         return 1
     return 0
+
+
+def _debug_program(args, gdb: str) -> int:
+    """``run-module ARGS`` with its first dispatch under gdb, on one worker
+    of the qemu engine; its exit status (1 also when gdb failed)."""
+    from ..workbench.debug import ProgramDebugger
+    from . import main
+    debugger = ProgramDebugger(gdb=gdb, batch=args.gdb_batch,
+                               command_only=args.gdb_command)
+    try:
+        with debugger:
+            code = main(["run-module", *args.args, "--backend=emulated",
+                         "--engine=qemu", "--workers=1"])
+    finally:
+        status = debugger.wait()
+    if debugger.space is None:
+        print("hal-cpu: the program ran no dispatch: nothing was debugged",
+              file=sys.stderr)
+    if status and not code:
+        print(f"hal-cpu: error: gdb ended with status {status}",
+              file=sys.stderr)
+        return 1
+    return code
 
 
 #: Subcommand -> (add its parser to the ``hal-cpu`` subparsers, run it).

@@ -39,12 +39,13 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
+from fatelf.errors import PortableKernelError
 from fatelf.private_dirs import cache_folder, check_private_dir, temp_root
 
 from ..errors import HalCpuError
 
-__all__ = ["GDB", "DebugError", "Debugger", "find_gdb", "gdb_command",
-           "session_folder"]
+__all__ = ["GDB", "DebugError", "Debugger", "ProgramDebugger", "find_gdb",
+           "gdb_command", "session_folder"]
 
 #: The gdb that reads every guest architecture (Debian's ``gdb-multiarch``).
 GDB = "gdb-multiarch"
@@ -106,14 +107,15 @@ def session_folder() -> Path:
 
 
 def gdb_command(gdb: str, socket_path: str,
-                symbols: list[tuple[str, int]], address: int,
+                symbols: list[tuple[str, int]], address: int | list[int],
                 label: str = "", batch: str | None = None) -> list[str]:
     """The gdb command line (argv) that connects to the stub at
     ``socket_path``, adds each ``(file, load offset)`` of ``symbols``
     (``add-symbol-file FILE -o OFFSET``: an ELF's section addresses plus
     OFFSET, the module's base), breaks at ``address`` (the export
-    ``label``'s first instruction; a Thumb bit is cleared) and continues;
-    with ``batch``, then runs that file and exits."""
+    ``label``'s first instruction, or each of a list's; a Thumb bit is
+    cleared) and continues; with ``batch``, then runs that file and
+    exits."""
     argv = [gdb, "-q", "-nx"]
     if batch is not None:
         argv.append("-batch")
@@ -123,8 +125,9 @@ def gdb_command(gdb: str, socket_path: str,
         argv += ["-ex", f"add-symbol-file {path} -o {offset:#x}"]
     if label:
         argv += ["-ex", f"echo breakpoint on export {label}\\n"]
-    argv += ["-ex", f"break *{address & ~1:#x}", "-ex", "set confirm on",
-             "-ex", "continue"]
+    for each in ([address] if isinstance(address, int) else address):
+        argv += ["-ex", f"break *{each & ~1:#x}"]
+    argv += ["-ex", "set confirm on", "-ex", "continue"]
     if batch is not None:
         argv += ["-x", batch]
     return argv
@@ -132,6 +135,21 @@ def gdb_command(gdb: str, socket_path: str,
 
 def _file_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(name))[-80:] or "module"
+
+
+def _write_modules(folder: Path, modules) -> list[tuple[str, int]]:
+    """Each loaded module's (:class:`elfloader.ElfModule`) ELF bytes in
+    ``folder``, with its base (the offset gdb adds to the file's
+    addresses)."""
+    out = []
+    for i, module in enumerate(modules):
+        path = folder / f"{i}-{_file_name(module.name)}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                     | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(module.image.data)
+        out.append((str(path), module.base))
+    return out
 
 
 class Debugger:
@@ -198,14 +216,7 @@ class Debugger:
         modules = [self.exe.module] + [
             p.module for p in getattr(self.exe.plugins, "plugins", ()) or ()
             if getattr(p, "module", None) is not None]
-        out = []
-        for i, module in enumerate(modules):
-            path = self.folder / f"{i}-{_file_name(module.name)}"
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL
-                         | getattr(os, "O_NOFOLLOW", 0), 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(module.image.data)
-            out.append((str(path), module.base))
+        out = _write_modules(self.folder, modules)
         # The runtime's workgroup loop, which calls the export: loaded now
         # (the dispatch would load it first thing) to be named in ``bt``.
         import elfloader
@@ -283,3 +294,144 @@ class Debugger:
             signal.signal(signal.SIGINT, self._old_sigint)
             self._old_sigint = None
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+#: hal_cpu_dispatch_batch's batch and dispatch records (``workgroup_loop.c``):
+#: the records' address at offset 0, their count at 16; a record's
+#: function at offset 0, records 64 bytes apart.
+_BATCH_RECORDS, _BATCH_COUNT, _RECORD_SIZE = 0, 16, 64
+
+
+def _runtime_call(space, address: int) -> tuple[str, int, bytes] | None:
+    """``(symbol, base, ELF bytes)`` when ``address`` is the workgroup loop
+    or the dispatch batch of the runtime loaded at ``base`` in ``space``
+    (its ELF header is there), else None."""
+    import elfloader
+
+    from .. import runtime
+    image = elfloader.read_image(runtime.BUNDLE, arch=space.arch.name)
+    header = image.data[:64]
+    for symbol in (runtime.LOOP_SYMBOL, runtime.BATCH_SYMBOL):
+        base = address - image.exports[symbol]
+        try:
+            if base >= 0 and space.read(base, len(header)) == header:
+                return symbol, base, image.data
+        except PortableKernelError:
+            continue
+    return None
+
+
+def _dispatched(space, symbol: str, args) -> list[int]:
+    """The export functions a call of the runtime's ``symbol`` with
+    ``args`` runs: the workgroup loop's first argument, or each record's
+    function of a dispatch batch (read from guest memory)."""
+    import struct
+
+    from .. import runtime
+    if not args:
+        return []
+    if symbol == runtime.LOOP_SYMBOL:
+        return [args[0]]
+    fns = []
+    try:
+        head = space.read(args[0], 24)
+        records, = struct.unpack_from("<Q", head, _BATCH_RECORDS)
+        count, = struct.unpack_from("<I", head, _BATCH_COUNT)
+        for i in range(min(count, 256)):
+            fn, = struct.unpack("<Q", space.read(records + i * _RECORD_SIZE,
+                                                 8))
+            fns.append(fn)
+    except PortableKernelError:
+        return []   # a batch the runtime refuses: not debugged
+    return list(dict.fromkeys(fns))
+
+
+class ProgramDebugger(Debugger):
+    """The first dispatch a program runs (``run-module``), under gdb.
+
+    While it is entered, every call of a qemu CPU in this process is
+    looked at (:func:`elfloader.backend.emulated.qemu_engine.debug_calls`):
+    the first call of the runtime's workgroup loop (a dispatch) runs,
+    with the rest of that CPU's calls, in an agent under qemu-user's gdb
+    stub; gdb gets every module loaded in that CPU's address space (the
+    executable, its plugins, the runtime) and breaks at the function the
+    loop was given (the export). Other calls, and that dispatch's
+    workgroups on other CPUs, run as usual: run the program with one
+    worker.
+
+    Args: as :class:`Debugger`'s ``gdb``, ``batch``, ``command_only`` and
+    ``out``.
+
+    Use: ``with ProgramDebugger(...) as dbg:`` run the program, then
+    ``dbg.wait()`` (which first closes the debugged address space, ending
+    the agent gdb continues), whether the program succeeded or raised.
+    """
+
+    def __init__(self, *, gdb: str | None = None, batch: str | None = None,
+                 command_only: bool = False, out: IO[str] | None = None):
+        self.exe = None
+        self.label = ""
+        #: The export functions the breakpoints are on.
+        self.address: list[int] = []
+        self.gdb, self.batch = gdb, batch
+        self.command_only = command_only
+        self.out = out or sys.stdout
+        self.folder = session_folder()
+        self.symbols = []
+        self.proc = None
+        self.argv = []
+        self._watch = None
+        self._old_sigint = None
+        #: The address space whose dispatch runs under gdb (None: no
+        #: dispatch yet).
+        self.space: Any = None
+        self._old_hook: Any = None
+
+    def __enter__(self) -> "ProgramDebugger":
+        from elfloader.backend.emulated import qemu_engine
+        if self.batch is None and not self.command_only and (
+                threading.current_thread() is threading.main_thread()):
+            self._old_sigint = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self._old_hook = qemu_engine.debug_calls(self._hook)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from elfloader.backend.emulated import qemu_engine
+        qemu_engine.debug_calls(self._old_hook)
+
+    def _hook(self, cpu, address: int, args):
+        """The qemu engine asks before a call: a stub for the first
+        call of the workgroup loop, else None."""
+        if self.space is not None:
+            return None
+        space = cpu.space
+        found = _runtime_call(space, address)
+        fns = _dispatched(space, found[0], args) if found else []
+        if not found or not fns:
+            return None
+        import gc
+
+        from elfloader import ElfModule
+        from elfloader.backend.emulated.qemu_engine import GdbStub
+        self.space = space
+        self.address = fns
+        # the executables and plugins in this space, in load order, then
+        # the runtime
+        modules = sorted((o for o in gc.get_objects()
+                          if isinstance(o, ElfModule) and o.backend is space),
+                         key=lambda m: m.lo)
+        self.symbols = _write_modules(self.folder, modules)
+        path = self.folder / f"{len(modules)}-runtime.so"
+        path.write_bytes(found[2])
+        self.symbols.append((str(path), found[1]))
+        return GdbStub(str(self.folder), self._listening)
+
+    def wait(self) -> int:
+        """Close the debugged address space (ending the agent gdb
+        continues), then wait for gdb as :meth:`Debugger.wait`."""
+        if self.space is not None:
+            try:
+                self.space.close()
+            except Exception:  # noqa: BLE001 - a CPU still runs: gdb ends it
+                pass
+        return super().wait()

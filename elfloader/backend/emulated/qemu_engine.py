@@ -216,6 +216,23 @@ class GdbStub:
         self.pid: int | None = None
 
 
+#: While set (:func:`debug_calls`): ``hook(cpu, address, args)``, asked
+#: before each call of a CPU whose agent is not under a gdb stub; a
+#: :class:`GdbStub` it returns runs that call (and the CPU's next ones)
+#: under that stub, as :meth:`QemuCpu.debug_next` does.
+_DEBUG_HOOK = None
+
+
+def debug_calls(hook):
+    """Let ``hook(cpu, address, args)`` (None: no hook) choose, call by
+    call, a call of any qemu CPU of this process to run under a gdb stub
+    (see :data:`_DEBUG_HOOK`); returns the hook set before. A hook runs on
+    the thread making the call and must not call the CPU itself."""
+    global _DEBUG_HOOK
+    old, _DEBUG_HOOK = _DEBUG_HOOK, hook
+    return old
+
+
 class _Region:
     """A reservation's part of the space's memory file."""
 
@@ -491,6 +508,11 @@ class QemuCpu(Cpu):
         calls have no time limit."""
         self._debug = stub
 
+    @property
+    def space(self) -> Space:
+        """The address space (the emulated backend) this CPU runs in."""
+        return self._space
+
     # --- the agent process ----------------------------------------------------
     def _spawn(self, stub: GdbStub | None = None) -> _Agent:
         """Start an agent (under gdb stub ``stub``), map the memory file
@@ -644,6 +666,10 @@ class QemuCpu(Cpu):
         mask = self._mask
         self._pending = None
         timeout = self._space.timeout_us / 1e6
+        hook = _DEBUG_HOOK
+        if hook is not None and self._debug is None and (
+                self._agent is None or not self._agent.debugged):
+            self._debug = hook(self, address, args)
         try:
             agent = self._live_agent()
             if agent.debugged:
