@@ -6,7 +6,9 @@ ARGS...`` takes ``run``'s arguments as they are (``ARGS`` parsed by
 worker 0's agent under qemu-user's gdb stub, then ``gdb-multiarch`` stopped
 at the export (:mod:`hal_cpu.workbench.debug`). When gdb lets the
 dispatch go on, it completes and its bindings are printed and saved as
-``run`` does. Time limits are off; one worker.
+``run`` does. Time limits are off; one worker. ``hal-cpu debug ...
+run-module ARGS...`` runs the program as ``run-module`` does (emulated,
+qemu, one worker), its first dispatch under gdb.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ DEBUGGED = ("run", "run-module")
 def _debug_parser(sub) -> None:
     p = sub.add_parser(
         "debug", help="run one dispatch under gdb (qemu-user's gdb stub)",
-        description="Run the dispatch `hal-cpu run ARGS...` would run, "
+        description="Run the dispatch `hal-cpu run ARGS...` would run "
+        "(or the first dispatch of `hal-cpu run-module ARGS...`), "
         "emulated on the qemu engine under qemu-user's gdb stub, and "
         "gdb-multiarch connected to it with the executable's and plugins' "
         "symbols and DWARF at their load addresses, stopped at the export's "
@@ -58,7 +61,8 @@ def _debug_parser(sub) -> None:
     p.add_argument("--gdb", metavar="PATH", default=None,
                    help="the gdb to run (default gdb-multiarch)")
     p.add_argument("debugged", choices=DEBUGGED, metavar="COMMAND",
-                   help="the command whose dispatch runs under gdb: run")
+                   help="the command whose dispatch runs under gdb: run, "
+                   "or run-module (its first dispatch)")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                    help="its arguments, as it takes them")
 

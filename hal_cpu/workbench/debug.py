@@ -17,6 +17,12 @@ file gdb then runs it and exits (``-batch -x FILE``); otherwise the person
 at the terminal debugs. When gdb continues (or detaches), the dispatch
 completes; closing the executable ends the agent, which gdb sees exit.
 
+:class:`ProgramDebugger` does the same for a program (``run-module``):
+the first call of the runtime's workgroup loop or dispatch batch any qemu
+CPU of the process makes (:func:`elfloader.backend.emulated.qemu_engine.
+debug_calls`) runs under the stub, with breakpoints on the export
+functions it runs and every module of that address space in gdb.
+
 The runtime's workgroup loop (:data:`hal_cpu.runtime.BUNDLE`), which
 calls the export, is loaded before the dispatch and added too (its
 exported functions are named; the loop's body is a local function
@@ -26,6 +32,7 @@ are refused (:class:`DebugError`).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -302,14 +309,21 @@ class Debugger:
 _BATCH_RECORDS, _BATCH_COUNT, _RECORD_SIZE = 0, 16, 64
 
 
+@functools.lru_cache(maxsize=None)
+def _runtime_image(arch: str):
+    """The runtime support library for ``arch``, read and verified once."""
+    import elfloader
+
+    from .. import runtime
+    return elfloader.read_image(runtime.BUNDLE, arch=arch)
+
+
 def _runtime_call(space, address: int) -> tuple[str, int, bytes] | None:
     """``(symbol, base, ELF bytes)`` when ``address`` is the workgroup loop
     or the dispatch batch of the runtime loaded at ``base`` in ``space``
     (its ELF header is there), else None."""
-    import elfloader
-
     from .. import runtime
-    image = elfloader.read_image(runtime.BUNDLE, arch=space.arch.name)
+    image = _runtime_image(space.arch.name)
     header = image.data[:64]
     for symbol in (runtime.LOOP_SYMBOL, runtime.BATCH_SYMBOL):
         base = address - image.exports[symbol]
