@@ -90,7 +90,12 @@ def _unwind_facts(image) -> tuple[list[tuple[int, int]], list[int], list[int]]:
     except Exception:   # noqa: BLE001 - pyelftools on damaged tables raises anything
         return [], [], []
     try:
-        if elf.get_section_by_name(".eh_frame") is not None:
+        eh = elf.get_section_by_name(".eh_frame")
+        quick = (_quick_fdes(eh.data(), int(eh["sh_addr"]))
+                 if eh is not None and eh["sh_type"] != "SHT_NOBITS" else [])
+        if quick is not None:
+            fdes = quick
+        elif eh is not None:
             dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
             if dwarf.has_EH_CFI():
                 for entry in dwarf.EH_CFI_entries():
@@ -104,6 +109,43 @@ def _unwind_facts(image) -> tuple[list[tuple[int, int]], list[int], list[int]]:
     # function) is a call target like any other
     starts |= {start for start, length in fdes if length}
     return fdes, exidx, [e for e in ends if e not in starts]
+
+
+def _quick_fdes(data: bytes, addr: int) -> list[tuple[int, int]] | None:
+    """``(start, length)`` of the FDEs of an ``.eh_frame`` at ``addr`` whose
+    every CIE says ``zR`` with pointers as 4-byte pc-relative signed values
+    (``DW_EH_PE_pcrel | DW_EH_PE_sdata4``, what LLVM writes for these
+    targets); None for any other layout (pyelftools reads it then)."""
+    out: list[tuple[int, int]] = []
+    at, n = 0, len(data)
+    while at + 4 <= n:
+        length = int.from_bytes(data[at:at + 4], "little")
+        if length == 0:
+            break                                   # terminator
+        if length == 0xFFFFFFFF or at + 4 + length > n or length < 8:
+            return None
+        body = at + 4
+        cie_ptr = int.from_bytes(data[body:body + 4], "little")
+        if cie_ptr == 0:                            # a CIE
+            aug_at = body + 5                       # after id and version
+            end = data.find(b"\0", aug_at, body + length)
+            if end < 0 or data[aug_at:end] != b"zR":
+                return None
+            # code and data alignment, return register (ULEB/SLEB, short),
+            # augmentation length, then the FDE pointer encoding
+            k = end + 1
+            for _ in range(4):
+                while k < body + length and data[k] & 0x80:
+                    k += 1
+                k += 1
+            if k >= body + length or data[k] != 0x1B:
+                return None
+        else:
+            start = int.from_bytes(data[body + 4:body + 8], "little", signed=True)
+            size = int.from_bytes(data[body + 8:body + 12], "little")
+            out.append(((addr + body + 4 + start) & 0xFFFFFFFFFFFFFFFF, size))
+        at = body + length
+    return out
 
 
 def _sext(v: np.ndarray, bits: int) -> np.ndarray:
