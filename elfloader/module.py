@@ -84,6 +84,7 @@ class ElfModule:
             backend.release(self.lo)
             self._reservation = None
             raise
+        backend._add_module(self)  # noqa: SLF001 - the backend's registry
 
     def _err(self, cls, message, field, value=None):
         return cls(message, name=self.name, field=field, value=value)

@@ -75,6 +75,22 @@ class Backend(abc.ABC):
         raises :class:`~elfloader.BackendError`."""
         return self._closed
 
+    @property
+    def modules(self) -> list:
+        """The :class:`~elfloader.ElfModule` s loaded in this address space
+        and not closed, in address order (a debugger's symbol files, a
+        report's symbols). Held weakly: a module nobody keeps is not kept
+        alive by its backend."""
+        loaded = self.__dict__.get("_modules")
+        if loaded is None:
+            return []
+        return sorted((m for m in loaded if m.loaded), key=lambda m: m.lo)
+
+    def _add_module(self, module) -> None:
+        """Called by :class:`~elfloader.ElfModule` once it is loaded."""
+        import weakref
+        self.__dict__.setdefault("_modules", weakref.WeakSet()).add(module)
+
     # --- memory -----------------------------------------------------------
     @abc.abstractmethod
     def reserve(self, size: int, align: int = 0) -> int:

@@ -423,17 +423,12 @@ class ProgramDebugger(Debugger):
         fns = _dispatched(space, found[0], args) if found else []
         if not found or not fns:
             return None
-        import gc
-
-        from elfloader import ElfModule
         from elfloader.backend.emulated.qemu_engine import GdbStub
         self.space = space
         self.address = fns
         # the executables and plugins in this space, in load order, then
         # the runtime
-        modules = sorted((o for o in gc.get_objects()
-                          if isinstance(o, ElfModule) and o.backend is space),
-                         key=lambda m: m.lo)
+        modules = space.modules
         self.symbols = _write_modules(self.folder, modules)
         path = self.folder / f"{len(modules)}-runtime.so"
         path.write_bytes(found[2])
