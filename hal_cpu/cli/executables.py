@@ -23,7 +23,14 @@ from fatelf.text import for_terminal, one_line, printable
 
 from ..buffers import format_buffer_view, parse_binding
 from ..errors import HalCpuError
-from .options import INSPECT_TIMEOUT, KILL_GRACE, MAX_SECONDS, emulation_options
+from .options import (
+    INSPECT_TIMEOUT,
+    KILL_GRACE,
+    MAX_SECONDS,
+    add_workbench_flags,
+    emulation_options,
+    workbench_wanted,
+)
 from .options import Progress as _Progress
 from .options import add_cpu_flags as _add_cpu_flags
 from .options import add_native_flag as _add_native_flag
@@ -217,8 +224,7 @@ def _run_parser(sub) -> None:
     p.add_argument("--no_diagnose", dest="diagnose", action="store_false",
                    help="after a native crash, do not run the dispatch again "
                    "emulated to show the faulting instruction")
-    from ..workbench import commands as workbench
-    workbench.add_flags(p)
+    add_workbench_flags(p)
     _add_target_flags(p)
 
 
@@ -620,8 +626,8 @@ def cmd_run(args) -> int:
     else:
         image = elfloader.read_image(args.file, arch=args.arch)
     export = args.function if args.function is not None else args.entry_point
-    from ..workbench import commands as workbench
-    if workbench.wanted(args):
+    if workbench_wanted(args):
+        from ..workbench import commands as workbench
         # Emulated on qemu, in this process; bindings given as a shape only
         # have no contents (their reads before any write are reported).
         workbench.prepare(args)

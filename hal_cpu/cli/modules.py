@@ -32,7 +32,6 @@ from fatelf import arches
 from fatelf.text import for_terminal, printable
 
 from ..buffers import format_buffer_view
-from . import gbench
 from .options import (
     add_cpu_flags,
     add_isolate_flag,
@@ -152,6 +151,7 @@ def _check_module_parser(sub) -> None:
 
 
 def _benchmark_module_parser(sub) -> None:
+    from . import gbench  # here: run-module does not import it
     p = sub.add_parser("benchmark-module", help="time calls of a function of "
                        "a compiled module (.vmfb) or MLIR program loaded once, "
                        "as iree-benchmark-module does, on any architecture")
@@ -949,6 +949,7 @@ def _package_version() -> str:
 def _gbench_report(args, name: str, measured: list, label: str) -> int:
     """Print (and with ``--benchmark_out`` write) Google Benchmark's report
     of the repetitions a child measured (checked plain data)."""
+    from . import gbench
     if not measured or not all(
             isinstance(m, tuple) and len(m) == 3 and isinstance(m[0], int)
             and isinstance(m[1], float) and isinstance(m[2], float)

@@ -26,9 +26,9 @@ from fatelf.errors import PortableKernelError
 
 __all__ = ["INSPECT_TIMEOUT", "KILL_GRACE", "MAX_SECONDS", "NATIVE_HELP",
            "NO_ISOLATE_HELP", "Progress", "add_cpu_flags", "add_isolate_flag",
-           "add_native_flag", "arch", "confinement",
+           "add_native_flag", "add_workbench_flags", "arch", "confinement",
            "emulation_options", "load_limit", "positive", "runs_natively",
-           "seconds"]
+           "seconds", "workbench_wanted"]
 
 #: Seconds past --timeout after which an isolated child is killed (it
 #: normally stops itself at the limit with a typed error first).
@@ -38,6 +38,35 @@ MAX_SECONDS = 86400.0
 #: Seconds each guest call may run under emulation for ``inspect`` (and
 #: the whole of it for a system library), unless --timeout says otherwise.
 INSPECT_TIMEOUT = 5.0
+
+
+def add_workbench_flags(p: argparse.ArgumentParser) -> None:
+    """Add the workbench's ``--sanitize`` and ``--count_instructions`` to
+    parser ``p`` (``run``, ``run-module``, ``benchmark-module``). Defined
+    here, not in :mod:`hal_cpu.workbench`, so that building a parser does
+    not import the workbench: :mod:`hal_cpu.workbench.commands` is imported
+    only when :func:`workbench_wanted` says a command line asks for it."""
+    p.add_argument(
+        "--sanitize", action="store_true",
+        help="run emulated (qemu engine, one worker) and report per dispatch "
+        "races between workgroups, reads of bytes another workgroup writes "
+        "(order dependence), output bytes no workgroup writes, reads of "
+        "uninitialized bytes and accesses outside bindings, with workgroups, "
+        "pc, symbol and source line; exit status 1 when anything was found, "
+        "3 when SVE contiguous loads/stores ran (qemu 7.2 cannot see them)")
+    p.add_argument(
+        "--count_instructions", nargs="?", const="-", default=None,
+        metavar="FILE.json",
+        help="run emulated (qemu engine) and count the instructions of the "
+        "kernel's own code per dispatch and workgroup (deterministic); print "
+        "them, or write them as JSON to FILE.json")
+
+
+def workbench_wanted(args: Any) -> bool:
+    """Whether the command line asks for the workbench (``--sanitize`` or
+    ``--count_instructions``)."""
+    return bool(getattr(args, "sanitize", False)
+                or getattr(args, "count_instructions", None) is not None)
 
 
 def positive(text: str) -> int:

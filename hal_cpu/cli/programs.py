@@ -41,9 +41,11 @@ from .options import (
     KILL_GRACE,
     add_isolate_flag,
     add_native_flag,
+    add_workbench_flags,
     confinement,
     emulation_options,
     load_limit,
+    workbench_wanted,
 )
 from .options import arch as arch_type
 
@@ -106,8 +108,7 @@ def add_program_flags(p: argparse.ArgumentParser, all_arches: bool,
         p.add_argument("--device", default=None, metavar="URI",
                        help="local-task (default: several host threads per "
                        "dispatch) or local-sync (one), as IREE's tools")
-        from ..workbench import commands as workbench
-        workbench.add_flags(p)
+        add_workbench_flags(p)
     else:
         p.add_argument("--module", action="append", default=[], metavar="SPEC",
                        help="a host module the program imports: path.py[@create_fn]"
@@ -314,8 +315,8 @@ def _is_host_spec(spec: str) -> bool:
 def split_modules(args) -> tuple[list[str], list[str]]:
     """``(program files in link order, host module specs)`` from the
     positional program, ``--module`` and ``--host_module``."""
-    from ..workbench import commands as workbench
-    if workbench.wanted(args):
+    if workbench_wanted(args):
+        from ..workbench import commands as workbench
         workbench.prepare(args)     # emulated on qemu, in this process
     programs: list[str] = []
     hosts: list[str] = []
@@ -681,8 +682,8 @@ def native_child(args, label: str, arch: str | None, fn: Callable, *,
     native = arch is not None and runs_natively(
         getattr(args, "backend", "auto"), elfloader.arch.by_name(arch),
         emulation_options(args))
-    from ..workbench import commands as workbench
-    if workbench.wanted(args):
+    if workbench_wanted(args):
+        from ..workbench import commands as workbench
         # --sanitize / --count_instructions: emulated, here, watched
         if prepare is not None:
             prepare()

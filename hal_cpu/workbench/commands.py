@@ -1,10 +1,11 @@
-"""The workbench's command-line flags, shared by ``hal-cpu run``,
+"""What the workbench's command-line flags do in ``hal-cpu run``,
 ``run-module`` and ``benchmark-module``: ``--sanitize`` and
-``--count_instructions[=FILE.json]``."""
+``--count_instructions[=FILE.json]`` (the flags themselves are defined by
+:func:`hal_cpu.cli.options.add_workbench_flags`, so that building a parser
+does not import the workbench)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Any, Callable, Iterable
 
@@ -16,30 +17,6 @@ FOUND = 1
 #: Exit status when nothing was found but some accesses were not seen
 #: (SVE contiguous loads and stores under qemu 7.2).
 UNSEEN = 3
-
-
-def add_flags(p: argparse.ArgumentParser) -> None:
-    """Add ``--sanitize`` and ``--count_instructions`` to parser ``p``."""
-    p.add_argument(
-        "--sanitize", action="store_true",
-        help="run emulated (qemu engine, one worker) and report per dispatch "
-        "races between workgroups, reads of bytes another workgroup writes "
-        "(order dependence), output bytes no workgroup writes, reads of "
-        "uninitialized bytes and accesses outside bindings, with workgroups, "
-        "pc, symbol and source line; exit status 1 when anything was found, "
-        "3 when SVE contiguous loads/stores ran (qemu 7.2 cannot see them)")
-    p.add_argument(
-        "--count_instructions", nargs="?", const="-", default=None,
-        metavar="FILE.json",
-        help="run emulated (qemu engine) and count the instructions of the "
-        "kernel's own code per dispatch and workgroup (deterministic); print "
-        "them, or write them as JSON to FILE.json")
-
-
-def wanted(args: Any) -> bool:
-    """Whether the command line asks for the workbench."""
-    return bool(getattr(args, "sanitize", False)
-                or getattr(args, "count_instructions", None) is not None)
 
 
 def prepare(args: Any) -> None:
