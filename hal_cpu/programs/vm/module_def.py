@@ -28,8 +28,9 @@ Layout facts used here:
   executable.
 
 The FlatBuffer's field slots are written once below as data
-(:data:`SCHEMA`); reads go through :class:`flatbuffers.table.Table` after
-the checks.
+(:data:`SCHEMA`); each read is a little-endian ``struct.unpack_from`` at
+a position checked first (FlatBuffers' own scalars are little-endian, of
+the widths :data:`_SCALARS` names).
 """
 
 from __future__ import annotations
@@ -40,9 +41,6 @@ import re
 import struct
 from dataclasses import dataclass, field
 from typing import NoReturn
-
-from flatbuffers import number_types as N
-from flatbuffers.table import Table
 
 from .refs import VmError
 
@@ -172,8 +170,11 @@ def _struct(name: str) -> struct.Struct:
 _DESCRIPTOR = _struct("FunctionDescriptor")
 _BYTECODE_LOCATION = _struct("BytecodeLocationDef")
 
-_SCALARS = {"u8": N.Uint8Flags, "u16": N.Uint16Flags, "i16": N.Int16Flags,
-            "u32": N.Uint32Flags, "i32": N.Int32Flags, "u64": N.Uint64Flags}
+#: FlatBuffers scalar kinds read here: little-endian, of these widths.
+_SCALARS = {"u8": struct.Struct("<B"), "u16": struct.Struct("<H"),
+            "i16": struct.Struct("<h"), "u32": struct.Struct("<I"),
+            "i32": struct.Struct("<i"), "u64": struct.Struct("<Q")}
+_U16 = _SCALARS["u16"].unpack_from
 _CCONV = re.compile(r"0[iIfFrvCD]*_[iIfFrvCD]*")
 
 
@@ -430,11 +431,11 @@ class _Fb:
         raise cls(message, name=self.name, field=field_, value=value)
 
     def get(self, kind: str, pos: int, field_: str):
-        flags = _SCALARS[kind]
-        if pos < 0 or pos + flags.bytewidth > self.size:
+        scalar = _SCALARS[kind]
+        if pos < 0 or pos + scalar.size > self.size:
             self.fail(field_, f"{kind} at {pos} lies outside the {self.size}-byte "
                       "FlatBuffer", pos)
-        return Table(self.buf, 0).Get(flags, pos)
+        return scalar.unpack_from(self.buf, pos)[0]
 
     def uoffset_target(self, pos: int, field_: str, align: int = 4) -> int:
         rel = self.get("u32", pos, field_)
@@ -466,19 +467,18 @@ class _Fb:
 
 
 class _Table:
-    __slots__ = ("fb", "pos", "vt", "vt_size", "t_size", "slots", "path", "t")
+    __slots__ = ("fb", "pos", "vt", "vt_size", "t_size", "slots", "path")
 
     def __init__(self, fb, pos, vt, vt_size, t_size, slots, path):
         self.fb, self.pos, self.vt, self.vt_size, self.t_size = fb, pos, vt, vt_size, t_size
         self.slots, self.path = slots, path
-        self.t = Table(fb.buf, pos)
 
     def _field(self, name: str, size: int) -> int | None:
         """Absolute position of field ``name`` (``size`` bytes) or None."""
         voff = 4 + 2 * self.slots[name][0]
         if voff + 2 > self.vt_size:
             return None
-        off = self.t.Offset(voff)          # inside the checked vtable
+        off = _U16(self.fb.buf, self.vt + voff)[0]     # inside the checked vtable
         if off == 0:
             return None
         if off < 4 or off + size > self.t_size:
@@ -490,10 +490,11 @@ class _Table:
         return self._field(name, 1) is not None
 
     def scalar(self, name: str, kind: str, default: int = 0) -> int:
-        pos = self._field(name, _SCALARS[kind].bytewidth)
+        scalar = _SCALARS[kind]
+        pos = self._field(name, scalar.size)
         if pos is None:
             return default
-        return self.t.Get(_SCALARS[kind], pos)
+        return scalar.unpack_from(self.fb.buf, pos)[0]
 
     def _target(self, name: str) -> int | None:
         pos = self._field(name, 4)
