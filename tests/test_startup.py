@@ -6,6 +6,10 @@ usage errors, and the VM's translations cached on disk.
 * ``import hal_cpu``, ``import elfloader``, ``import fatelf`` import none of
   their modules until a name is used.
 * A usage error shows the usage of the subcommand given.
+* ``hal-cpu run-module`` of a ``.vmfb`` imports neither the workbench
+  (only ``--sanitize`` / ``--count_instructions`` need it), nor the Google
+  Benchmark report, nor the flatbuffers package; ``--sanitize`` still
+  imports the workbench and runs under it.
 * ``load_program`` keeps each module's translated functions in the private
   cache folder (``vm-translations``) by content and link, and a later load
   reuses them with the same results; a damaged file is replaced, and
@@ -88,6 +92,38 @@ def test_usage_error_shows_the_subcommand_usage():
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.startswith(usage), proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "AMD64"),
+                    reason="the MLP is compiled for x86_64 and run natively")
+def test_run_module_imports_only_what_it_runs(mlp):
+    code = ("import contextlib, io, sys\n"
+            "from hal_cpu.cli import main\n"
+            "out = io.StringIO()\n"
+            "with contextlib.redirect_stdout(out):\n"
+            f"    rc = main(['run-module', {str(mlp.vmfb)!r}, '--function=predict',"
+            " '--input=4x16xf32=1', *sys.argv[1:]])\n"
+            "print(rc, out.getvalue().splitlines()[-1][:9])\n"
+            "print('MODULES', ' '.join(sorted(sys.modules)))")
+
+    def run(*extra):
+        run_env = dict(os.environ, PYTHONPATH=str(ROOT))
+        proc = subprocess.run([sys.executable, "-c", code, *extra],
+                              capture_output=True, text=True, timeout=300,
+                              env=run_env)
+        assert proc.returncode == 0, proc.stderr
+        head, _, names = proc.stdout.partition("MODULES")
+        return head.split(), set(names.split())
+
+    head, modules = run()
+    assert head == ["0", "4x8xf32=["]
+    unwanted = {m for m in modules
+                if m.split(".")[0] == "flatbuffers"
+                or m.startswith(("hal_cpu.workbench", "hal_cpu.cli.gbench"))}
+    assert unwanted == set(), unwanted
+    head, modules = run("--sanitize")
+    assert head == ["0", "4x8xf32=["]
+    assert "hal_cpu.workbench.commands" in modules
 
 
 # ---------------------------------------------------------------------------
