@@ -89,3 +89,18 @@ def test_benchmark_module_replay_says_what_it_timed():
                  "--input=4xi32=1,2,3,4", "--replay")
     assert out.returncode == 0, out.stderr
     assert "not replayed:" in out.stdout and "5 calls" in out.stdout
+
+
+def test_replay_runs_a_fill_again():
+    vmfb = compile_program(ROOT / "tests" / "programs" / "limits.mlir", "x86_64").vmfb
+    with load_program(vmfb, workers=1) as program:
+        fn = program.function("sized")
+        want = fn(1000)[0]
+        replay = record_replay(fn, [1000])
+        assert [s[0] for s in replay.steps] == ["fill"]
+        view = replay.results()
+        replay.run()
+        (got,) = replay.results()
+        np.testing.assert_array_equal(got, want)
+        assert view[0].shape == (1000,)
+        replay.close()

@@ -37,6 +37,7 @@ from .refs import VmError
 __all__ = ["NoReplayError", "Replay", "record_replay"]
 
 _memmove = ctypes.memmove
+_memset = ctypes.memset
 
 
 class NoReplayError(VmError):
@@ -130,8 +131,11 @@ class Replay:
                 step[1].run_addresses(step[2], step[3])
             elif kind == "fill":
                 _, address, length, pattern = step
-                data = (pattern * (length // len(pattern) + 1))[:length]
-                _memmove(address, data, length)
+                if len(pattern) == 1:
+                    _memset(address, pattern[0], length)
+                else:
+                    data = (pattern * (length // len(pattern) + 1))[:length]
+                    _memmove(address, data, length)
             else:
                 _, source, target, length = step
                 _memmove(target, source, length)
@@ -237,6 +241,9 @@ def record_replay(fn, inputs: Sequence) -> Replay:
                 flush()
                 steps.append(("dispatch", prepared, pointers, lengths))
         else:
+            if step[0] == "fill" and not step[3]:
+                raise NoReplayError("a fill without a pattern", name=program.label,
+                                    field="replay", value=fn.name)
             flush()
             steps.append(step)
     flush()
