@@ -56,9 +56,11 @@ import ctypes
 import functools
 import os
 import resource
-import subprocess
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import subprocess
 
 #: First descriptor number of the agent's own files (its program, pipes and
 #: guest memory): guest code may not close them or ``dup`` over them, so
@@ -463,6 +465,7 @@ def spawn(argv: list[str], fds: dict[int, int], stderr,
         OSError: the process could not start.
     """
     require()
+    import subprocess  # here: a native run's confinement does not spawn
     return subprocess.Popen(
         argv, pass_fds=tuple(fds.values()), stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
