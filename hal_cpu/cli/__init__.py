@@ -269,7 +269,16 @@ def main(argv=None) -> int:
     full pass of the run, in the child a native run forks (whose memory
     stays shared with this process) or, several times, while Python ends
     (about 25 ms of CPU of a ``run-module`` of a small program on a 2-core
-    x86_64)."""
+    x86_64).
+
+    A command also starts numpy's OpenBLAS with one thread
+    (``OPENBLAS_NUM_THREADS=1`` unless the environment says otherwise): the
+    runtime computes nothing with BLAS (dispatches run the program's own
+    kernels, on the runtime's workers), and OpenBLAS's other threads,
+    started with numpy and spinning while they wait, cost about 50 ms of
+    CPU per command on a 2-core x86_64."""
+    if argv is None and "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     status = _main(argv, freeze=argv is None)
     if argv is None:
         import gc
