@@ -287,10 +287,16 @@ def main(argv=None) -> int:
 
 
 def _main(argv, freeze: bool = False) -> int:
-    args = _parse(argv)
     if freeze:
         import gc
-        gc.freeze()
+        gc.disable()        # imports make little garbage: no passes over them
+        try:
+            args = _parse(argv)
+        finally:
+            gc.freeze()
+            gc.enable()
+    else:
+        args = _parse(argv)
     try:
         return _command(args.command)[1](args)
     except PortableKernelError as exc:
