@@ -45,7 +45,9 @@ Both commands run the sample kernel (default ``mul_add``: a * b + a over
   --iree-hal-local-target-device-backends=llvm-cpu`` and the host's target
   flags from ``fatelf.arches``, with the same inputs (``--input=...``).
 
-For scale, the table also has ``python -c pass`` (interpreter start-up) and
+For scale, the table also has ``python -c pass`` (interpreter start-up),
+``python -c "import numpy"`` (with ``OPENBLAS_NUM_THREADS=1``, as ``hal-cpu``
+starts numpy: the VM's buffers are numpy arrays, so a run imports it) and
 ``python -c "import hal_cpu.cli"``; the run of the sample kernel is measured
 as before: Every figure is the wall time of a whole
 process (spawn to exit, output discarded); each round runs every command
@@ -271,9 +273,9 @@ def main() -> int:
     cases: dict[str, T.Measure] = {}
     cpu: dict[str, T.Stats] = {}
 
-    def process(name: str, command: list[str]) -> None:
+    def process(name: str, command: list[str], extra: dict | None = None) -> None:
         cpu[name] = T.Stats(name)
-        cases[name] = ProcessCase(command, env, cpu[name])
+        cases[name] = ProcessCase(command, dict(env, **(extra or {})), cpu[name])
 
     peer = None
     tmp = Path(tempfile.mkdtemp(prefix="bench_startup_"))
@@ -307,6 +309,8 @@ def main() -> int:
         process("hal-cpu run", [*hal, *argv])
         process("hal-cpu run --backend=emulated", [*hal, *argv, "--backend=emulated"])
         process("python -c pass", [sys.executable, "-c", "pass"])
+        process("python -c 'import numpy'", [sys.executable, "-c", "import numpy"],
+                {"OPENBLAS_NUM_THREADS": "1"})
         process("python -c 'import hal_cpu.cli'", [sys.executable, "-c", "import hal_cpu.cli"])
         stats = T.interleave(cases, rounds, warmup=1)
     finally:
