@@ -40,7 +40,7 @@ import os
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import NoReturn, Union
 
 from .refs import VmError
 
@@ -426,18 +426,18 @@ class _Fb:
         self.name = name
         self.base = base          # offset of buf[0] in the file
 
-    def fail(self, field_: str, message: str, value=None,
+    def fail(self, field_: _Where, message: str, value=None,
              cls=ModuleFormatError) -> NoReturn:
-        raise cls(message, name=self.name, field=field_, value=value)
+        raise cls(message, name=self.name, field=_name(field_), value=value)
 
-    def get(self, kind: str, pos: int, field_: str):
+    def get(self, kind: str, pos: int, field_: _Where):
         scalar = _SCALARS[kind]
         if pos < 0 or pos + scalar.size > self.size:
             self.fail(field_, f"{kind} at {pos} lies outside the {self.size}-byte "
                       "FlatBuffer", pos)
         return scalar.unpack_from(self.buf, pos)[0]
 
-    def uoffset_target(self, pos: int, field_: str, align: int = 4) -> int:
+    def uoffset_target(self, pos: int, field_: _Where, align: int = 4) -> int:
         rel = self.get("u32", pos, field_)
         target = pos + rel
         if rel == 0 or target + 4 > self.size:
@@ -448,20 +448,20 @@ class _Fb:
                       f"{align}-byte aligned", target)
         return target
 
-    def table(self, pos: int, schema: str, field_: str) -> "_Table":
+    def table(self, pos: int, schema: str, field_: _Where) -> "_Table":
         if pos % 4 or pos < 0 or pos + 4 > self.size:
             self.fail(field_, f"table at {pos} is misaligned or outside the FlatBuffer", pos)
         soff = self.get("i32", pos, field_)
         vt = pos - soff
         if vt < 0 or vt % 2 or vt + 4 > self.size:
-            self.fail(_join(field_, "vtable"), f"vtable at {vt} lies outside the FlatBuffer", vt)
-        vt_size = self.get("u16", vt, _join(field_, "vtable"))
-        t_size = self.get("u16", vt + 2, _join(field_, "vtable"))
+            self.fail((field_, "vtable"), f"vtable at {vt} lies outside the FlatBuffer", vt)
+        vt_size = self.get("u16", vt, (field_, "vtable"))
+        t_size = self.get("u16", vt + 2, (field_, "vtable"))
         if vt_size < 4 or vt_size % 2 or vt + vt_size > self.size:
-            self.fail(_join(field_, "vtable"), f"vtable size {vt_size} at {vt} is invalid",
+            self.fail((field_, "vtable"), f"vtable size {vt_size} at {vt} is invalid",
                       vt_size)
         if t_size < 4 or pos + t_size > self.size:
-            self.fail(_join(field_, "vtable"), f"table size {t_size} at {pos} runs past the "
+            self.fail((field_, "vtable"), f"table size {t_size} at {pos} runs past the "
                       "FlatBuffer", t_size)
         return _Table(self, pos, vt, vt_size, t_size, SCHEMA[schema], field_)
 
@@ -482,7 +482,7 @@ class _Table:
         if off == 0:
             return None
         if off < 4 or off + size > self.t_size:
-            self.fb.fail(_join(self.path, name), f"field at {off} lies outside its "
+            self.fb.fail((self.path, name), f"field at {off} lies outside its "
                          f"{self.t_size}-byte table", off)
         return self.pos + off
 
@@ -500,11 +500,11 @@ class _Table:
         pos = self._field(name, 4)
         if pos is None:
             return None
-        return self.fb.uoffset_target(pos, _join(self.path, name))
+        return self.fb.uoffset_target(pos, (self.path, name))
 
     def table(self, name: str, schema: str) -> "_Table | None":
         target = self._target(name)
-        return None if target is None else self.fb.table(target, schema, _join(self.path, name))
+        return None if target is None else self.fb.table(target, schema, (self.path, name))
 
     def vector(self, name: str, elem_size: int) -> tuple[int, int] | None:
         """``(start of the elements, count)`` or None; the elements are
@@ -512,31 +512,44 @@ class _Table:
         target = self._target(name)
         if target is None:
             return None
-        return _vector_at(self.fb, target, elem_size, _join(self.path, name))
+        return _vector_at(self.fb, target, elem_size, (self.path, name))
 
     def string(self, name: str, required: bool = False) -> str | None:
         target = self._target(name)
         if target is None:
             if required:
-                self.fb.fail(_join(self.path, name), "missing", None)
+                self.fb.fail((self.path, name), "missing", None)
             return None
-        return _string_at(self.fb, target, _join(self.path, name))
+        return _string_at(self.fb, target, (self.path, name))
 
     def tables(self, name: str, schema: str) -> list:
         vec = self.vector(name, 4)
         if vec is None:
             return []
         start, count = vec
-        path = _join(self.path, name)
-        return [self.fb.table(self.fb.uoffset_target(start + 4 * i, f"{path}[{i}]"),
-                              schema, f"{path}[{i}]") for i in range(count)]
+        path = (self.path, name)
+        return [self.fb.table(self.fb.uoffset_target(start + 4 * i, (path, i)),
+                              schema, (path, i)) for i in range(count)]
 
 
-def _join(path: str, name: str) -> str:
-    return f"{path}.{name}" if path else name
+#: Where a field is, for an error: ``"name"``, or ``(where, "name")`` (a
+#: field of a table) or ``(where, index)`` (an element of a vector), made
+#: a string (:func:`_name`) only when an error names it.
+_Where = Union[str, tuple]
 
 
-def _vector_at(fb: _Fb, pos: int, elem_size: int, path: str) -> tuple[int, int]:
+def _name(where) -> str:
+    """``types[3].full_name`` of ``(((\"\", "types"), 3), "full_name")``."""
+    if isinstance(where, str):
+        return where
+    base, part = where
+    base = _name(base)
+    if isinstance(part, int):
+        return f"{base}[{part}]"
+    return f"{base}.{part}" if base else part
+
+
+def _vector_at(fb: _Fb, pos: int, elem_size: int, path: _Where) -> tuple[int, int]:
     count = fb.get("u32", pos, path)
     start = pos + 4
     if count > (fb.size - start) // max(elem_size, 1):
@@ -545,7 +558,7 @@ def _vector_at(fb: _Fb, pos: int, elem_size: int, path: str) -> tuple[int, int]:
     return start, count
 
 
-def _string_at(fb: _Fb, pos: int, path: str) -> str:
+def _string_at(fb: _Fb, pos: int, path: _Where) -> str:
     start, count = _vector_at(fb, pos, 1, path)
     if start + count >= fb.size or fb.buf[start + count] != 0:
         fb.fail(path, "string without its terminating zero byte", count)
@@ -724,7 +737,7 @@ def _attrs(fb: _Fb, table: _Table | None) -> dict:
     for a in table.tables("attrs", "AttrDef"):
         key = a.string("key")
         if not key:
-            fb.fail(f"{a.path}.key", "attribute without a key", key)
+            fb.fail((a.path, "key"), "attribute without a key", key)
         out[key] = a.string("value") or ""
     return out
 
@@ -734,7 +747,7 @@ def _cconv(fb: _Fb, sig: _Table | None) -> str:
         return ""
     cc = sig.string("calling_convention") or ""
     if cc and not _CCONV.fullmatch(cc):
-        fb.fail(f"{sig.path}.calling_convention", "not a VM calling convention "
+        fb.fail((sig.path, "calling_convention"), "not a VM calling convention "
                 "(0<arguments>_<results> of i I f F r v C D)", cc[:80])
     return cc
 
@@ -762,7 +775,6 @@ def _read(fb: _Fb, data: memoryview, label: str, rodata_base: int) -> ModuleDef:
 
     types = []
     for i, t in enumerate(root.tables("types", "TypeDef")):
-        t.path = f"types[{i}]"
         tn = t.string("full_name")
         if not tn:
             fb.fail(f"types[{i}].full_name", "type without a name", tn)
@@ -770,7 +782,6 @@ def _read(fb: _Fb, data: memoryview, label: str, rodata_base: int) -> ModuleDef:
 
     deps = []
     for i, d in enumerate(root.tables("dependencies", "ModuleDependencyDef")):
-        d.path = f"dependencies[{i}]"
         dn = d.string("name")
         if not dn:
             fb.fail(f"dependencies[{i}].name", "dependency without a module name", dn)
@@ -780,7 +791,6 @@ def _read(fb: _Fb, data: memoryview, label: str, rodata_base: int) -> ModuleDef:
 
     imports = []
     for i, m in enumerate(root.tables("imported_functions", "ImportFunctionDef")):
-        m.path = f"imported_functions[{i}]"
         iname = m.string("full_name")
         if not iname:
             fb.fail(f"imported_functions[{i}].full_name", "import without a name", iname)
@@ -790,8 +800,6 @@ def _read(fb: _Fb, data: memoryview, label: str, rodata_base: int) -> ModuleDef:
                                  _attrs(fb, sig)))
 
     sigs = root.tables("function_signatures", "FunctionSignatureDef")
-    for i, s in enumerate(sigs):
-        s.path = f"function_signatures[{i}]"
     sig_info = [(_cconv(fb, s), _attrs(fb, s)) for s in sigs]
 
     # bytecode
@@ -829,7 +837,6 @@ def _read(fb: _Fb, data: memoryview, label: str, rodata_base: int) -> ModuleDef:
 
     exports = []
     for i, e in enumerate(root.tables("exported_functions", "ExportFunctionDef")):
-        e.path = f"exported_functions[{i}]"
         ename = e.string("local_name")
         if not ename:
             fb.fail(f"exported_functions[{i}].local_name", "export without a name", ename)
@@ -843,12 +850,10 @@ def _read(fb: _Fb, data: memoryview, label: str, rodata_base: int) -> ModuleDef:
     # read-only data
     rodata = []
     for i, r in enumerate(root.tables("rodata_segments", "RodataSegmentDef")):
-        r.path = f"rodata_segments[{i}]"
         rodata.append(_rodata(fb, r, i, data, rodata_base))
 
     rwdata = []
     for i, w in enumerate(root.tables("rwdata_segments", "RwdataSegmentDef")):
-        w.path = f"rwdata_segments[{i}]"
         size = w.scalar("byte_size", "i32", 0)
         if not 0 <= size <= MAX_GLOBAL_BYTES:
             fb.fail(f"rwdata_segments[{i}].byte_size", f"{size} bytes; at most "
@@ -858,7 +863,6 @@ def _read(fb: _Fb, data: memoryview, label: str, rodata_base: int) -> ModuleDef:
     global_bytes = global_refs = 0
     state = root.table("module_state", "ModuleStateDef")
     if state is not None:
-        state.path = "module_state"
         global_bytes = state.scalar("global_bytes_capacity", "i32", 0)
         global_refs = state.scalar("global_ref_count", "i32", 0)
         if not 0 <= global_bytes <= MAX_GLOBAL_BYTES:
@@ -871,7 +875,6 @@ def _read(fb: _Fb, data: memoryview, label: str, rodata_base: int) -> ModuleDef:
     debug = None
     db = root.table("debug_database", "DebugDatabaseDef")
     if db is not None:
-        db.path = "debug_database"
         debug = _debug(fb, db, exports, dcount)
 
     # names: the debug database's, else the first export's, else a made-up one
@@ -983,7 +986,6 @@ def _debug(fb: _Fb, db: _Table, exports: list, dcount: int) -> DebugInfo:
         fb.fail("debug_database.functions", f"{len(fns)} source maps for {dcount} "
                 "functions", len(fns))
     for i, f in enumerate(fns):
-        f.path = f"debug_database.functions[{i}]"
         names.append(f.string("local_name"))
         vec = f.vector("locations", _BYTECODE_LOCATION.size)
         entries: tuple[tuple[int, int], ...] = ()
@@ -993,7 +995,7 @@ def _debug(fb: _Fb, db: _Table, exports: list, dcount: int) -> DebugInfo:
             entries = tuple(zip(flat[0::2], flat[1::2]))
             for j, (_, loc) in enumerate(entries):
                 if not 0 <= loc < vcount:
-                    fb.fail(f"{f.path}.locations[{j}].location", f"location {loc} of "
+                    fb.fail((((f.path, "locations"), j), "location"), f"location {loc} of "
                             f"{vcount}", loc)
         maps.append(entries)
     # A source map belongs to the function of its index (the schema), but
