@@ -36,19 +36,27 @@ PORTABLE_TESTS = ["tests/test_emulated_backend.py::test_use_after_close_raises[u
 
 
 def bare_path(folder: Path) -> str:
-    """A PATH of one folder of links to every program on this PATH except
-    those of HIDDEN_PREFIXES (the first of each name, as PATH finds it)."""
+    """This PATH without the programs of HIDDEN_PREFIXES: a folder holding
+    some is replaced by a folder (under ``folder``) of links to its other
+    programs; the others stay (a python linked from elsewhere would not
+    find its virtual environment)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for directory in os.environ.get("PATH", "").split(os.pathsep):
+    out = []
+    for number, directory in enumerate(os.environ.get("PATH", "").split(os.pathsep)):
         if not directory or not os.path.isdir(directory):
             continue
-        for entry in os.scandir(directory):
-            name = entry.name
-            if name.startswith(HIDDEN_PREFIXES) or (folder / name).exists():
-                continue
-            if os.access(entry.path, os.X_OK) and not entry.is_dir():
-                (folder / name).symlink_to(entry.path)
-    return str(folder)
+        entries = list(os.scandir(directory))
+        if not any(e.name.startswith(HIDDEN_PREFIXES) for e in entries):
+            out.append(directory)
+            continue
+        links = folder / str(number)
+        links.mkdir()
+        for entry in entries:
+            if (not entry.name.startswith(HIDDEN_PREFIXES) and not entry.is_dir()
+                    and os.access(entry.path, os.X_OK)):
+                (links / entry.name).symlink_to(entry.path)
+        out.append(str(links))
+    return os.pathsep.join(out)
 
 
 def run_inner(tmp_path: Path, nodes: list[str], *, bare: bool, ci: bool,
@@ -90,9 +98,14 @@ def test_the_table_names_the_packages():
 
 def test_a_bare_path_lacks_the_packages(tmp_path):
     path = bare_path(tmp_path / "bin")
-    names = os.listdir(path)
+    names = [n for d in path.split(os.pathsep) for n in os.listdir(d)]
     assert not [n for n in names if n.startswith(HIDDEN_PREFIXES)]
     assert "bash" in names
+    # the interpreter found by name is this one (its virtual environment)
+    found = subprocess.run(["python", "-c", "import sys; print(sys.prefix)"],
+                           env=dict(os.environ, PATH=path), capture_output=True,
+                           text=True).stdout.strip()
+    assert found == sys.prefix
 
 
 def test_a_bare_machine_skips_what_needs_qemu_with_the_reason(tmp_path):

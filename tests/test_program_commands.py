@@ -125,6 +125,7 @@ def add_const(tmp_path_factory):
     return path
 
 
+@pytest.mark.requires("qemu-user")  # an RVV profile runs on qemu only
 def test_plan_takes_vlen_and_checks_it(add_const, compile_cache, capsys):
     rc, out, err = cli(capsys, "plan", add_const, f"--cache_dir={compile_cache}",
                        "--arch=riscv64", "--cpu=rv64gcv", "--vlen=512",
