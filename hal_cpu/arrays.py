@@ -236,10 +236,14 @@ class GuardedStore:
         if lay is None:
             if len(self._layouts) > 4096:
                 self._layouts.clear()
-            lay = self._layouts[size] = layout(size, _PAGE, BINDING_ALIGNMENT, 0,
-                                               True)
-        start, guard, total = lay
-        off = start - _PAGE
+            start, guard, total = layout(size, _PAGE, BINDING_ALIGNMENT, 0, True)
+            off = start - _PAGE
+            tail = guard - start - size
+            # (per size: where the bytes start and end in the reservation's
+            # array, the canary that follows them up to the guard page)
+            lay = self._layouts[size] = (off, off + size, total, guard - _PAGE,
+                                         CANARY_PREFIX[tail] if tail else None)
+        off, end, total, pages, canary = lay
         getrefcount = sys.getrefcount
         with self._lock:
             entries = self.entries.get(total)
@@ -248,31 +252,29 @@ class GuardedStore:
                     # (referenced by the entry and the call's argument only:
                     # no array over it is left)
                     if getrefcount(entry[0]) == 2:
-                        return self._hand_out(entry, off, size, guard)
-        pages = guard - _PAGE
+                        if canary is not None:
+                            entry[4][end:end + len(canary)] = canary
+                        return entry[0][off:end], entry[1] + _PAGE + off
         self.memory.charge(pages, what)
         try:
             from elfloader.backend.native import map_guarded
-            base = map_guarded(total, (0, guard))
+            base = map_guarded(total, (0, pages + _PAGE))
         except BaseException:
             self.memory.uncharge(pages)
             raise
         owner = _Reservation()
         owner.__array_interface__ = {"shape": (pages,), "typestr": "|u1",
                                      "data": (base + _PAGE, False), "version": 3}
-        entry = [np.asarray(owner), base, total, pages]
+        # [array over the pages, base, total, pages, a writable memoryview
+        # over the same pages (its own array: not a reference to the first,
+        # whose count says whether an array over the reservation is left)]
+        entry = [np.asarray(owner), base, total, pages,
+                 memoryview(np.asarray(owner))]
         with self._lock:
             self.entries.setdefault(total, []).append(entry)
-            return self._hand_out(entry, off, size, guard)
-
-    @staticmethod
-    def _hand_out(entry: list, off: int, size: int, guard: int):
-        array = entry[0]
-        address = entry[1] + _PAGE + off
-        tail = guard - _PAGE - off - size
-        if tail:
-            _memmove(address + size, CANARY_PREFIX[tail], tail)
-        return array[off:off + size], address
+            if canary is not None:
+                entry[4][end:end + len(canary)] = canary
+            return entry[0][off:end], base + _PAGE + off
 
     def reclaim(self) -> None:
         """Unmap the reservations no array uses (and uncount them)."""

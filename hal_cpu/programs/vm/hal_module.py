@@ -744,9 +744,18 @@ class HalModule:
         if info is None:
             info = self._input_info(array, key)
         code, nbytes, dims = info
-        storage, address = self._new_storage(nbytes, "an input")
         try:
-            storage.data[:] = memoryview(array).cast("B")
+            storage, address = self._store.take(nbytes, "an input")
+        except (MemoryError, elfloader.ElfError):
+            raise _status(RESOURCE_EXHAUSTED, f"an input: {nbytes} bytes: the "
+                          "host has no memory for them") from None
+        try:
+            if nbytes <= 4096:
+                # (a small input: its bytes in C order, one short copy more
+                # but fewer steps than a cast view)
+                storage.data[:] = array.tobytes()
+            else:
+                storage.data[:] = memoryview(array).cast("B")
         except (TypeError, ValueError, NotImplementedError):
             # (not C-contiguous, 0-d, or a dtype without a buffer format)
             np.copyto(storage.view(array.dtype).reshape(array.shape), array,
@@ -859,13 +868,14 @@ class HalModule:
         if size < 0:
             raise _status(INVALID_ARGUMENT, f"{what}: allocation of {size} bytes")
         free = self._pool.get(size)
-        if free:
+        try:
+            array, address = free.pop()
+        except (AttributeError, IndexError):    # (none free, or another thread took it)
             try:
-                array, address = free.pop()
-            except IndexError:      # (another thread took it)
-                array, address = self._new_storage(size, what)
-        else:
-            array, address = self._new_storage(size, what)
+                array, address = self._store.take(size, what)
+            except (MemoryError, elfloader.ElfError):
+                raise _status(RESOURCE_EXHAUSTED, f"{what}: {size} bytes: the "
+                              "host has no memory for them") from None
         array.fill(self.fill_byte)
         return Buffer(array, address, (memory_type & 0xFFFFFFFE) | MEMORY_TYPE_CPU,
                       (usage & 0xFFFFFFFF) | USAGE_CPU, None, pooled)
@@ -1511,8 +1521,13 @@ class HalModule:
                 and type(signal) is Fence and signal.parts is None
                 and signal.code is None and signal.waiters is None):
             # (the usual case, without _queue's checks: a reached wait, a
-            # fresh signal nothing waits on)
-            self._release(buffer)
+            # fresh signal nothing waits on; the buffer back to the pool as
+            # _release does)
+            if buffer.pooled and buffer.parent is None:
+                buffer.pooled = False
+                free = self._pool.setdefault(buffer.length, [])
+                if len(free) < 4:
+                    free.append((buffer.array, buffer.address))
             signal.code = 0
             return
         self._queue(wait, signal, self._release, buffer)

@@ -437,6 +437,8 @@ class Function:
                     return _argument(hal, v, ty, index, name)
             return convert
         self._convert = [converter(i, t) for i, t in enumerate(self.arg_types)]
+        # (one ref argument: a numpy array wrapped without the converter)
+        self._wrap1 = wrap if list(self.arg_types) == ["r"] else None
         to_numpy = hal.to_numpy
 
         def out_converter(ty: str):
@@ -460,7 +462,9 @@ class Function:
                             f"({self.declaration or self.cconv}); got {len(inputs)}")
         with program.lock:
             try:
-                if len(convert) == 1:
+                if self._wrap1 is not None and type(inputs[0]) is np.ndarray:
+                    args = [self._wrap1(inputs[0])]
+                elif len(convert) == 1:
                     args = [convert[0](inputs[0])]
                 else:
                     args = [c(v) for c, v in zip(convert, inputs)]
