@@ -220,7 +220,7 @@ class GuardedStore:
         self.memory = memory
         self.entries: dict[int, list[list]] = {}
         self._lock = threading.Lock()
-        self._layouts: dict[int, tuple[int, int, int]] = {}
+        self._layouts: dict[int, tuple[int, int, int, int, bytes | None]] = {}
         self._closed = False
         memory.reclaimers.append(self.reclaim)
 
@@ -269,7 +269,7 @@ class GuardedStore:
         # over the same pages (its own array: not a reference to the first,
         # whose count says whether an array over the reservation is left)]
         entry = [np.asarray(owner), base, total, pages,
-                 memoryview(np.asarray(owner))]
+                 np.asarray(owner).data]
         with self._lock:
             self.entries.setdefault(total, []).append(entry)
             if canary is not None:

@@ -867,10 +867,9 @@ class HalModule:
                   pooled: bool, what: str = "hal.allocator.allocate") -> Buffer:
         if size < 0:
             raise _status(INVALID_ARGUMENT, f"{what}: allocation of {size} bytes")
-        free = self._pool.get(size)
         try:
-            array, address = free.pop()
-        except (AttributeError, IndexError):    # (none free, or another thread took it)
+            array, address = self._pool[size].pop()
+        except (KeyError, IndexError):      # (none free, or another thread took it)
             try:
                 array, address = self._store.take(size, what)
             except (MemoryError, elfloader.ElfError):
