@@ -68,6 +68,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -212,7 +213,7 @@ def main(argv=None) -> int:
             else:
                 compiled[(kernel, arch)] = c
 
-    manifest = {"format": 1, "generator": "hal_cpu/buildtools/samples.py",
+    manifest: dict[str, Any] = {"format": 1, "generator": "hal_cpu/buildtools/samples.py",
                 "iree_compile_version": version,
                 "arches": [a for a in targets
                            if all((k, a) not in failures for k in KERNELS)],
