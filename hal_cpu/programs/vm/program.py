@@ -450,6 +450,10 @@ class Function:
                 return convert
             return lambda v: _result(hal, v, ty, name)
         self._results = [out_converter(t) for t in self.result_types]
+        # (one ref result: a buffer view read without the converter)
+        from .hal_module import BufferView
+        self._view1 = ((to_numpy, BufferView) if list(self.result_types) == ["r"]
+                       else None)
 
     def __call__(self, *inputs) -> list:
         program = self.program
@@ -473,6 +477,9 @@ class Function:
                     raise exc.with_name(program.label) from None
                 raise
             out = program.run_function(self._fn, args, self.name)
+            view1 = self._view1
+            if view1 is not None and type(out) is view1[1]:
+                return [view1[0](out)]
             results = self._results
             if len(results) == 1:
                 return [results[0](out)]
