@@ -12,10 +12,11 @@ imported on first use (``elfloader.ElfImage`` imports
 
 from __future__ import annotations
 
-import importlib
 import mmap
 import os
 from typing import TYPE_CHECKING
+
+from fatelf.lazy import lazy_attributes
 
 # Public name -> the module of this package defining it. Importing the
 # package imports none of them (the backends import numpy, the arch tables
@@ -32,7 +33,6 @@ _EXPORTS = {
     "image": ("MAX_IMAGE_SIZE", "ElfImage"),
     "module": ("ElfModule",),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
 if TYPE_CHECKING:
     from .arch import Arch
@@ -55,27 +55,7 @@ if TYPE_CHECKING:
     from .module import ElfModule
 
 
-def __getattr__(name: str):
-    if name == "arch_mod":
-        # the module, for functions whose ``arch`` argument hides it
-        return importlib.import_module(f"{__name__}.arch")
-    module = _WHERE.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value
-        return value
-    if not name.startswith("__"):
-        # a submodule (``elfloader.arch``, ``elfloader.backend``...) as an attribute
-        try:
-            return importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_WHERE) | {"arch", "arch_mod"})
+__getattr__, __dir__ = lazy_attributes(__name__, _EXPORTS, aliases={"arch_mod": "arch"})
 
 
 def read_image(source, *, arch: Arch | str | None = None,

@@ -15,8 +15,9 @@ the exact layout.
     True
 """
 
-import importlib
 from typing import TYPE_CHECKING
+
+from .lazy import lazy_attributes
 
 # Public name -> the module of this package defining it. Importing the
 # package imports none of them: each is imported on first use of one of its
@@ -31,7 +32,6 @@ _EXPORTS = {
     "format": ("MAGIC", "PAGE_SIZE", "VERSION", "FatElf", "Record", "is_fatelf",
                "read", "select", "split"),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
 if TYPE_CHECKING:
     from .arches import (
@@ -57,24 +57,7 @@ if TYPE_CHECKING:
     from .format import MAGIC, PAGE_SIZE, VERSION, FatElf, Record, is_fatelf, read, select, split
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value
-        return value
-    if not name.startswith("__"):
-        # a submodule (``fatelf.arches``, ``fatelf.format``...) as an attribute
-        try:
-            return importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_attributes(__name__, _EXPORTS)
 
 
 __all__ = [

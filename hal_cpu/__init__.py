@@ -13,8 +13,9 @@ imported on first use (``hal_cpu.Executable`` imports
 :mod:`hal_cpu.library`), so ``hal-cpu --help`` and a leaf that needs one
 module do not pay for numpy and the rest."""
 
-import importlib
 from typing import TYPE_CHECKING
+
+from fatelf.lazy import lazy_attributes
 
 # Public name -> the module of this package defining it. Importing the
 # package imports none of them (numpy among their imports): each is
@@ -30,7 +31,6 @@ _EXPORTS = {
                "PluginStatusError", "UnresolvedImportError"),
     "library": ("Executable", "Export"),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
 if TYPE_CHECKING:
     from . import abi
@@ -55,24 +55,7 @@ if TYPE_CHECKING:
     from .library import Executable, Export
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value
-        return value
-    if not name.startswith("__"):
-        # a submodule (``hal_cpu.abi``, ``hal_cpu.library``...) as an attribute
-        try:
-            return importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_WHERE) | {"abi"})
+__getattr__, __dir__ = lazy_attributes(__name__, _EXPORTS)
 
 
 def get_include() -> str:

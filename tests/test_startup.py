@@ -67,7 +67,8 @@ def test_package_imports_nothing_until_used(package):
     assert proc.returncode == 0, proc.stderr
     modules = set(proc.stdout.split())
     assert "numpy" not in modules
-    assert not {m for m in modules if m.startswith(package + ".")}
+    # fatelf.lazy is the mechanism that defers the rest
+    assert not {m for m in modules if m.startswith(package + ".")} - {"fatelf.lazy"}
 
 
 def test_names_still_import_on_use():

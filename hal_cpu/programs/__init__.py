@@ -32,8 +32,9 @@ Architecture names and aliases, and the compiler flags for each, come from
 packages; the functions that need them do.
 """
 
-import importlib
 from typing import TYPE_CHECKING
+
+from fatelf.lazy import lazy_attributes
 
 # Public name -> the submodule defining it. Importing this package imports
 # none of them: each is imported on first use of one of its names
@@ -52,7 +53,6 @@ _EXPORTS = {
     "host_modules": ("ModuleRegistry", "load_module_spec"),
     "reference": ("reference_run",),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 _SUBMODULES = frozenset({
     "check", "compiler", "errors", "host_api", "host_modules", "reference",
     "scalars", "vm"})
@@ -88,17 +88,7 @@ if TYPE_CHECKING:  # for type checkers and the API reference; not imported at ru
     from .reference import reference_run
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is not None:
-        return getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_WHERE) | _SUBMODULES)
+__getattr__, __dir__ = lazy_attributes(__name__, _EXPORTS, submodules=_SUBMODULES)
 
 
 __all__ = [
