@@ -96,12 +96,16 @@ def emulation_engines() -> list[str]:
 #: take them.
 _ENGINE_FLAG = re.compile(r"--(?:hal-)?engine[= ](\w+)")
 _CPU_FLAG = re.compile(r"--(?:hal-)?cpu[= ]['\"]?([^\s'\";]+)")
+#: The workbench's flags (sanitizer, instruction counts): qemu's TCG plugin.
+_WORKBENCH_FLAG = re.compile(r"--(?:sanitize|count_instructions|hal-sanitize"
+                             r"|hal-count-instructions)\b")
 
 
 def needs_qemu(command: str) -> bool:
     """Whether a command line (a ``hal-cpu``/``pytest`` invocation, a docs
     example) runs only on the qemu engine: ``--engine=qemu`` or
-    ``--hal-engine=qemu``, ``--vlen``, or a ``--cpu``/``--hal-cpu`` profile
+    ``--hal-engine=qemu``, ``--vlen``, a workbench flag (``--sanitize``,
+    ``--count_instructions`` and the pytest plugin's), or a ``--cpu``/``--hal-cpu`` profile
     unicorn cannot run (``Profile.unicorn`` in fatelf.arches) with no
     ``--engine=unicorn`` (which makes the command an error to show)."""
     engines = set(_ENGINE_FLAG.findall(command))
@@ -109,7 +113,7 @@ def needs_qemu(command: str) -> bool:
         return True
     if "unicorn" in engines:
         return False
-    if "--vlen" in command:
+    if "--vlen" in command or _WORKBENCH_FLAG.search(command):
         return True
     for value in _CPU_FLAG.findall(command):
         for spec in value.split(";"):
