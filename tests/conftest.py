@@ -156,6 +156,22 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(requires(*sorted(needed, reverse=True)))
 
 
+#: A git checkout of IREE's source (``PKR_IREE_SOURCE``), for the tests that
+#: check against IREE's own test programs and tables; they skip without it.
+IREE_SOURCE = Path(os.environ.get("PKR_IREE_SOURCE",
+                                  "/work/.mirror/iree-org+iree/repo"))
+
+
+def iree_source_file(path: str) -> str:
+    """The text of ``path`` (relative to IREE's repository root) at the
+    checkout's HEAD; skips the test when the checkout is not there."""
+    try:
+        return subprocess.run(["git", "-C", str(IREE_SOURCE), "show", f"HEAD:{path}"],
+                              capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip(f"IREE's source is not at {IREE_SOURCE} (set PKR_IREE_SOURCE)")
+
+
 @pytest.fixture
 def each_engine(request, monkeypatch):
     """Runs the test on the engine named by its parameter (``PKR_ENGINE``);

@@ -1,7 +1,7 @@
 """The 32-bit targets (x86_32, arm32, riscv32) as iree-compile 3.13 builds
 for them, at their default CPU profiles, with IREE's own test programs
-(read from IREE's source in ``/work/.mirror/iree-org+iree``; skipped
-without it):
+(read from a checkout of IREE's source, ``PKR_IREE_SOURCE``;
+skipped without it):
 
 * ``stablehlo_ops/round.mlir``, ``regression/layernorm.mlir`` and
   ``regression/associative_reordering.mlir`` (the functions x86_32 got
@@ -42,22 +42,13 @@ from hal_cpu.library import Executable
 from hal_cpu.programs import compile_program
 from hal_cpu.programs.compiler import find_iree_compile, libm_linker_flags, target_flags
 
-from conftest import ROOT
+from conftest import ROOT, iree_source_file
 
-IREE_SRC = Path("/work/.mirror/iree-org+iree/repo")
 ARCHES32 = ("x86_32", "arm32", "riscv32")
 E2E = ("stablehlo_ops/round.mlir", "regression/layernorm.mlir",
        "regression/associative_reordering.mlir")
 FULL = os.environ.get("PKR_FULL_32BIT") == "1"
 FMA = ROOT / "tests" / "programs" / "support32" / "fma.mlir"
-
-
-def iree_file(path: str) -> str:
-    try:
-        return subprocess.run(["git", "-C", str(IREE_SRC), "show", f"HEAD:{path}"],
-                              capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip("IREE's source is not here")
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +57,7 @@ def e2e_files(tmp_path_factory) -> list[Path]:
     out = []
     for rel in E2E:
         path = folder / rel.replace("/", "__")
-        path.write_text(iree_file(f"tests/e2e/{rel}"))
+        path.write_text(iree_source_file(f"tests/e2e/{rel}"))
         out.append(path)
     return out
 
@@ -76,7 +67,7 @@ def math_suite(tmp_path_factory) -> Path:
     """IREE's generated math suite (56 functions) as one MLIR file."""
     folder = tmp_path_factory.mktemp("iree-math")
     for name in ("generate.py", "math_ops_llvm-cpu.json"):
-        (folder / name).write_text(iree_file(f"tests/e2e/math/{name}"))
+        (folder / name).write_text(iree_source_file(f"tests/e2e/math/{name}"))
     proc = subprocess.run([sys.executable, "generate.py",
                            "--testcases=math_ops_llvm-cpu.json"], cwd=folder,
                           capture_output=True, text=True, check=True)

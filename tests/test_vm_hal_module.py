@@ -5,7 +5,6 @@ iree-compile; results compared with IREE's own runtime."""
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -27,10 +26,11 @@ from hal_cpu.programs.vm.hal_module import (
 from hal_cpu.programs.vm.module_def import read_module
 from hal_cpu.programs.vm.refs import VmBuffer, VmStatusError
 
+from conftest import iree_source_file
+
 HERE = Path(__file__).parent
 MLP = HERE / "programs" / "vm_hal" / "mlp.mlir"
 HOST = arches.host_arch()
-IREE_SRC = Path("/work/.mirror/iree-org+iree/repo")
 
 F32 = 0x21000020
 DENSE = 1
@@ -156,13 +156,7 @@ def inputs(seed=0):
 
 def test_exports_match_iree_exports_table():
     """Every export has the name and calling convention of exports.inl."""
-    try:
-        text = subprocess.run(
-            ["git", "-C", str(IREE_SRC), "show",
-             "HEAD:runtime/src/iree/modules/hal/exports.inl"],
-            capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip("IREE's source is not here")
+    text = iree_source_file("runtime/src/iree/modules/hal/exports.inl")
     table = {}
     for name, args, rets in re.findall(
             r'EXPORT_FN(?:_CUSTOM)?\("([^"]+)",\s*\w+,\s*(\w+),\s*(\w+)\)', text):
