@@ -43,7 +43,7 @@ LIBM_CFLAGS: tuple[str, ...] = ("-ffp-contract=off", "-fno-ident")
 #: keeps only what it calls), no stack probes, no debug information.
 COMPILER_RT_FLAGS: tuple[str, ...] = (
     "-OReleaseSmall", "-fPIC", "-ffunction-sections", "-fdata-sections",
-    "-fno-stack-check", "-fstrip", "-fsingle-threaded")
+    "-fno-stack-check", "-fstrip", "-fsingle-threaded", "-j1")
 
 
 def compiler_rt_source() -> Path:
