@@ -176,6 +176,15 @@ ELEMENT_CODES, ELEMENT_DTYPES = _element_tables()
 ELEMENT_NAMES = {v: k for k, v in ELEMENT_CODES.items()}
 
 
+def _check_span(what: str, label: str, offset: int, length: int, total: int,
+                noun: str) -> None:
+    """Raises OUT_OF_RANGE naming ``what`` unless ``[offset, offset +
+    length)`` lies in ``total`` bytes (``noun``: what holds them)."""
+    if offset < 0 or length < 0 or offset + length > total:
+        raise _status(OUT_OF_RANGE, f"{what}: {label} [{offset}, "
+                      f"{offset + length}) lies outside the {total}-byte {noun}")
+
+
 def _status(code: int, message: str) -> VmStatusError:
     return VmStatusError(code, message)
 
@@ -953,10 +962,7 @@ class HalModule:
         ``[offset, offset + length)`` lies in ``buf``."""
         if length == WHOLE:
             length = buf.length - offset
-        if offset < 0 or length < 0 or offset + length > buf.length:
-            raise _status(OUT_OF_RANGE, f"{what}: byte range [{offset}, "
-                          f"{offset + length}) lies outside the {buf.length}-byte "
-                          "buffer")
+        _check_span(what, "byte range", offset, length, buf.length, "buffer")
         return length
 
     # -- devices ---------------------------------------------------------------
@@ -1060,10 +1066,8 @@ class HalModule:
         if _u32(access) & ~ACCESS_READ:
             raise _status(PERMISSION_DENIED, "only read-only memory can be "
                           "accessed via a file handle (today)")
-        total = len(buffer.data)
-        if offset < 0 or length < 0 or offset + length > total:
-            raise _status(OUT_OF_RANGE, f"file range [{offset}, {offset + length}) "
-                          f"outside the {total}-byte buffer")
+        _check_span("hal.ex.file.from_memory", "file range", offset, length,
+                    len(buffer.data), "buffer")
         return File(np.frombuffer(buffer.data, np.uint8, length, offset), buffer)
 
     # -- buffers ----------------------------------------------------------------
@@ -1560,11 +1564,8 @@ class HalModule:
             raise _bad_ref(source, VmBuffer, what)
         if type(target) is not Buffer:
             raise _bad_ref(target, Buffer, what)
-        total = len(source.data)
-        if source_offset < 0 or length < 0 or source_offset + length > total:
-            raise _status(OUT_OF_RANGE, f"{what}: source range [{source_offset}, "
-                          f"{source_offset + length}) outside the {total}-byte "
-                          "buffer")
+        _check_span(what, "source range", source_offset, length,
+                    len(source.data), "buffer")
         length = self._check_range(target, target_offset, length, what)
         data = np.frombuffer(source.data, np.uint8, length, source_offset)
         self._queue(wait, signal, _write, target, target_offset, length, data)
@@ -1596,11 +1597,8 @@ class HalModule:
             raise _bad_ref(source, File, what)
         if type(target) is not Buffer:
             raise _bad_ref(target, Buffer, what)
-        total = source.array.size
-        if source_offset < 0 or length < 0 or source_offset + length > total:
-            raise _status(OUT_OF_RANGE, f"{what}: file range [{source_offset}, "
-                          f"{source_offset + length}) outside the {total}-byte "
-                          "file")
+        _check_span(what, "file range", source_offset, length,
+                    source.array.size, "file")
         length = self._check_range(target, target_offset, length, what)
         data = source.array[source_offset:source_offset + length]
         self._queue(wait, signal, _write, target, target_offset, length, data)
