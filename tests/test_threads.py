@@ -211,6 +211,49 @@ def test_fork_while_threads_dispatch(compiled, arch, backend, workers):
     assert set(codes) <= {0, 1}, codes
 
 
+@pytest.mark.requires("qemu-user")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_forked_child_never_touches_the_parents_agents(compiled):
+    """In a forked child, every guest agent of the parent refuses its pipes
+    (a request the child wrote, or a reply it read, would belong to a call
+    of the parent's, which would then wait for it forever), and a dispatch
+    is a typed error; the parent's agents stay quiet and keep working."""
+    from elfloader.backend.emulated import qemu_engine
+
+    program = Program(compiled, "x86_64", "emulated", 2)
+    try:
+        agents = [cpu._agent for cpu in program.exe.backend.state.cpus
+                  if getattr(cpu, "_agent", None) is not None
+                  and not cpu._agent.closed]
+        assert agents, "no running guest agent to inherit"
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                for agent in agents:
+                    for use in (lambda: agent.send(0), agent.recv,
+                                agent.expect_quiet):
+                        try:
+                            use()
+                            code = 2
+                        except qemu_engine.EngineError as exc:
+                            if "belongs to the parent" not in str(exc):
+                                code = 3
+                try:
+                    program.run()
+                    code = 4
+                except PortableKernelError:
+                    pass
+            finally:
+                os._exit(code)
+        assert _wait_child(pid, 30) == 0
+        for agent in agents:
+            agent.expect_quiet()
+        assert program.correct(program.run())
+    finally:
+        program.exe.close()
+
+
 def test_threads_share_an_arm32_sample():
     """The bundled arm32 matmul (32-bit, emulated), four threads."""
     import json

@@ -301,7 +301,22 @@ class _Agent:
         self.memory_bound: int | None = None
 
     # --- wire -----------------------------------------------------------------
+    def _check_owner(self) -> None:
+        """Refuse the pipes in a forked child: a byte it wrote or read
+        would belong to a call of the parent's, which would then wait for
+        a reply the child took.
+
+        Raises:
+            EngineError: this process is not the one that started the agent.
+        """
+        if os.getpid() != self.owner:
+            raise EngineError(f"the {self.engine.arch.name} guest agent "
+                              "belongs to the parent process: after fork(), "
+                              "load the file again in the child",
+                              field="agent", value=self.pid)
+
     def send(self, kind: int, words=()) -> None:
+        self._check_owner()
         data = _HEAD.pack(kind, len(words)) + struct.pack(
             f"<{len(words)}Q", *words)
         try:
@@ -320,6 +335,7 @@ class _Agent:
             ProtocolError: the reply breaks the wire format.
             EngineError: the agent died.
         """
+        self._check_owner()
         buf = self._buf
         while True:
             if len(buf) >= 8:
@@ -367,6 +383,7 @@ class _Agent:
         """
         if self.closed:
             return
+        self._check_owner()
         if self._buf or select.select([self.rep_r], [], [], 0)[0]:
             try:
                 extra = len(self._buf) + len(os.read(self.rep_r, 65536))
@@ -648,18 +665,22 @@ class QemuCpu(Cpu):
     # --- calls ------------------------------------------------------------
     def call(self, address: int, *args: int) -> int:
         """Call ``address`` with integer arguments; see :meth:`Cpu.call`."""
+        self._refuse_forked(address)
         self._enter(address)
         try:
             return self._run(address, args)
         finally:
             self._leave()
 
-    def _run(self, address: int, args) -> int:
+    def _refuse_forked(self, address: int) -> None:
+        # Before _enter: its sync() would talk to the parent's agent.
         if self._engine.forked:
             raise BackendError("this emulated address space belongs to the "
                                "parent process (qemu engine): after fork(), "
                                "load the file again in the child",
                                field="call", value=address)
+
+    def _run(self, address: int, args) -> int:
         if len(args) > 16:
             raise BackendError(f"{len(args)} arguments: at most 16",
                                field="call", value=address)
