@@ -852,6 +852,10 @@ def cmd_benchmark_module(args) -> int:
             replayed = ""
             if args.replay:
                 fn, inputs, replayed = _replayed(fn, inputs, label)
+            else:
+                from .gbench import benchmark_call
+                fn, inputs = benchmark_call(fn, inputs)
+                fn(*inputs)
             if gb:
                 measured = measure(fn, inputs)
                 _statistics(args, program)
