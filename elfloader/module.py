@@ -21,7 +21,7 @@ the data address; it keeps the backend error's fault attributes.
 
 from __future__ import annotations
 
-from fatelf.cstruct import pack_array, unpack_array
+from fatelf.cstruct import unpack_array
 
 from .backend import PROT_EXEC, PROT_NONE, PROT_READ, PROT_WRITE, Backend
 from .elf import PF_R, PF_W, PF_X
@@ -188,12 +188,11 @@ class ElfModule:
         of each segment's file-backed bytes); returns the (offset, bytes) of
         those placed outside every piece."""
         img, arch = self.image, self.arch
-        vmin, B, ps = img.vaddr_min, self.base, arch.pointer_size
+        vmin, B = img.vaddr_min, self.base
         extra: dict[int, bytes] = {}
         for r in img.relocations:
             rel = arch.relocations[r.type]
             place = r.offset - vmin
-            ctype = "u32" if rel.size == 4 else "u64"
             buf: bytearray | None = None
             at = 0
             for offset, piece in pieces:
@@ -216,7 +215,8 @@ class ElfModule:
                 raise self._err(RelocationError, f"{rel.name} value {value:#x} "
                                 f"does not fit a {rel.check} {bits}-bit place",
                                 r.where, value)
-            data = pack_array(ctype, ps, [value])
+            # (pack_array's unsigned little-endian bytes, without its lookups)
+            data = (value & ((1 << bits) - 1)).to_bytes(rel.size, "little")
             if buf is not None:
                 buf[at:at + rel.size] = data
             else:

@@ -175,6 +175,9 @@ _SCALARS = {"u8": struct.Struct("<B"), "u16": struct.Struct("<H"),
             "i16": struct.Struct("<h"), "u32": struct.Struct("<I"),
             "i32": struct.Struct("<i"), "u64": struct.Struct("<Q")}
 _U16 = _SCALARS["u16"].unpack_from
+_U32 = _SCALARS["u32"].unpack_from
+_I32 = _SCALARS["i32"].unpack_from
+_U16_PAIR = struct.Struct("<HH").unpack_from
 _CCONV = re.compile(r"0[iIfFrvCD]*_[iIfFrvCD]*")
 
 
@@ -438,7 +441,11 @@ class _Fb:
         return scalar.unpack_from(self.buf, pos)[0]
 
     def uoffset_target(self, pos: int, field_: _Where, align: int = 4) -> int:
-        rel = self.get("u32", pos, field_)
+        # (the checks of get inline: this runs for every table and string)
+        if 0 <= pos <= self.size - 4:
+            rel = _U32(self.buf, pos)[0]
+        else:
+            rel = self.get("u32", pos, field_)
         target = pos + rel
         if rel == 0 or target + 4 > self.size:
             self.fail(field_, f"offset {rel} at {pos} points outside the {self.size}-byte "
@@ -451,12 +458,10 @@ class _Fb:
     def table(self, pos: int, schema: str, field_: _Where) -> "_Table":
         if pos % 4 or pos < 0 or pos + 4 > self.size:
             self.fail(field_, f"table at {pos} is misaligned or outside the FlatBuffer", pos)
-        soff = self.get("i32", pos, field_)
-        vt = pos - soff
+        vt = pos - _I32(self.buf, pos)[0]       # pos + 4 <= size: checked
         if vt < 0 or vt % 2 or vt + 4 > self.size:
             self.fail((field_, "vtable"), f"vtable at {vt} lies outside the FlatBuffer", vt)
-        vt_size = self.get("u16", vt, (field_, "vtable"))
-        t_size = self.get("u16", vt + 2, (field_, "vtable"))
+        vt_size, t_size = _U16_PAIR(self.buf, vt)   # vt + 4 <= size: checked
         if vt_size < 4 or vt_size % 2 or vt + vt_size > self.size:
             self.fail((field_, "vtable"), f"vtable size {vt_size} at {vt} is invalid",
                       vt_size)
@@ -550,7 +555,10 @@ def _name(where) -> str:
 
 
 def _vector_at(fb: _Fb, pos: int, elem_size: int, path: _Where) -> tuple[int, int]:
-    count = fb.get("u32", pos, path)
+    if 0 <= pos <= fb.size - 4:
+        count = _U32(fb.buf, pos)[0]
+    else:
+        count = fb.get("u32", pos, path)
     start = pos + 4
     if count > (fb.size - start) // max(elem_size, 1):
         fb.fail(path, f"vector of {count} {elem_size}-byte elements at {pos} runs past the "
@@ -562,11 +570,11 @@ def _string_at(fb: _Fb, pos: int, path: _Where) -> str:
     start, count = _vector_at(fb, pos, 1, path)
     if start + count >= fb.size or fb.buf[start + count] != 0:
         fb.fail(path, "string without its terminating zero byte", count)
-    raw = bytes(fb.buf[start:start + count])
     try:
-        return raw.decode("utf-8")
+        return str(fb.buf[start:start + count], "utf-8")
     except UnicodeDecodeError as exc:
-        fb.fail(path, f"not valid UTF-8 ({exc.reason} at byte {exc.start})", raw[:64])
+        fb.fail(path, f"not valid UTF-8 ({exc.reason} at byte {exc.start})",
+                bytes(fb.buf[start:start + min(count, 64)]))
 
 
 # --- the container ---------------------------------------------------------------------

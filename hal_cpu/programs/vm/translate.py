@@ -53,6 +53,7 @@ import hashlib
 import marshal
 import math
 import os
+import stat
 import struct
 import sys
 import weakref
@@ -752,6 +753,20 @@ def _print(name, *values):
     # the name is the program's text: one escaped line, never one of ours
     print(f"vm.print {printable(name, 200)}: " + " ".join(repr(v) for v in values),
           file=sys.stderr)
+
+
+def _inline_of(fn) -> tuple | None:
+    """An import's ``vm_inline``: ``(text, objects)``, a Python expression
+    a call of the import may be translated to (``{imp}``: the import,
+    ``{a<i>}``: the call's operands, ``{<key>}``: ``objects[key]``), which
+    must behave as the call does (the import's module vouches for that);
+    None without one (or one of another shape)."""
+    inline = getattr(fn, "vm_inline", None)
+    if (type(inline) is tuple and len(inline) == 2 and type(inline[0]) is str
+            and type(inline[1]) is dict
+            and all(type(k) is str and k.isidentifier() for k in inline[1])):
+        return inline
+    return None
 
 
 def _unresolved(name, ordinal):
@@ -1468,11 +1483,13 @@ class _Gen:
             fn = self.env.imports[ordinal]
             iname = (self.env.import_names[ordinal]
                      if ordinal < len(self.env.import_names) else f"import[{ordinal}]")
+            inline = None
             if fn is None:
                 target = self.const(_unresolved(iname, ordinal), "_imp",
                                     ("unres", iname, ordinal))
             else:
                 target = self.const(fn, "_imp", ("imp", ordinal))
+                inline = _inline_of(fn)
         else:
             if variadic:
                 self.unsupported(ins, "variadic calls of internal functions")
@@ -1481,18 +1498,37 @@ class _Gen:
                               f"({len(self.env.functions)} functions)", callee)
             target = f"_fns[{callee}]"
             iname = None
+            inline = None
         if variadic:
             args = self.variadic_args(ins, callee & ~isa.IMPORT_BIT, iname, segments, operands)
         else:
             self.check_call(ins, callee, iname, operands, results)
             args = [R(r) for r in operands]
         call = f"{target}({', '.join(args)})"
+        if inline is not None and len(results) <= 1:
+            call = self.inline_call(inline, target, args, callee & ~isa.IMPORT_BIT) or call
         if not results:
             self.emit(ind, call)
         elif len(results) == 1:
             self.emit(ind, f"{R(results[0])} = {call}")
         else:
             self.emit(ind, ", ".join(R(r) for r in results) + f" = {call}")
+
+    def inline_call(self, inline: tuple, target: str, args: list, ordinal: int):
+        """The expression an import's ``vm_inline`` (text, objects) gives
+        for a call with operands ``args`` (see :func:`_inline_of`), or None
+        when the text does not fit the call. The import itself is
+        ``target``; each object is bound as a constant rebound from the
+        import (``("inl", ordinal, key)``)."""
+        text, objects = inline
+        subs = {f"a{i}": a for i, a in enumerate(args)}
+        subs["imp"] = target
+        for key, value in objects.items():
+            subs[key] = self.const(value, "_inl", ("inl", ordinal, key))
+        try:
+            return text.format(**subs)
+        except (KeyError, IndexError, ValueError):
+            return None
 
     def switch(self, e, idx, dflt, vals, d) -> None:
         """``d = vals[idx]`` when ``idx`` is in range, else ``dflt`` (the
@@ -1777,6 +1813,11 @@ def _bind(t: dict, env: Env) -> Callable:
                 ns[name] = env.rodata[origin[1]]
             elif kind == "imp":
                 ns[name] = env.imports[origin[1]]
+            elif kind == "inl":
+                inline = _inline_of(env.imports[origin[1]])
+                if inline is None:
+                    raise KeyError(origin[2])
+                ns[name] = inline[1][origin[2]]
             else:
                 ns[name] = _unresolved(origin[1], origin[2])
     qual, ordinal = t["qual"], t["ordinal"]
@@ -1849,6 +1890,8 @@ def _module_key(mdef, env: Env, module_name: str) -> str:
             tuple(env.import_cconvs),
             tuple(fn is not None for fn in env.imports),
             tuple(getattr(fn, "cconv", None) for fn in env.imports),
+            tuple((lambda i: i and (i[0], sorted(i[1])))(_inline_of(fn))
+                  for fn in env.imports),
             tuple((f.ordinal, f.name, f.cconv, f.i32_register_count,
                    f.ref_register_count, f.bytecode_offset, f.bytecode_length)
                   for f in mdef.functions),
@@ -1857,16 +1900,39 @@ def _module_key(mdef, env: Env, module_name: str) -> str:
     return h.hexdigest()
 
 
+#: cache home -> the cache folder checked in it (see :func:`_cache_dir`)
+_cache_dirs: dict = {}
+
+
 def _cache_dir():
     """The cache folder, or None (``PKR_VM_CACHE=0``, or it cannot be made
-    private: translations are then not kept)."""
+    private: translations are then not kept).
+
+    The whole chain of folders is checked once per process and cache home
+    (:func:`fatelf.private_dirs.cache_folder`, a tenth of a millisecond
+    of every load); later loads check the folder itself only (this
+    user's directory, not a symlink, that nobody else can write). Its
+    parents were private when checked, so only this user can have
+    replaced them since."""
     if os.environ.get("PKR_VM_CACHE", "1") == "0":
         return None
     from fatelf import private_dirs
+    key = private_dirs.user_cache_home()
+    folder = _cache_dirs.get(key)
+    if folder is not None:
+        try:
+            st = os.lstat(folder)
+            if (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+                    and not st.st_mode & 0o022):
+                return folder
+        except OSError:
+            pass
     try:
-        return private_dirs.cache_folder(CACHE_FOLDER)
+        folder = private_dirs.cache_folder(CACHE_FOLDER)
     except (OSError, private_dirs.UnsafePathError):
         return None
+    _cache_dirs[key] = folder
+    return folder
 
 
 def _read_cached(path, count: int) -> list | None:
