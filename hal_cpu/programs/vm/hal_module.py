@@ -876,14 +876,23 @@ class HalModule:
                   pooled: bool, what: str = "hal.allocator.allocate") -> Buffer:
         if size < 0:
             raise _status(INVALID_ARGUMENT, f"{what}: allocation of {size} bytes")
-        try:
-            array, address = self._pool[size].pop()
-        except (KeyError, IndexError):      # (none free, or another thread took it)
+        # (the free list looked at before popping: an empty one, as for a
+        # buffer the program hands to its caller on every call, costs no
+        # exception)
+        free = self._pool.get(size)
+        taken = None
+        if free:
             try:
-                array, address = self._store.take(size, what)
+                taken = free.pop()
+            except IndexError:      # (another thread took it)
+                pass
+        if taken is None:
+            try:
+                taken = self._store.take(size, what)
             except (MemoryError, elfloader.ElfError):
                 raise _status(RESOURCE_EXHAUSTED, f"{what}: {size} bytes: the "
                               "host has no memory for them") from None
+        array, address = taken
         array.fill(self.fill_byte)
         return Buffer(array, address, (memory_type & 0xFFFFFFFE) | MEMORY_TYPE_CPU,
                       (usage & 0xFFFFFFFF) | USAGE_CPU, None, pooled)

@@ -41,6 +41,8 @@ import sys
 import threading
 import time
 import traceback
+from functools import partial
+from operator import attrgetter
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -355,6 +357,9 @@ def _link_bytecode(mdef, registered: list[_Linked], label: str,
 
 _calls = threading.local()
 
+#: what :func:`_raise_call_error` turns into the error a call raises
+_CALL_FAILURES = (RecursionError, MemoryError, HalCpuError)
+
 
 def _check_deadline() -> None:
     deadline = getattr(_calls, "deadline", None)
@@ -454,6 +459,10 @@ class Function:
         from .hal_module import BufferView
         self._view1 = ((to_numpy, BufferView) if list(self.result_types) == ["r"]
                        else None)
+        self._lock = program.lock
+        # (the hal module's dispatch time limit, read without its property)
+        self._hal_timeout = partial(attrgetter(
+            "_timeout" if hasattr(hal, "_timeout") else "timeout"), hal)
 
     def __call__(self, *inputs) -> list:
         program = self.program
@@ -464,19 +473,30 @@ class Function:
         if len(inputs) != len(convert):
             raise TypeError(f"@{self.name} takes {len(self.arg_types)} arguments "
                             f"({self.declaration or self.cconv}); got {len(inputs)}")
-        with program.lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             try:
                 if self._wrap1 is not None and type(inputs[0]) is np.ndarray:
-                    args = [self._wrap1(inputs[0])]
+                    args = (self._wrap1(inputs[0]),)
                 elif len(convert) == 1:
-                    args = [convert[0](inputs[0])]
+                    args = (convert[0](inputs[0]),)
                 else:
                     args = [c(v) for c, v in zip(convert, inputs)]
             except VmError as exc:
                 if exc.name is None:
                     raise exc.with_name(program.label) from None
                 raise
-            out = program.run_function(self._fn, args, self.name)
+            if program.timeout is None and not self._hal_timeout():
+                # (no time limit, now or left from an earlier call: the
+                # function called here, its failures as run_function's)
+                try:
+                    out = self._fn(*args)
+                except _CALL_FAILURES as exc:
+                    _raise_call_error(program, exc, self.name)
+                    raise
+            else:
+                out = program.run_function(self._fn, args, self.name)
             view1 = self._view1
             if view1 is not None and type(out) is view1[1]:
                 return [view1[0](out)]
@@ -486,6 +506,8 @@ class Function:
             if not results:
                 return []
             return [c(v) for c, v in zip(results, out)]
+        finally:
+            lock.release()
 
     def call_vm(self, *inputs):
         """Call with the arguments converted as a call does (VM values such
@@ -502,6 +524,41 @@ class Function:
 
     def __repr__(self) -> str:
         return f"<function @{self.name} {self.declaration or self.cconv}>"
+
+
+def _raise_call_error(program: Program, exc: BaseException, name: str) -> None:
+    """Raise the error the caller of ``program``'s function ``name`` gets
+    when the call raised ``exc`` (one of :data:`_CALL_FAILURES`); return
+    when that is ``exc`` itself (the caller re-raises it)."""
+    if isinstance(exc, RecursionError):
+        raise VmStatusError(8, f"@{name}: the program's calls nest too "
+                            "deeply (the VM's call stack is exhausted)",
+                            name=program.label) from None
+    if isinstance(exc, MemoryError):
+        raise VmStatusError(8, f"@{name}: the host has no memory for the "
+                            "program's values", name=program.label) from None
+    if isinstance(exc, VmError):
+        # the failed call's frames let go of its values (buffers, lists)
+        # now, not when the caller drops the error
+        traceback.clear_frames(exc.__traceback__)
+        if isinstance(exc, VmStatusError):
+            mismatch = input_mismatch(exc, name)
+            if mismatch is not None:
+                raise mismatch.with_name(exc.name or program.label) from None
+            if exc.code == RESOURCE_EXHAUSTED and f"@{name}" not in exc.message:
+                # a buffer past the memory limit: say in which call
+                err = type(exc).__new__(type(exc))
+                err.__dict__.update(exc.__dict__)
+                VmStatusError.__init__(err, exc.code, f"{exc.message} (in @{name})",
+                                       exc.location, name=exc.name or program.label)
+                raise err from None
+        if exc.name is None:
+            raise exc.with_name(program.label) from None
+        return
+    # an executable of the module, loaded from its bytes, names no file:
+    # the module's does
+    if isinstance(exc, HalCpuError) and exc.name in (None, "<memory>"):
+        raise exc.with_name(program.label) from None
 
 
 def _with_fences(fn: Callable, hal) -> Callable:
@@ -697,36 +754,8 @@ class Program:
                 return fn(*args)
             finally:
                 _calls.deadline = None
-        except RecursionError:
-            raise VmStatusError(8, f"@{name}: the program's calls nest too "
-                                "deeply (the VM's call stack is exhausted)",
-                                name=self.label) from None
-        except MemoryError:
-            raise VmStatusError(8, f"@{name}: the host has no memory for the "
-                                "program's values", name=self.label) from None
-        except VmError as exc:
-            # the failed call's frames let go of its values (buffers, lists)
-            # now, not when the caller drops the error
-            traceback.clear_frames(exc.__traceback__)
-            if isinstance(exc, VmStatusError):
-                mismatch = input_mismatch(exc, name)
-                if mismatch is not None:
-                    raise mismatch.with_name(exc.name or self.label) from None
-                if exc.code == RESOURCE_EXHAUSTED and f"@{name}" not in exc.message:
-                    # a buffer past the memory limit: say in which call
-                    err = type(exc).__new__(type(exc))
-                    err.__dict__.update(exc.__dict__)
-                    VmStatusError.__init__(err, exc.code, f"{exc.message} (in @{name})",
-                                           exc.location, name=exc.name or self.label)
-                    raise err from None
-            if exc.name is None:
-                raise exc.with_name(self.label) from None
-            raise
-        except HalCpuError as exc:
-            # an executable of the module, loaded from its bytes, names
-            # no file: the module's does
-            if exc.name in (None, "<memory>"):
-                raise exc.with_name(self.label) from None
+        except _CALL_FAILURES as exc:
+            _raise_call_error(self, exc, name)
             raise
 
     def function(self, name: str | None = None) -> Function:
