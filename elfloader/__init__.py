@@ -101,9 +101,8 @@ def read_image(source, *, arch: Arch | str | None = None,
     return _image_of(bytes(source), name or "<memory>", want)
 
 
-def _image_of(data, name: str, want: Arch | None) -> ElfImage:
-    """The verified image in ``data`` (bytes or a file's map), or in the
-    record of a FatELF bundle for ``want`` (default: the host)."""
+def _read_image_of(data, name: str, want: Arch | None) -> ElfImage:
+    """:func:`_image_of`, verified now."""
     import fatelf
 
     from . import arch as arch_mod
@@ -142,6 +141,35 @@ def _image_of(data, name: str, want: Arch | None) -> ElfImage:
         finally:
             view.release()
     return _check_arch(ElfImage(payload, name), want)
+
+
+#: Images verified in this process, by content, name and architecture
+#: asked for (see :func:`_image_of`), the most recently used last.
+_IMAGES: dict = {}
+_IMAGES_COUNT = 32
+_IMAGES_BYTES = 1 << 22
+
+
+def _image_of(data, name: str, want: Arch | None) -> ElfImage:
+    """The verified image in ``data`` (bytes or a file's map), or in the
+    record of a FatELF bundle for ``want`` (default: the host).
+
+    Bytes of at most :data:`_IMAGES_BYTES` are verified once per content,
+    name and ``want`` in this process (the :data:`_IMAGES_COUNT` most
+    recent): the same bytes verify the same way, and an image is not
+    changed once verified (loading maps copies of its bytes), so a
+    program loaded again creates its executables without verifying their
+    ELF again."""
+    if type(data) is not bytes or len(data) > _IMAGES_BYTES:
+        return _read_image_of(data, name, want)
+    key = (name, None if want is None else want.name, data)
+    image = _IMAGES.pop(key, None)
+    if image is None:
+        image = _read_image_of(data, name, want)
+        while len(_IMAGES) >= _IMAGES_COUNT:
+            del _IMAGES[next(iter(_IMAGES))]
+    _IMAGES[key] = image
+    return image
 
 
 def _check_arch(image: ElfImage, want: Arch | None) -> ElfImage:

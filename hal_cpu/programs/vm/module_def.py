@@ -36,6 +36,9 @@ the widths :data:`_SCALARS` names).
 from __future__ import annotations
 
 import bisect
+import collections
+import dataclasses
+import hashlib
 import os
 import re
 import struct
@@ -731,11 +734,38 @@ def read_module(source, *, name: str | None = None,
     fb_start = prefix_at + 4
     fb = _Fb(data[fb_start:fb_start + present], label, fb_start)
     rodata_base = -(-(fb_start + length) // SEGMENT_ALIGNMENT) * SEGMENT_ALIGNMENT
+    key = None
+    if fb_start + present <= _READ_MEMO_BYTES:
+        # What _read checks and returns depends on these bytes (the
+        # container's header and the FlatBuffer), the file's size (the
+        # bounds of external rodata) and the label (messages) only.
+        key = (label, n, prefix_at, length, present,
+               hashlib.sha256(data[:fb_start + present]).digest())
+        done = _read_memo.get(key)
+        if done is not None:
+            _read_memo.move_to_end(key)
+            return dataclasses.replace(done, _data=data)
     try:
-        return _read(fb, data, label, rodata_base)
+        mdef = _read(fb, data, label, rodata_base)
     except RecursionError:
         raise ModuleFormatError("nesting too deep", name=label, field="module.fb",
                                 value=None) from None
+    if key is not None:
+        _read_memo[key] = dataclasses.replace(mdef, _data=memoryview(b""))
+        while len(_read_memo) > _READ_MEMO_COUNT:
+            _read_memo.popitem(last=False)
+    return mdef
+
+
+#: Modules read and verified in this process, by content (see
+#: :func:`read_module`): a module read again (each ``load_program`` of
+#: the same file, a benchmark's loads) is not walked again. Its records
+#: are immutable; each reading gets its own ``_data`` (its own map).
+_READ_MEMO_COUNT = 16
+#: Only modules whose FlatBuffer ends within this many bytes of the
+#: file's start (hashing a larger one would cost more than reading it).
+_READ_MEMO_BYTES = 1 << 20
+_read_memo: collections.OrderedDict = collections.OrderedDict()
 
 
 def _attrs(fb: _Fb, table: _Table | None) -> dict:

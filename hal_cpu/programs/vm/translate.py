@@ -1957,6 +1957,41 @@ def _read_cached(path, count: int) -> list | None:
     return data[1]
 
 
+#: cache file -> (its lstat signature when read, its records): a file read
+#: in this process is not read again while it is unchanged
+_read_files: dict = {}
+_READ_FILES_COUNT = 32
+
+
+def _signature(path):
+    """What identifies a cache file's version (device, inode, size, change
+    time), or None: missing, or not a regular file of this user that
+    nobody else can write (then it is read, and refused, as before)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid()
+            or st.st_mode & 0o022):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _remembered(path, count: int) -> list | None:
+    """:func:`_read_cached`, once per version of the file in this process."""
+    before = _signature(path)
+    hit = _read_files.get(path)
+    if before is not None and hit is not None and hit[0] == before:
+        return hit[1] if len(hit[1]) == count else None
+    records = _read_cached(path, count)
+    if records is not None and before is not None and _signature(path) == before:
+        _read_files.pop(path, None)
+        while len(_read_files) >= _READ_FILES_COUNT:
+            del _read_files[next(iter(_read_files))]
+        _read_files[path] = (before, records)
+    return records
+
+
 def _write_cached(path, records: list) -> None:
     """Write a cache file atomically (a private temporary file renamed);
     a failure leaves no file and is not an error."""
@@ -2008,7 +2043,7 @@ def translate_module(mdef, env: Env, *, module_name: str | None = None,
     path = None
     if folder is not None:
         path = os.path.join(folder, _module_key(mdef, env, name) + ".marshal")
-        records = _read_cached(path, len(functions))
+        records = _remembered(path, len(functions))
         if records is not None:
             try:
                 for t in records:
