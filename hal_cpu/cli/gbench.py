@@ -42,7 +42,8 @@ def benchmark_call(fn, inputs: Sequence) -> tuple:
     (:class:`hal_cpu.programs.vm.program.Function`) once with the inputs
     already made VM values (a numpy array -> a ``!hal.buffer_view`` over
     a copy made here, once; a scalar as a call converts it) and returns its
-    results as the VM gives them (buffer views not read into numpy).
+    results as the VM gives them (buffer views not read into numpy): its
+    :meth:`~hal_cpu.programs.vm.program.Function.prepared_call`.
 
     Each call still runs the whole function: the VM's checks of its
     arguments (types, shapes via ``hal.buffer_view.assert``), every import
@@ -50,13 +51,11 @@ def benchmark_call(fn, inputs: Sequence) -> tuple:
 
     Raises:
         hal_cpu.programs.vm.refs.VmError (VmStatusError): an input the
-            module cannot hold (dtype without an element type, no memory).
+            module cannot hold (dtype without an element type, no memory);
+        TypeError: as many inputs as ``fn`` takes not given, or one of the
+            wrong kind.
     """
-    import numpy as np
-    wrap = fn.program.hal.wrap_input
-    args = tuple(wrap(v) if ty == "r" and type(v) is np.ndarray else v
-                 for ty, v in zip(fn.arg_types, inputs))
-    return fn.call_vm, args
+    return fn.prepared_call(*inputs)
 
 
 @dataclass(frozen=True)

@@ -1656,7 +1656,6 @@ class HalModule:
             raise _bad_ref(cb, CommandBuffer, what)
         lens: list[int] = []
         addrs: list[int] = []
-        add_len, add_address = lens.append, addrs.append
         for buf, off, n in table:
             if type(buf) is Buffer:
                 total = buf.length
@@ -1664,11 +1663,11 @@ class HalModule:
                     n = total - off
                 if off < 0 or n < 0 or off + n > total:
                     self._table_error(what, table, len(lens))
-                add_len(n)
-                add_address(buf.address + off)
+                lens.append(n)
+                addrs.append(buf.address + off)
             elif buf is None:
-                add_len(-1)
-                add_address(0)
+                lens.append(-1)
+                addrs.append(0)
             else:
                 self._table_error(what, table, len(lens))
         count = len(lens)
@@ -1984,3 +1983,37 @@ _EXPORTS = (
     ("fence.query", "0r_i"),
     ("fence.signal", "0r_v"),
 )
+
+
+# What a translated VM function may run in place of a call of some imports
+# (:mod:`hal_cpu.programs.vm.translate` reads ``vm_inline`` of an import):
+# a Python expression doing what the import does in its usual case, with
+# the same checks, and calling the import itself (``{imp}``) in every
+# other case, so that each error is the import's own. ``{a<i>}`` is the
+# call's i-th operand, ``{Name}`` one of the objects listed with the text.
+# Each saves a Python call per VM call of the import.
+_INLINE = {
+    "fence_create": (
+        "({Fence}() if type({a0}) is {Device} else {imp}({a0}, {a1}))",
+        {"Fence": Fence, "Device": Device}),
+    "device_allocator": (
+        "({a0}.allocator if type({a0}) is {Device} else {imp}({a0}))",
+        {"Device": Device}),
+    "buffer_view_buffer": (
+        "({a0}.buffer if type({a0}) is {BufferView} else {imp}({a0}))",
+        {"BufferView": BufferView}),
+    "buffer_view_assert": (
+        "(None if type({a0}) is {BufferView} and {a0}.dims == {a4} "
+        "and {a0}.element_type == {a2} and ({a0}.encoding_type == {a3} "
+        "or {a0}.encoding_type == {OPAQUE}) "
+        "else {imp}({a0}, {a1}, {a2}, {a3}, {a4}))",
+        {"BufferView": BufferView, "OPAQUE": ENCODING_OPAQUE}),
+    "buffer_view_create": (
+        "({BufferView}({a0}, {a5}, {a3} & 0xFFFFFFFF, {a4} & 0xFFFFFFFF) "
+        "if type({a0}) is {Buffer} and {a1} == 0 and {a2} == {a0}.length "
+        "else {imp}({a0}, {a1}, {a2}, {a3}, {a4}, {a5}))",
+        {"BufferView": BufferView, "Buffer": Buffer}),
+}
+for _name, _inline in _INLINE.items():
+    getattr(HalModule, _name).vm_inline = _inline
+del _name, _inline

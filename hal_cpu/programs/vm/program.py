@@ -522,6 +522,29 @@ class Function:
             args = [c(v) for c, v in zip(self._convert, inputs)]
             return program.run_function(self._fn, args, self.name)
 
+    def prepared_call(self, *inputs) -> tuple:
+        """``(call, args)``: ``inputs`` converted once, as :meth:`call_vm`
+        converts them (a numpy array -> a new ``!hal.buffer_view``), and a
+        callable such that ``call(*args)`` runs the function as
+        :meth:`call_vm` does (the program's lock, its time limit, its
+        errors), without converting again: what a benchmark loop calls.
+
+        Raises:
+            TypeError: not as many inputs as the function takes, or one of
+                the wrong kind; VmError: an input the module cannot hold."""
+        if len(inputs) != len(self._convert):
+            raise TypeError(f"@{self.name} takes {len(self.arg_types)} arguments "
+                            f"({self.declaration or self.cconv}); got {len(inputs)}")
+        program = self.program
+        with program.lock:
+            args = tuple(c(v) for c, v in zip(self._convert, inputs))
+        run, lock, fn, name = program.run_function, program.lock, self._fn, self.name
+
+        def call(*args):
+            with lock:
+                return run(fn, args, name)
+        return call, args
+
     def __repr__(self) -> str:
         return f"<function @{self.name} {self.declaration or self.cconv}>"
 
