@@ -55,6 +55,9 @@ def _shown(text: str, keep: str, limit: int | None) -> str:
     if limit is not None and len(text) > limit:
         more = len(text) - limit
         text = text[:limit]
+    if text.isascii() and text.isprintable() and "\\" not in text:
+        # (space to tilde: no character of it is escaped)
+        return text + (f"... ({more} more characters)" if more else "")
     out = []
     for ch in text:
         if ch in keep:

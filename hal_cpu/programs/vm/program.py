@@ -280,7 +280,6 @@ class _BytecodeModule:
 
 
 def _resolve(imp, registered: list[_Linked], label: str):
-    from ..host_modules import missing_module_hint
     module, _, fname = imp.name.partition(".")
     for reg in reversed(registered):
         if reg.name != module or fname not in reg.exports:
@@ -298,6 +297,7 @@ def _resolve(imp, registered: list[_Linked], label: str):
         return fn
     if imp.optional:
         return None
+    from ..host_modules import missing_module_hint
     have = ", ".join(sorted({r.name for r in registered})) or "none"
     raise LinkError(f"the program imports @{printable(imp.name)}, which no "
                     f"registered module provides (modules: {printable(have)})"

@@ -1917,7 +1917,8 @@ def _cache_dir():
     if os.environ.get("PKR_VM_CACHE", "1") == "0":
         return None
     from fatelf import private_dirs
-    key = private_dirs.user_cache_home()
+    # (what user_cache_home reads, without building its path)
+    key = (os.environ.get("XDG_CACHE_HOME"), os.environ.get("HOME"))
     folder = _cache_dirs.get(key)
     if folder is not None:
         try:
@@ -1931,6 +1932,7 @@ def _cache_dir():
         folder = private_dirs.cache_folder(CACHE_FOLDER)
     except (OSError, private_dirs.UnsafePathError):
         return None
+    folder = os.fspath(folder)
     _cache_dirs[key] = folder
     return folder
 
