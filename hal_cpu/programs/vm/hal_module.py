@@ -753,22 +753,21 @@ class HalModule:
         if info is None:
             info = self._input_info(array, key)
         code, nbytes, dims = info
+        # (a small input: its bytes in C order, written by the store, one
+        # short copy more but fewer steps than a cast view)
+        small = array.tobytes() if nbytes <= 4096 else None
         try:
-            storage, address = self._store.take(nbytes, "an input")
+            storage, address = self._store.take(nbytes, "an input", small)
         except (MemoryError, elfloader.ElfError):
             raise _status(RESOURCE_EXHAUSTED, f"an input: {nbytes} bytes: the "
                           "host has no memory for them") from None
-        try:
-            if nbytes <= 4096:
-                # (a small input: its bytes in C order, one short copy more
-                # but fewer steps than a cast view)
-                storage.data[:] = array.tobytes()
-            else:
+        if small is None:
+            try:
                 storage.data[:] = memoryview(array).cast("B")
-        except (TypeError, ValueError, NotImplementedError):
-            # (not C-contiguous, 0-d, or a dtype without a buffer format)
-            np.copyto(storage.view(array.dtype).reshape(array.shape), array,
-                      casting="no")
+            except (TypeError, ValueError, NotImplementedError):
+                # (not C-contiguous, 0-d, or a dtype without a buffer format)
+                np.copyto(storage.view(array.dtype).reshape(array.shape), array,
+                          casting="no")
         return BufferView(Buffer(storage, address, MEMORY_TYPE_CPU, USAGE_CPU),
                           dims, code, ENCODING_DENSE_ROW_MAJOR)
 
@@ -815,7 +814,10 @@ class HalModule:
             # long as the array
             buf.root.pooled = False
             return _as_array(shape, dtype, buf)
-        return _as_array(shape, dtype, buf).copy()
+        try:
+            return np.ndarray(shape, dtype, buf.array).copy()
+        except (TypeError, ValueError):
+            return _as_array(shape, dtype, buf)     # (raises its OUT_OF_RANGE)
 
     def _output_info(self, view: BufferView, key) -> tuple:
         dtype = ELEMENT_DTYPES.get(view.element_type)
