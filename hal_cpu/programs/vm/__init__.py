@@ -47,18 +47,38 @@ imports, the HAL module and host modules):
   result -> the value, several -> a tuple.
 """
 
-from .plan import DataDependenceError, Recording, plan_program  # noqa: E402
-from .program import Function, LinkError, Program, load_program  # noqa: E402
-from .refs import VmBuffer, VmError, VmList, VmStatusError  # noqa: E402
-from .run import PlanRunner, run_plan  # noqa: E402
-from .steps import (  # noqa: E402
-    BindingRef,
-    CopyStep,
-    Dispatch,
-    FillStep,
-    ProgramPlan,
-    ResultRef,
-)
+from typing import TYPE_CHECKING
+
+from fatelf.lazy import lazy_attributes
+
+# Public name -> the module of this package defining it, imported when the
+# name is first read (PEP 562): reading a .vmfb's header (``.vmfb``) or
+# running a program does not import the planner, the plan runner and
+# their records.
+_EXPORTS = {
+    "plan": ("DataDependenceError", "Recording", "plan_program"),
+    "program": ("Function", "LinkError", "Program", "load_program"),
+    "refs": ("VmBuffer", "VmError", "VmList", "VmStatusError"),
+    "run": ("PlanRunner", "run_plan"),
+    "steps": ("BindingRef", "CopyStep", "Dispatch", "FillStep", "ProgramPlan",
+              "ResultRef"),
+}
+
+if TYPE_CHECKING:
+    from .plan import DataDependenceError, Recording, plan_program
+    from .program import Function, LinkError, Program, load_program
+    from .refs import VmBuffer, VmError, VmList, VmStatusError
+    from .run import PlanRunner, run_plan
+    from .steps import (
+        BindingRef,
+        CopyStep,
+        Dispatch,
+        FillStep,
+        ProgramPlan,
+        ResultRef,
+    )
+
+__getattr__, __dir__ = lazy_attributes(__name__, _EXPORTS)
 
 __all__ = ["load_program", "Program", "Function", "LinkError", "VmError",
            "VmStatusError", "VmBuffer", "VmList", "plan_program", "Recording",
