@@ -1101,30 +1101,36 @@ class DispatchBatch:
         if self.slow:
             self.slow = False       # (one run dispatch by dispatch)
             return False
-        if not self._lock.acquire(False):
+        lock = self._lock
+        if not lock.acquire(False):
             return False
         try:
             execs = self._execs
             for exe in execs:
                 if exe.closed or exe.backend.timeout_us:
                     return False
-            for p in self._shares:
-                pace = p.executable.pace.get(p.ordinal)
-                if pace is not None and pace * p.total > SHARE_SECONDS:
-                    return False
+            shares = self._shares
+            if shares:
+                for p in shares:
+                    pace = p.executable.pace.get(p.ordinal)
+                    if pace is not None and pace * p.total > SHARE_SECONDS:
+                        return False
             if not self.items or self._backend.closed:
                 return False
-            if len(table) < self.slots:
-                raise DispatchError(f"the batch reads {self.slots} table slots; "
-                                    f"{len(table)} given", name=None,
-                                    field="table", value=len(table))
+            slots = self.slots
+            given = len(table)
+            if given < slots:
+                raise DispatchError(f"the batch reads {slots} table slots; "
+                                    f"{given} given", name=None,
+                                    field="table", value=given)
             me = _get_ident()
             for exe in execs:
                 exe.running.append(me)
             try:
                 if self._view is not None:
-                    self._table.pack_into(self._view, 0, *table[:self.slots])
-                if self._shares:
+                    self._table.pack_into(self._view, 0,
+                                          *(table if given == slots else table[:slots]))
+                if shares:
                     started = _perf_counter()
                     ret = self._call()
                     if _perf_counter() - started > SHARE_SECONDS:
@@ -1133,8 +1139,9 @@ class DispatchBatch:
                     ret = self._call()
                 if ret:
                     self._failed(ret)
-                for prepared, layout in self._local:
-                    layout.check_local(prepared.label, prepared.path)
+                if self._local:
+                    for prepared, layout in self._local:
+                        layout.check_local(prepared.label, prepared.path)
             finally:
                 for exe in execs:
                     exe.running.remove(me)
@@ -1143,7 +1150,7 @@ class DispatchBatch:
                         exe.release_if_idle()
             return True
         finally:
-            self._lock.release()
+            lock.release()
 
     def _failed(self, ret: int) -> None:
         """Raise for the non-zero return ``ret`` of a run."""
