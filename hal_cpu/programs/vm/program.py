@@ -475,6 +475,7 @@ class Function:
                             f"({self.declaration or self.cconv}); got {len(inputs)}")
         lock = self._lock
         lock.acquire()
+        args: tuple | list
         try:
             try:
                 if self._wrap1 is not None and type(inputs[0]) is np.ndarray:
