@@ -817,7 +817,7 @@ class HalModule:
         try:
             return np.ndarray(shape, dtype, buf.array).copy()
         except (TypeError, ValueError):
-            return _as_array(shape, dtype, buf)     # (raises its OUT_OF_RANGE)
+            return _as_array(shape, dtype, buf).copy()  # (raises its OUT_OF_RANGE)
 
     def _output_info(self, view: BufferView, key) -> tuple:
         dtype = ELEMENT_DTYPES.get(view.element_type)
