@@ -103,13 +103,13 @@ def read_image(source, *, arch: Arch | str | None = None,
 
 def _read_image_of(data, name: str, want: Arch | None) -> ElfImage:
     """:func:`_image_of`, verified now."""
-    import fatelf
-
     from . import arch as arch_mod
     from .elf import file_extent
     from .errors import ArchitectureMismatchError, ElfFormatError
     from .image import MAX_IMAGE_SIZE, ElfImage
-    if fatelf.is_fatelf(data):
+    # fatelf.is_fatelf, without importing the bundle format for an ELF
+    if bytes(data[:4]) == _FATELF_MAGIC:
+        import fatelf
         pick = want or arch_mod.host()
         if pick is None:
             raise ArchitectureMismatchError(
@@ -142,6 +142,9 @@ def _read_image_of(data, name: str, want: Arch | None) -> ElfImage:
             view.release()
     return _check_arch(ElfImage(payload, name), want)
 
+
+#: The first bytes of a FatELF bundle (``fatelf.format.MAGIC``, little-endian).
+_FATELF_MAGIC = (0x1F0E70FA).to_bytes(4, "little")
 
 #: Images verified in this process, by content, name and architecture
 #: asked for (see :func:`_image_of`), the most recently used last.

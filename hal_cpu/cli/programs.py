@@ -695,9 +695,11 @@ def native_child(args, label: str, arch: str | None, fn: Callable, *,
             prepare()
         return fn(lambda _text: None)
     from ..isolate import run_in_child
-    from ..plugins import PluginSpec
     paths = [os.fspath(p) for p in read if os.fspath(p) not in PIPED]
-    paths += [PluginSpec(s).path for s in getattr(args, "executable_plugin", [])]
+    plugin_specs = getattr(args, "executable_plugin", None) or []
+    if plugin_specs:
+        from ..plugins import PluginSpec
+        paths += [PluginSpec(s).path for s in plugin_specs]
     paths += _host_paths(hosts)
     # --input files (@file.npy, 4xf32=@raw.bin), read in the child
     paths += [spec.partition("@")[2] for spec in getattr(args, "input", [])
