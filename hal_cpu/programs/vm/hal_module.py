@@ -1711,7 +1711,10 @@ class HalModule:
             except BaseException as exc:
                 _fail_fence(signal, INTERNAL, str(exc))
                 raise
-            _signal_fence(signal)
+            if signal.parts is None and signal.code is None and signal.waiters is None:
+                signal.code = 0     # (_signal_fence's usual case: nothing waits)
+            else:
+                _signal_fence(signal)
             return
         self._queue(wait, signal, _execute, cb.commands, _Table(table, lens, addrs))
 
@@ -2007,9 +2010,11 @@ _EXPORTS = (
 # a Python expression doing what the import does in its usual case, with
 # the same checks, and calling the import itself (``{imp}``) in every
 # other case, so that each error is the import's own. ``{a<i>}`` is the
-# call's i-th operand, ``{Name}`` one of the objects listed with the text.
+# call's i-th operand, ``{a<i>_<j>_<k>}`` element k of tuple j of a
+# variadic operand, ``{Name}`` one of the objects listed with the text; a
+# third item gives the tuple count of variadic operands the text is for.
 # Each saves a Python call per VM call of the import.
-_INLINE = {
+_INLINE: dict[str, tuple] = {
     "fence_create": (
         "({Fence}() if type({a0}) is {Device} else {imp}({a0}, {a1}))",
         {"Fence": Fence, "Device": Device}),
@@ -2031,6 +2036,25 @@ _INLINE = {
         "else {imp}({a0}, {a1}, {a2}, {a3}, {a4}, {a5}))",
         {"BufferView": BufferView, "Buffer": Buffer}),
 }
+
+
+def _reached(x: str) -> str:
+    # (a fence operand a call passes, reached: _fence_state's 0 for a
+    # single timepoint)
+    return f"(type({x}) is {{Fence}} and {x}.parts is None and {x}.code == 0)"
+
+
+# fence.await and fence.join of 1 to 4 fences, each reached (or null, for
+# await): OK, and a new reached fence
+_INLINE["fence_await"] = tuple(
+    ("(0 if " + " and ".join(f"({{a2_{j}_0}} is None or {_reached(f'{{a2_{j}_0}}')})"
+                             for j in range(n))
+     + " else {imp}({a0}, {a1}, {a2}))", {"Fence": Fence}, {2: n})
+    for n in range(1, 5))
+_INLINE["fence_join"] = tuple(
+    ("({Fence}(None, 0) if " + " and ".join(_reached(f"{{a1_{j}_0}}") for j in range(n))
+     + " else {imp}({a0}, {a1}))", {"Fence": Fence}, {1: n})
+    for n in range(1, 5))
 for _name, _inline in _INLINE.items():
     getattr(HalModule, _name).vm_inline = _inline
 del _name, _inline

@@ -755,18 +755,68 @@ def _print(name, *values):
           file=sys.stderr)
 
 
-def _inline_of(fn) -> tuple | None:
-    """An import's ``vm_inline``: ``(text, objects)``, a Python expression
-    a call of the import may be translated to (``{imp}``: the import,
-    ``{a<i>}``: the call's operands, ``{<key>}``: ``objects[key]``), which
-    must behave as the call does (the import's module vouches for that);
-    None without one (or one of another shape)."""
+def _inline_of(fn) -> list | None:
+    """An import's ``vm_inline`` as a list of alternatives ``(text, objects,
+    counts)``: a Python expression a call of the import may be translated
+    to (``{imp}``: the import, ``{a<i>}``: the call's i-th operand as
+    written, ``{a<i>_<j>_<k>}``: element k of tuple j of a variadic operand
+    i, ``{<key>}``: ``objects[key]``) when each variadic operand ``i`` of
+    ``counts`` holds ``counts[i]`` tuples; the expression must behave as
+    the call does (the import's module vouches for that). ``vm_inline`` is
+    one ``(text, objects[, counts])`` or a tuple of them. None without one
+    (or one of another shape)."""
     inline = getattr(fn, "vm_inline", None)
-    if (type(inline) is tuple and len(inline) == 2 and type(inline[0]) is str
-            and type(inline[1]) is dict
-            and all(type(k) is str and k.isidentifier() for k in inline[1])):
-        return inline
-    return None
+    if type(inline) is not tuple or not inline:
+        return None
+    alternatives = inline if type(inline[0]) is tuple else (inline,)
+    out = []
+    for alt in alternatives:
+        if type(alt) is not tuple or len(alt) not in (2, 3):
+            return None
+        text, objects = alt[0], alt[1]
+        counts = alt[2] if len(alt) == 3 else {}
+        if (type(text) is not str or type(objects) is not dict or type(counts) is not dict
+                or not all(type(k) is str and k.isidentifier() for k in objects)
+                or not all(type(k) is int and type(v) is int for k, v in counts.items())):
+            return None
+        out.append((text, objects, counts))
+    return out
+
+
+def _inline_key(fn):
+    """What of an import's ``vm_inline`` the generated code depends on."""
+    inline = _inline_of(fn)
+    if inline is None:
+        return None
+    return tuple((text, tuple(sorted(objects)), tuple(sorted(counts.items())))
+                 for text, objects, counts in inline)
+
+
+def _variadic_names(arg: str):
+    """A variadic operand as the translator writes it (``((r1, i2, ), )``)
+    -> its tuples' elements as written (``[["r1", "i2"]]``), or None for
+    another operand."""
+    import ast
+    try:
+        node = ast.parse(arg, mode="eval").body
+    except SyntaxError:
+        return None
+    if type(node) is not ast.Tuple:
+        return None
+    out = []
+    for t in node.elts:
+        if type(t) is not ast.Tuple:
+            return None
+        names = []
+        for x in t.elts:
+            if type(x) is ast.Name:
+                names.append(x.id)
+            elif type(x) is ast.Constant and x.value is None:
+                names.append("None")
+            else:
+                return None
+        out.append(names)
+    return out
 
 
 def _unresolved(name, ordinal):
@@ -1514,21 +1564,34 @@ class _Gen:
         else:
             self.emit(ind, ", ".join(R(r) for r in results) + f" = {call}")
 
-    def inline_call(self, inline: tuple, target: str, args: list, ordinal: int):
-        """The expression an import's ``vm_inline`` (text, objects) gives
-        for a call with operands ``args`` (see :func:`_inline_of`), or None
-        when the text does not fit the call. The import itself is
-        ``target``; each object is bound as a constant rebound from the
-        import (``("inl", ordinal, key)``)."""
-        text, objects = inline
+    def inline_call(self, inline: list, target: str, args: list, ordinal: int):
+        """The expression an import's ``vm_inline`` gives for a call with
+        operands ``args`` (the first alternative that fits, see
+        :func:`_inline_of`), or None when none fits the call. The import
+        itself is ``target``; each object is bound as a constant rebound
+        from the import (``("inl", ordinal, alternative, key)``)."""
         subs = {f"a{i}": a for i, a in enumerate(args)}
         subs["imp"] = target
-        for key, value in objects.items():
-            subs[key] = self.const(value, "_inl", ("inl", ordinal, key))
-        try:
-            return text.format(**subs)
-        except (KeyError, IndexError, ValueError):
-            return None
+        counts_of = {}
+        for i, a in enumerate(args):
+            names = _variadic_names(a) if a.startswith("(") else None
+            if names is not None:
+                counts_of[i] = len(names)
+                for j, tup in enumerate(names):
+                    for k, x in enumerate(tup):
+                        subs[f"a{i}_{j}_{k}"] = x
+        for n, (text, objects, counts) in enumerate(inline):
+            if any(counts_of.get(i) != c for i, c in counts.items()):
+                continue
+            try:
+                text.format(**{**subs, **{k: "_" for k in objects}})
+            except (KeyError, IndexError, ValueError):
+                continue
+            mine = dict(subs)
+            for key, value in objects.items():
+                mine[key] = self.const(value, "_inl", ("inl", ordinal, n, key))
+            return text.format(**mine)
+        return None
 
     def switch(self, e, idx, dflt, vals, d) -> None:
         """``d = vals[idx]`` when ``idx`` is in range, else ``dflt`` (the
@@ -1816,8 +1879,8 @@ def _bind(t: dict, env: Env) -> Callable:
             elif kind == "inl":
                 inline = _inline_of(env.imports[origin[1]])
                 if inline is None:
-                    raise KeyError(origin[2])
-                ns[name] = inline[1][origin[2]]
+                    raise KeyError(origin[3])
+                ns[name] = inline[origin[2]][1][origin[3]]
             else:
                 ns[name] = _unresolved(origin[1], origin[2])
     qual, ordinal = t["qual"], t["ordinal"]
@@ -1890,8 +1953,7 @@ def _module_key(mdef, env: Env, module_name: str) -> str:
             tuple(env.import_cconvs),
             tuple(fn is not None for fn in env.imports),
             tuple(getattr(fn, "cconv", None) for fn in env.imports),
-            tuple((lambda i: i and (i[0], sorted(i[1])))(_inline_of(fn))
-                  for fn in env.imports),
+            tuple(_inline_key(fn) for fn in env.imports),
             tuple((f.ordinal, f.name, f.cconv, f.i32_register_count,
                    f.ref_register_count, f.bytecode_offset, f.bytecode_length)
                   for f in mdef.functions),
