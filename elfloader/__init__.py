@@ -150,7 +150,9 @@ _FATELF_MAGIC = (0x1F0E70FA).to_bytes(4, "little")
 #: asked for (see :func:`_image_of`), the most recently used last.
 _IMAGES: dict = {}
 _IMAGES_COUNT = 32
+#: The largest image kept, and the most bytes kept in all.
 _IMAGES_BYTES = 1 << 22
+_IMAGES_TOTAL = 1 << 24
 
 
 def _image_of(data, name: str, want: Arch | None) -> ElfImage:
@@ -159,7 +161,8 @@ def _image_of(data, name: str, want: Arch | None) -> ElfImage:
 
     Bytes of at most :data:`_IMAGES_BYTES` are verified once per content,
     name and ``want`` in this process (the :data:`_IMAGES_COUNT` most
-    recent): the same bytes verify the same way, and an image is not
+    recent, :data:`_IMAGES_TOTAL` bytes in all): the same bytes verify the
+    same way, and an image is not
     changed once verified (loading maps copies of its bytes), so a
     program loaded again creates its executables without verifying their
     ELF again."""
@@ -169,7 +172,9 @@ def _image_of(data, name: str, want: Arch | None) -> ElfImage:
     image = _IMAGES.pop(key, None)
     if image is None:
         image = _read_image_of(data, name, want)
-        while len(_IMAGES) >= _IMAGES_COUNT:
+        kept = len(data) + sum(len(k[2]) for k in _IMAGES)
+        while _IMAGES and (len(_IMAGES) >= _IMAGES_COUNT or kept > _IMAGES_TOTAL):
+            kept -= len(next(iter(_IMAGES))[2])
             del _IMAGES[next(iter(_IMAGES))]
     _IMAGES[key] = image
     return image
