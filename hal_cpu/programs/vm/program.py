@@ -107,9 +107,8 @@ class _Linked:
 
 
 def _hal_linked(hal) -> _Linked:
-    exports = {}
-    for full, (cconv, fn) in hal.exports.items():
-        exports[full.split(".", 1)[1] if full.startswith("hal.") else full] = (cconv, fn)
+    exports = {full[4:] if full.startswith("hal.") else full: entry
+               for full, entry in hal.exports.items()}
     return _Linked("hal", int(getattr(hal, "version", 0)), exports)
 
 
