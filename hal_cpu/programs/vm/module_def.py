@@ -28,9 +28,10 @@ Layout facts used here:
   executable.
 
 The FlatBuffer's field slots are written once below as data
-(:data:`SCHEMA`); each read is a little-endian ``struct.unpack_from`` at
-a position checked first (FlatBuffers' own scalars are little-endian, of
-the widths :data:`_SCALARS` names).
+(:data:`SCHEMA`); every position is checked here first, then read with
+the ``flatbuffers`` package's decoders (``flatbuffers.encode.Get`` with
+the packers of ``flatbuffers.number_types``): the checks are this file's,
+the FlatBuffers encoding is the library's.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ import re
 import struct
 from dataclasses import dataclass, field
 from typing import NoReturn, Union
+
+from flatbuffers import number_types as _N
+from flatbuffers.encode import Get as _fb_get
 
 from .refs import VmError
 
@@ -173,14 +177,13 @@ def _struct(name: str) -> struct.Struct:
 _DESCRIPTOR = _struct("FunctionDescriptor")
 _BYTECODE_LOCATION = _struct("BytecodeLocationDef")
 
-#: FlatBuffers scalar kinds read here: little-endian, of these widths.
-_SCALARS = {"u8": struct.Struct("<B"), "u16": struct.Struct("<H"),
-            "i16": struct.Struct("<h"), "u32": struct.Struct("<I"),
-            "i32": struct.Struct("<i"), "u64": struct.Struct("<Q")}
-_U16 = _SCALARS["u16"].unpack_from
-_U32 = _SCALARS["u32"].unpack_from
-_I32 = _SCALARS["i32"].unpack_from
-_U16_PAIR = struct.Struct("<HH").unpack_from
+#: FlatBuffers scalar kinds read here: the library's packer of each.
+_SCALARS = {"u8": _N.Uint8Flags.packer_type, "u16": _N.Uint16Flags.packer_type,
+            "i16": _N.Int16Flags.packer_type, "u32": _N.Uint32Flags.packer_type,
+            "i32": _N.Int32Flags.packer_type, "u64": _N.Uint64Flags.packer_type}
+_U16 = _N.VOffsetTFlags.packer_type
+_U32 = _N.UOffsetTFlags.packer_type
+_I32 = _N.SOffsetTFlags.packer_type
 _CCONV = re.compile(r"0[iIfFrvCD]*_[iIfFrvCD]*")
 
 
@@ -441,12 +444,12 @@ class _Fb:
         if pos < 0 or pos + scalar.size > self.size:
             self.fail(field_, f"{kind} at {pos} lies outside the {self.size}-byte "
                       "FlatBuffer", pos)
-        return scalar.unpack_from(self.buf, pos)[0]
+        return _fb_get(scalar, self.buf, pos)
 
     def uoffset_target(self, pos: int, field_: _Where, align: int = 4) -> int:
         # (the checks of get inline: this runs for every table and string)
         if 0 <= pos <= self.size - 4:
-            rel = _U32(self.buf, pos)[0]
+            rel = _fb_get(_U32, self.buf, pos)
         else:
             rel = self.get("u32", pos, field_)
         target = pos + rel
@@ -461,10 +464,11 @@ class _Fb:
     def table(self, pos: int, schema: str, field_: _Where) -> "_Table":
         if pos % 4 or pos < 0 or pos + 4 > self.size:
             self.fail(field_, f"table at {pos} is misaligned or outside the FlatBuffer", pos)
-        vt = pos - _I32(self.buf, pos)[0]       # pos + 4 <= size: checked
+        vt = pos - _fb_get(_I32, self.buf, pos)       # pos + 4 <= size: checked
         if vt < 0 or vt % 2 or vt + 4 > self.size:
             self.fail((field_, "vtable"), f"vtable at {vt} lies outside the FlatBuffer", vt)
-        vt_size, t_size = _U16_PAIR(self.buf, vt)   # vt + 4 <= size: checked
+        vt_size = _fb_get(_U16, self.buf, vt)        # vt + 4 <= size: checked
+        t_size = _fb_get(_U16, self.buf, vt + 2)
         if vt_size < 4 or vt_size % 2 or vt + vt_size > self.size:
             self.fail((field_, "vtable"), f"vtable size {vt_size} at {vt} is invalid",
                       vt_size)
@@ -486,7 +490,7 @@ class _Table:
         voff = 4 + 2 * self.slots[name][0]
         if voff + 2 > self.vt_size:
             return None
-        off = _U16(self.fb.buf, self.vt + voff)[0]     # inside the checked vtable
+        off = _fb_get(_U16, self.fb.buf, self.vt + voff)     # inside the checked vtable
         if off == 0:
             return None
         if off < 4 or off + size > self.t_size:
@@ -502,7 +506,7 @@ class _Table:
         pos = self._field(name, scalar.size)
         if pos is None:
             return default
-        return scalar.unpack_from(self.fb.buf, pos)[0]
+        return _fb_get(scalar, self.fb.buf, pos)
 
     def _target(self, name: str) -> int | None:
         pos = self._field(name, 4)
@@ -559,7 +563,7 @@ def _name(where) -> str:
 
 def _vector_at(fb: _Fb, pos: int, elem_size: int, path: _Where) -> tuple[int, int]:
     if 0 <= pos <= fb.size - 4:
-        count = _U32(fb.buf, pos)[0]
+        count = _fb_get(_U32, fb.buf, pos)
     else:
         count = fb.get("u32", pos, path)
     start = pos + 4
