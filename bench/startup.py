@@ -228,6 +228,95 @@ def load_cases(vmfb: Path) -> dict[str, T.Measure]:
     return cases
 
 
+# The child of a first-load measurement: argv[1] "ours" or "iree", argv[2]
+# the file (a copy at a path no process has loaded), argv[3] the modules to
+# import first (comma-separated; ours only). Prints the seconds of the load.
+FIRST_LOAD_CHILD = """
+import importlib, sys, time
+side, path, modules = sys.argv[1], sys.argv[2], sys.argv[3]
+if side == "ours":
+    from hal_cpu.programs.vm import load_program
+    for name in filter(None, modules.split(",")):
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass
+    start = time.perf_counter()
+    program = load_program(path)
+    program.function("predict")
+    elapsed = time.perf_counter() - start
+    program.close()
+else:
+    import iree.runtime as rt
+    instance = rt.VmInstance()
+    driver = rt.get_driver("local-sync")
+    start = time.perf_counter()
+    device = driver.create_default_device()
+    module = rt.VmModule.mmap(instance, path)
+    hal = rt.create_hal_module(instance, device)
+    context = rt.VmContext(instance, modules=[hal, module])
+    if module.lookup_function("predict") is None:
+        raise SystemExit("IREE's runtime finds no @predict")
+    elapsed = time.perf_counter() - start
+    del context
+print(repr(elapsed))
+"""
+
+# What a load imports beyond hal_cpu.programs.vm, listed by a probe child.
+PROBE_CHILD = """
+import sys
+from hal_cpu.programs.vm import load_program
+program = load_program(sys.argv[1])
+program.function("predict")
+program.close()
+print(",".join(sorted(n for n in sys.modules if n != "__main__")))
+"""
+
+
+def load_path_modules(vmfb: Path, env: dict) -> str:
+    """The modules a fresh process holds after one ``load_program`` of
+    ``vmfb`` (comma-separated), for the first-load children to import."""
+    return subprocess.run([sys.executable, "-c", PROBE_CHILD, str(vmfb)], env=env,
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+class FirstLoad:
+    """One fresh child process per call: it imports the load path, then
+    times exactly one load of a new copy of ``vmfb`` (returned, seconds)."""
+
+    def __init__(self, side: str, vmfb: Path, tmp: Path, modules: str, env: dict):
+        self.side, self.vmfb, self.tmp, self.modules, self.env = side, vmfb, tmp, modules, env
+        self.count = 0
+
+    def __call__(self) -> float:
+        self.count += 1
+        copy = self.tmp / f"first_{self.side}_{self.count}_{self.vmfb.name}"
+        shutil.copyfile(self.vmfb, copy)
+        try:
+            out = subprocess.run([sys.executable, "-c", FIRST_LOAD_CHILD, self.side,
+                                  str(copy), self.modules], env=self.env,
+                                 capture_output=True, text=True)
+        finally:
+            copy.unlink(missing_ok=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"first load ({self.side}): exit status "
+                               f"{out.returncode}\n{out.stderr}")
+        return float(out.stdout.split()[-1])
+
+
+def first_load_cases(vmfb: Path, tmp: Path, env: dict) -> dict[str, T.Measure]:
+    """First load of ``vmfb`` in a fresh process, ours and IREE's."""
+    cases: dict[str, T.Measure] = {}
+    modules = load_path_modules(vmfb, env)
+    cases["first load_program(mlp.vmfb)"] = FirstLoad("ours", vmfb, tmp, modules, env)
+    try:
+        import iree.runtime  # noqa: F401
+    except ImportError:
+        return cases
+    cases["first iree.runtime load (mlp.vmfb)"] = FirstLoad("iree", vmfb, tmp, "", env)
+    return cases
+
+
 def target_rows(stats: dict[str, T.Stats], cpu: dict[str, T.Stats]) -> list[list[str]]:
     """Target vs measured, by median (min in brackets)."""
     rows = []
@@ -235,7 +324,10 @@ def target_rows(stats: dict[str, T.Stats], cpu: dict[str, T.Stats]) -> list[list
             ("hal-cpu --help", "hal-cpu --help", "iree-run-module --help"),
             ("hal-cpu run-module mlp.vmfb", "hal-cpu run-module mlp.vmfb",
              "iree-run-module mlp.vmfb"),
-            ("load_program", "load_program(mlp.vmfb)", "iree.runtime load (mlp.vmfb)")):
+            ("load_program, again", "load_program(mlp.vmfb)",
+             "iree.runtime load (mlp.vmfb)"),
+            ("load_program, first in a process", "first load_program(mlp.vmfb)",
+             "first iree.runtime load (mlp.vmfb)")):
         a, b = stats.get(ours), stats.get(theirs)
         if a is None or b is None or not a.ok or not b.ok:
             rows.append([what, f"<= 2x {theirs}", "-", "-", "-"])
@@ -251,11 +343,47 @@ def target_rows(stats: dict[str, T.Stats], cpu: dict[str, T.Stats]) -> list[list
     return rows
 
 
+def process_cases(process, hal: list[str], iree: str | None, binary: str | None,
+                  mlp: Path | None, kernel: dict, host: str, argv: list[str],
+                  tmp: Path) -> None:
+    """Register the whole-process cases through ``process(name, argv)``."""
+    process("hal-cpu --help", [*hal, "--help"])
+    if iree:
+        process("iree-run-module --help", [iree, "--help"])
+    if binary:
+        process("IREE's binary iree-run-module --help", [binary, "--help"])
+    if mlp is not None:
+        # cached: the first (untimed) round compiles nothing, translates
+        # and caches; the rounds read the cache
+        process("hal-cpu run-module mlp.vmfb",
+                [*hal, "run-module", str(mlp), "--function=predict", f"--input={MLP_INPUT}"])
+        if iree:
+            process("iree-run-module mlp.vmfb",
+                    [iree, "--device=local-sync", f"--module={mlp}",
+                     "--function=predict", f"--input={MLP_INPUT}"])
+    if iree and shutil.which("iree-compile"):
+        vmfb = compile_vmfb(kernel, host, tmp)
+        process("iree-run-module --device=local-sync",
+                [iree, "--device=local-sync", f"--module={vmfb}",
+                 f"--function={kernel['reference']}", *iree_inputs(kernel)])
+    else:
+        print("iree-run-module / iree-compile not found (pip install "
+              "iree-base-runtime iree-base-compiler): no peer")
+    process("hal-cpu run", [*hal, *argv])
+    process("hal-cpu run --backend=emulated", [*hal, *argv, "--backend=emulated"])
+    process("python -c pass", [sys.executable, "-c", "pass"])
+    process("python -c 'import numpy'", [sys.executable, "-c", "import numpy"],
+            {"OPENBLAS_NUM_THREADS": "1"})
+    process("python -c 'import hal_cpu.cli'", [sys.executable, "-c", "import hal_cpu.cli"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     T.add_common_args(parser, rounds=15, quick_rounds=5)
     manifest = json.loads((SAMPLES / "manifest.json").read_text())
     parser.add_argument("--kernel", default="mul_add", choices=sorted(manifest["kernels"]))
+    parser.add_argument("--load-only", action="store_true",
+                        help="only the load_program rows (again, and first in a process)")
     args = parser.parse_args()
     rounds = T.rounds_of(args)
     kernel = manifest["kernels"][args.kernel]
@@ -283,42 +411,22 @@ def main() -> int:
         iree = iree_tool("iree-run-module")
         binary = iree_binary("iree-run-module")
         mlp = compile_mlp(tmp, host)
-        process("hal-cpu --help", [*hal, "--help"])
-        if iree:
-            process("iree-run-module --help", [iree, "--help"])
-        if binary:
-            process("IREE's binary iree-run-module --help", [binary, "--help"])
-        if mlp is not None:
-            # cached: the first (untimed) round compiles nothing, translates
-            # and caches; the rounds read the cache
-            process("hal-cpu run-module mlp.vmfb",
-                    [*hal, "run-module", str(mlp), "--function=predict", f"--input={MLP_INPUT}"])
-            if iree:
-                process("iree-run-module mlp.vmfb",
-                        [iree, "--device=local-sync", f"--module={mlp}",
-                         "--function=predict", f"--input={MLP_INPUT}"])
-            cases.update(load_cases(mlp))
-        if iree and shutil.which("iree-compile"):
-            vmfb = compile_vmfb(kernel, host, tmp)
+        if not args.load_only:
+            process_cases(process, hal, iree, binary, mlp, kernel, host, argv, tmp)
             peer = "iree-run-module --device=local-sync"
-            process(peer, [iree, "--device=local-sync", f"--module={vmfb}",
-                           f"--function={kernel['reference']}", *iree_inputs(kernel)])
-        else:
-            print("iree-run-module / iree-compile not found (pip install "
-                  "iree-base-runtime iree-base-compiler): no peer")
-        process("hal-cpu run", [*hal, *argv])
-        process("hal-cpu run --backend=emulated", [*hal, *argv, "--backend=emulated"])
-        process("python -c pass", [sys.executable, "-c", "pass"])
-        process("python -c 'import numpy'", [sys.executable, "-c", "import numpy"],
-                {"OPENBLAS_NUM_THREADS": "1"})
-        process("python -c 'import hal_cpu.cli'", [sys.executable, "-c", "import hal_cpu.cli"])
+            peer = peer if peer in cases else None
+        if mlp is not None:
+            cases.update(load_cases(mlp))
+            cases.update(first_load_cases(mlp, tmp, env))
         stats = T.interleave(cases, rounds, warmup=1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for s in cpu.values():      # the warm-up round is not counted
         del s.samples[:len(s.samples) - len(stats[s.name].samples)]
-    unicorn = imports_unicorn(argv)
-    imports = top_imports(argv)
+    unicorn = imports = None
+    if not args.load_only:
+        unicorn = imports_unicorn(argv)
+        imports = top_imports(argv)
 
     print(T.machine_line())
     print(f"kernel {args.kernel}: {kernel['description']}; {rounds} rounds")
@@ -330,6 +438,8 @@ def main() -> int:
                    "ratio to iree-run-module (median)", "CPU (median)"], rows))
     print(T.table(["target", "", "measured: wall", "CPU", ""],
                   target_rows(stats, cpu)))
+    if imports is None:
+        return 0
     print(f"hal-cpu run (native) imported unicorn: {'yes' if unicorn else 'no'}")
     print("costliest imports of hal-cpu run (python -X importtime, cumulative, "
           "nested ones included in their parents): "
