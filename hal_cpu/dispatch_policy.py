@@ -994,7 +994,7 @@ class DispatchBatch:
 
     __slots__ = ("items", "slots", "_lock", "_execs", "slow", "_shares",
                  "_call", "_view", "_table", "_block", "_backend", "_header",
-                 "_local")
+                 "_local", "_packed")
 
     def __init__(self, items: Sequence[tuple["PreparedDispatch",
                                              Sequence[tuple[int, int]]]]):
@@ -1067,6 +1067,9 @@ class DispatchBatch:
         self._backend, self._block = backend, block
         self._view = backend.view(block + table_at, 8 * self.slots) if self.slots else None
         self._table = struct.Struct(f"<{self.slots}Q")
+        # (the table last written to the block, which the runtime only
+        # reads: a run on the same addresses writes nothing)
+        self._packed: Sequence[int] | None = None
         self._header = block
         self._call = backend.bound_calls(function, [(block,)])[0]
         self.items = [(prepared, layout) for prepared, layout in made]
@@ -1128,8 +1131,13 @@ class DispatchBatch:
                 exe.running.append(me)
             try:
                 if self._view is not None:
-                    self._table.pack_into(self._view, 0,
-                                          *(table if given == slots else table[:slots]))
+                    if given != slots:
+                        table = table[:slots]
+                    if type(table) is not list or table != self._packed:
+                        self._packed = None
+                        self._table.pack_into(self._view, 0, *table)
+                        if type(table) is list:
+                            self._packed = table[:]
                 if shares:
                     started = _perf_counter()
                     ret = self._call()

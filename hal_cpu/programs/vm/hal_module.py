@@ -48,6 +48,7 @@ through unchanged.
 from __future__ import annotations
 
 import fnmatch
+import sys
 import weakref
 from typing import Any, Callable
 
@@ -263,11 +264,23 @@ class Buffer:
         root: the buffer owning the allocation (itself, unless a subspan).
         owners: (root) the allocation's preserve count.
         pooled: (root) the allocation came from ``queue.alloca`` and goes
-            back to the module's pool on ``queue.dealloca``.
+            back to the module's pool on ``queue.dealloca``, or when the
+            buffer object goes (see below).
+        home: (pooled root) ``[pool]``: the module's pool (size -> free
+            ``(array, address)`` list), ``[None]`` once the module is
+            closed; None for any other buffer.
+
+    A pooled root buffer dropped without ``queue.dealloca`` (a result the
+    program hands to its caller, who drops it: IREE's allocator takes the
+    storage back when the buffer's reference count reaches zero) gives its
+    storage back to the pool as it goes, but only when nothing else can
+    reach the storage: ``array`` referenced by this buffer alone, and the
+    reservation's own array (``array.base``, every numpy view over the
+    storage refers to it) by the store and ``array`` alone.
     """
 
     __slots__ = ("array", "address", "length", "memory_type", "usage", "parent",
-                 "owners", "pooled")
+                 "owners", "pooled", "home")
     vm_type = "!hal.buffer"
 
     def __init__(self, array: np.ndarray, address: int, memory_type: int,
@@ -283,6 +296,29 @@ class Buffer:
         self.parent = root
         self.owners = 1
         self.pooled = pooled
+        self.home = None
+
+    def __del__(self, _refs=sys.getrefcount) -> None:
+        if self.pooled:
+            home = self.home
+            if home is None:
+                return
+            pool = home[0]
+            array = self.array
+            # (array: this slot, the local and the argument; its base: the
+            # store's entry, array's base pointer, the local and the
+            # argument)
+            if pool is None or _refs(array) != 3:
+                return
+            base = array.base
+            if base is None or _refs(base) != 4:
+                return
+            self.pooled = False
+            free = pool.get(self.length)
+            if free is None:
+                free = pool.setdefault(self.length, [])
+            if len(free) < 4:
+                free.append((array, self.address))
 
     @property
     def root(self) -> "Buffer":
@@ -702,6 +738,9 @@ class HalModule:
         self.format = self.arch.iree_format
         self._executables: dict[tuple, tuple[VmBuffer, Executable]] = {}
         self._pool: dict[int, list[tuple[np.ndarray, int]]] = {}
+        # (what a pooled buffer gives its storage back to as it goes: see
+        # Buffer; [None] once closed)
+        self._home: list = [self._pool]
         # (batches the command buffers hold: see batch_of)
         self._batches = [0]
         # (dtype, shape) of inputs and (dims, element type) of results seen
@@ -845,6 +884,7 @@ class HalModule:
         entries, self._executables = self._executables, {}
         for _, exe in entries.values():
             exe.close()
+        self._home[0] = None
         self._pool.clear()
         self._store.close()
 
@@ -1532,6 +1572,7 @@ class HalModule:
         else:
             buf = self._allocate(size, memory_types, usage, True,
                                  "hal.device.queue.alloca")
+        buf.home = self._home
         if wait is None and signal is not None and type(signal) is Fence \
                 and signal.parts is None and signal.code is None \
                 and signal.waiters is None:
