@@ -230,7 +230,8 @@ def load_cases(vmfb: Path) -> dict[str, T.Measure]:
 
 # The child of a first-load measurement: argv[1] "ours" or "iree", argv[2]
 # the file (a copy at a path no process has loaded), argv[3] the modules to
-# import first (comma-separated; ours only). Prints the seconds of the load.
+# import first (comma-separated; ours only). Prints the seconds of the load,
+# wall and CPU (user + system of the process, time.process_time).
 FIRST_LOAD_CHILD = """
 import importlib, sys, time
 side, path, modules = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -241,25 +242,25 @@ if side == "ours":
             importlib.import_module(name)
         except Exception:
             pass
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     program = load_program(path)
     program.function("predict")
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     program.close()
 else:
     import iree.runtime as rt
     instance = rt.VmInstance()
     driver = rt.get_driver("local-sync")
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     device = driver.create_default_device()
     module = rt.VmModule.mmap(instance, path)
     hal = rt.create_hal_module(instance, device)
     context = rt.VmContext(instance, modules=[hal, module])
     if module.lookup_function("predict") is None:
         raise SystemExit("IREE's runtime finds no @predict")
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     del context
-print(repr(elapsed))
+print(repr(elapsed), repr(cpu))
 """
 
 # What a load imports beyond hal_cpu.programs.vm, listed by a probe child.
@@ -282,10 +283,13 @@ def load_path_modules(vmfb: Path, env: dict) -> str:
 
 class FirstLoad:
     """One fresh child process per call: it imports the load path, then
-    times exactly one load of a new copy of ``vmfb`` (returned, seconds)."""
+    times exactly one load of a new copy of ``vmfb`` (wall seconds
+    returned, CPU seconds of the load kept in :attr:`cpu`)."""
 
-    def __init__(self, side: str, vmfb: Path, tmp: Path, modules: str, env: dict):
+    def __init__(self, side: str, vmfb: Path, tmp: Path, modules: str, env: dict,
+                 cpu: T.Stats):
         self.side, self.vmfb, self.tmp, self.modules, self.env = side, vmfb, tmp, modules, env
+        self.cpu = cpu
         self.count = 0
 
     def __call__(self) -> float:
@@ -301,19 +305,27 @@ class FirstLoad:
         if out.returncode != 0:
             raise RuntimeError(f"first load ({self.side}): exit status "
                                f"{out.returncode}\n{out.stderr}")
-        return float(out.stdout.split()[-1])
+        wall, cpu = map(float, out.stdout.split()[-2:])
+        self.cpu.samples.append(cpu)
+        return wall
 
 
-def first_load_cases(vmfb: Path, tmp: Path, env: dict) -> dict[str, T.Measure]:
-    """First load of ``vmfb`` in a fresh process, ours and IREE's."""
+def first_load_cases(vmfb: Path, tmp: Path, env: dict,
+                     cpu: dict[str, T.Stats]) -> dict[str, T.Measure]:
+    """First load of ``vmfb`` in a fresh process, ours and IREE's (their CPU
+    time in ``cpu``)."""
     cases: dict[str, T.Measure] = {}
     modules = load_path_modules(vmfb, env)
-    cases["first load_program(mlp.vmfb)"] = FirstLoad("ours", vmfb, tmp, modules, env)
+    name = "first load_program(mlp.vmfb)"
+    cpu[name] = T.Stats(name)
+    cases[name] = FirstLoad("ours", vmfb, tmp, modules, env, cpu[name])
     try:
         import iree.runtime  # noqa: F401
     except ImportError:
         return cases
-    cases["first iree.runtime load (mlp.vmfb)"] = FirstLoad("iree", vmfb, tmp, "", env)
+    name = "first iree.runtime load (mlp.vmfb)"
+    cpu[name] = T.Stats(name)
+    cases[name] = FirstLoad("iree", vmfb, tmp, "", env, cpu[name])
     return cases
 
 
@@ -417,7 +429,7 @@ def main() -> int:
             peer = peer if peer in cases else None
         if mlp is not None:
             cases.update(load_cases(mlp))
-            cases.update(first_load_cases(mlp, tmp, env))
+            cases.update(first_load_cases(mlp, tmp, env, cpu))
         stats = T.interleave(cases, rounds, warmup=1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
