@@ -100,10 +100,13 @@ class ElfClass:
         return self.bits // 8
 
     def layout(self, kind: str) -> Layout:
-        struct_ = {"ehdr": EHDR, "shdr": SHDR, "dyn": DYN, "rel": REL,
-                   "rela": RELA, "phdr": PHDR32 if self.bits == 32 else PHDR64,
-                   "sym": SYM32 if self.bits == 32 else SYM64}[kind]
-        return struct_.layout(self.word)
+        found = _LAYOUTS.get((self.bits, kind))
+        if found is None:
+            struct_ = {"ehdr": EHDR, "shdr": SHDR, "dyn": DYN, "rel": REL,
+                       "rela": RELA, "phdr": PHDR32 if self.bits == 32 else PHDR64,
+                       "sym": SYM32 if self.bits == 32 else SYM64}[kind]
+            found = _LAYOUTS[self.bits, kind] = struct_.layout(self.word)
+        return found
 
     def size(self, kind: str) -> int:
         return self.layout(kind).size
@@ -115,6 +118,8 @@ class ElfClass:
         return info & 0xFF if self.bits == 32 else info & 0xFFFFFFFF
 
 
+#: (bits, kind) -> layout, filled as :meth:`ElfClass.layout` is asked
+_LAYOUTS: dict[tuple[int, str], Layout] = {}
 CLASSES = {ELFCLASS32: ElfClass(32), ELFCLASS64: ElfClass(64)}
 
 

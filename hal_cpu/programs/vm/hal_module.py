@@ -114,6 +114,19 @@ ACCESS_READ = 1
 #: The device's identifier, matched against ``hal.device.id`` patterns.
 DEVICE_ID = "local-task"
 
+
+def _id_matches(pattern: str) -> bool:
+    """Whether :data:`DEVICE_ID` matches ``pattern`` (``fnmatch`` rules); a
+    plain name or a ``prefix*`` is compared without compiling a regular
+    expression (a tenth of a millisecond of a process's first load)."""
+    if not any(c in pattern for c in "*?["):
+        return pattern == DEVICE_ID
+    head = pattern[:-1]
+    if pattern[-1] == "*" and not any(c in head for c in "*?["):
+        return DEVICE_ID.startswith(head)
+    return fnmatch.fnmatchcase(DEVICE_ID, pattern)
+
+
 #: Largest allocation a program may make, in bytes.
 MAX_ALLOCATION = 1 << 40
 #: Prepared dispatches an executable keeps for its recorded commands
@@ -1034,7 +1047,7 @@ class HalModule:
         cat = _string(category, "hal.device.query.i64 category")
         k = _string(key, "hal.device.query.i64 key")
         if cat == "hal.device.id":
-            return 1, int(fnmatch.fnmatchcase(DEVICE_ID, k))
+            return 1, int(_id_matches(k))
         if cat == "hal.executable.format":
             return 1, int(k.startswith(self.format) or k == "vmvx-bytecode-fb")
         if cat == "hal.device" and k == "concurrency":

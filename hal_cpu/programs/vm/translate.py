@@ -1923,16 +1923,20 @@ _translator_digest: list = []
 
 def translator_version() -> str:
     """A digest of what generated code depends on: the translator's own
-    source (this file, the opcode table and the decoder) and the Python
-    that compiled it (``marshal``'d code objects are specific to one
-    Python version)."""
+    source (this file, the opcode table and the decoder: each file's size
+    and modification time in nanoseconds, what Python's own check of a
+    ``.pyc`` against its source compares, so the key changes whenever the
+    code that runs may have; reading and hashing the 110 KB of source
+    cost a fifth of a millisecond of a process's first load) and the
+    Python that compiled it (``marshal``'d code objects are specific to
+    one Python version)."""
     if not _translator_digest:
         h = hashlib.sha256(f"{_CACHE_FORMAT}:{sys.implementation.cache_tag}:"
                            f"{sys.version}".encode())
         for path in (__file__, isa.__file__, _decode_module.__file__):
             try:
-                with open(path, "rb") as f:
-                    h.update(f.read())
+                st = os.stat(path)
+                h.update(f"{path}:{st.st_size}:{st.st_mtime_ns};".encode())
             except (OSError, TypeError):
                 h.update(b"?")
         _translator_digest.append(h.hexdigest()[:32])
