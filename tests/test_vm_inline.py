@@ -120,6 +120,17 @@ def test_every_inline_behaves_as_its_import():
                  (view, msg, 0x11000020, DENSE, dims),
                  (view, msg, F32, 7, dims), (view, None, F32, DENSE, ((1,),))]
                 + [(h, msg, F32, DENSE, dims) for h in hostile]),
+            "buffer_assert": (
+                [(buf, msg, dev.allocator, 256, 16, 3075),
+                 (buf, msg, dev.allocator, 257, 16, 3075),
+                 (buf, msg, dev.allocator, -1, 16 | -0x100000000, 3075),
+                 (buf, msg, dev.allocator, 0, 0x7FFFFFFF, 3075),
+                 (buf, msg, dev.allocator, 0, 16, 0x7FFFFFFF),
+                 (buf, msg, dev.allocator, 0, 16, 3075 | -0x100000000),
+                 (buf, msg, dev, 256, 16, 3075), (buf, None, dev.allocator, 256, 16, 3075)]
+                + [(h, msg, dev.allocator, 0, 16, 3075) for h in hostile]
+                + [(buf, h, dev.allocator, 0, 16, 3075) for h in hostile]
+                + [(buf, msg, h, 0, 16, 3075) for h in hostile]),
             "buffer_view_create": (
                 [(buf, 0, 256, F32, DENSE, dims), (buf, 0, -1, F32, DENSE, dims),
                  (buf, 64, 128, F32, DENSE, ((2,), (16,))),

@@ -2084,6 +2084,13 @@ _INLINE: dict[str, tuple] = {
         "or {a0}.encoding_type == {OPAQUE}) "
         "else {imp}({a0}, {a1}, {a2}, {a3}, {a4}))",
         {"BufferView": BufferView, "OPAQUE": ENCODING_OPAQUE}),
+    "buffer_assert": (
+        "(None if type({a0}) is {Buffer} and type({a1}) is {VmBuffer} "
+        "and type({a2}) is {Allocator} and {a0}.length >= {a3} "
+        "and ({a0}.memory_type & {a4} & 0xFFFFFFFF) == ({a4} & 0xFFFFFFFF) "
+        "and ({a0}.usage & {a5} & 0xFFFFFFFF) == ({a5} & 0xFFFFFFFF) "
+        "else {imp}({a0}, {a1}, {a2}, {a3}, {a4}, {a5}))",
+        {"Buffer": Buffer, "VmBuffer": VmBuffer, "Allocator": Allocator}),
     "buffer_view_create": (
         "({BufferView}({a0}, {a5}, {a3} & 0xFFFFFFFF, {a4} & 0xFFFFFFFF) "
         "if type({a0}) is {Buffer} and {a1} == 0 and {a2} == {a0}.length "
