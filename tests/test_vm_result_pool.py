@@ -107,3 +107,79 @@ def test_program_results_dropped_reuse_storage_and_stay_correct(compile_cache):
             again = fn(x * 2)
         assert np.array_equal(first, kept)
         assert np.allclose(fn(x * 2), again)
+
+
+def _indirect_world(hal):
+    """A finalized command buffer filling slot 0 bytes [0, 64) with 0x11
+    and slot 1 bytes [8, 40) with 0x22; buffers of 128 and 64 bytes."""
+    e = {k[4:]: fn for k, (_, fn) in hal.exports.items()}
+    dev = hal.device
+    cb = e["command_buffer.create"](dev, 0, 0, ANY, 2)
+    e["command_buffer.fill_buffer"](cb, None, 0, 64, 0, 0x11, 1, 0)
+    e["command_buffer.fill_buffer"](cb, None, 8, 32, 1, 0x22, 1, 0)
+    e["command_buffer.finalize"](cb)
+    a, b = _alloca(hal, 128), _alloca(hal, 64)
+    a.array[:] = 0
+    b.array[:] = 0
+    return dev, cb, a, b
+
+
+def test_execute_indirect_inline_behaves_as_its_import():
+    """The inline form of ``queue.execute.indirect`` (a table of buffers
+    checked at the call site) gives what a call of the import gives, for
+    usual and hostile tables, devices, command buffers and fences: the
+    same result or error (type, status code, message), the same bytes
+    written and the same signal fence state."""
+    from test_vm_inline import _inline_function, _outcome, _same
+
+    from hal_cpu.programs.vm.hal_module import Fence
+
+    def cases(dev, cb, a, b):
+        view = object()
+        tables = [((a, 0, 128), (b, 0, 64)), ((a, 0, -1), (b, 0, -1)),
+                  ((a, 64, 64), (b, 0, 64)), ((a, 100, 64), (b, 0, 64)),
+                  ((a, -1, 10), (b, 0, 64)), ((a, 0, -5), (b, 0, 64)),
+                  ((None, 0, 0), (b, 0, 64)), ((a, 0, 32), (b, 0, 64)),
+                  ((a, 0, 128),), ((view, 0, 1), (b, 0, 64)),
+                  ((a, 0, 128), (b, 8, 32)), ((a, 0, 128), (b, 9, 32)),
+                  ((a, 0, 128), (b, 0, 64), (a, 0, 8))]
+        out = [(dev, ANY, None, Fence(), cb, 0, t) for t in tables]
+        good = tables[0]
+        failed = Fence(None, 13)
+        failed.message = "failed before"
+        out += [(None, ANY, None, Fence(), cb, 0, good),
+                (dev, ANY, None, Fence(), a, 0, good),
+                (dev, ANY, Fence(None, 0), Fence(), cb, 0, good),
+                (dev, ANY, Fence(), Fence(), cb, 0, good),
+                (dev, ANY, failed, Fence(), cb, 0, good),
+                (dev, ANY, None, None, cb, 0, good),
+                (dev, ANY, None, view, cb, 0, good),
+                (dev, ANY, view, Fence(), cb, 0, good)]
+        return out
+
+    with HalModule(arch=HOST) as h1, HalModule(arch=HOST) as h2:
+        w1, w2 = _indirect_world(h1), _indirect_world(h2)
+        n = len(cases(*w1))
+        inlined = raised = 0
+        for i in range(n):
+            args1, args2 = cases(*w1)[i], cases(*w2)[i]
+            want = _outcome(h1.device_queue_execute_indirect, args1)
+            inline = _inline_function("device_queue_execute_indirect", h2, args2)
+            if inline is None:
+                got = _outcome(h2.device_queue_execute_indirect, args2)
+            else:
+                inlined += 1
+                got = _outcome(inline, args2)
+            raised += want[0] == "raise"
+            assert _same(want, got), (i, want, got)
+            for x, y in zip(w1[2:], w2[2:]):
+                assert x.array.tobytes() == y.array.tobytes(), i
+            s1, s2 = args1[3], args2[3]
+            if type(s1) is Fence:
+                assert (s1.code, s1.message) == (s2.code, s2.message), i
+            if i == 0:      # (the usual call ran its commands)
+                assert w2[2].array[:65].tolist() == [0x11] * 64 + [0]
+                assert w2[3].array[7:41].tolist() == [0] + [0x22] * 32 + [0]
+            for x in w1[2:] + w2[2:]:
+                x.array[:] = 0
+        assert inlined == n and raised >= 8

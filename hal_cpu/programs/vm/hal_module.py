@@ -1741,13 +1741,29 @@ class HalModule:
                 addrs.append(0)
             else:
                 self._table_error(what, table, len(lens))
+        self._submit_indirect(device, wait, signal, cb, table, lens, addrs)
+
+    def _submit_indirect(self, device, wait, signal, cb, table, lens: list,
+                         addrs: list) -> None:
+        """``hal.device.queue.execute.indirect`` once its binding ``table`` is
+        checked (each entry a null buffer or a byte range inside its buffer):
+        ``lens`` the bytes of each slot (-1: null), ``addrs`` the host
+        address of each slot's first byte. Checks the device, the command
+        buffer and the slots it reads; what a call of the import does after
+        its table loop, and what its inline form (a table of buffers whose
+        ranges the call site checked) runs."""
+        what = "hal.device.queue.execute.indirect"
+        if type(device) is not Device:
+            raise _bad_ref(device, Device, what)
+        if type(cb) is not CommandBuffer:
+            raise _bad_ref(cb, CommandBuffer, what)
         count = len(lens)
         for slot, reach in cb.need.items():
             if slot >= count or lens[slot] < reach:
                 self._slot_error(what, slot, reach, count, lens)
         if self.record is not None:
             self._queue(wait, signal, _record, self.record, cb.steps,
-                        _Table(table, lens, addrs))
+                       _Table(table, lens, addrs))
             return
         if (wait is None or (type(wait) is Fence and wait.parts is None
                              and wait.code == 0)) and type(signal) is Fence:
@@ -2116,6 +2132,26 @@ _INLINE["fence_join"] = tuple(
     ("({Fence}(None, 0) if " + " and ".join(_reached(f"{{a1_{j}_0}}") for j in range(n))
      + " else {imp}({a0}, {a1}))", {"Fence": Fence}, {1: n})
     for n in range(1, 5))
+
+
+def _indirect_inline(n: int) -> tuple:
+    # queue.execute.indirect of a table of n buffers, each byte range
+    # (no WHOLE length) inside its buffer: the table loop written out,
+    # then what the import does after it (_submit_indirect); a null, a
+    # non-buffer, a WHOLE length or a range outside goes to the import
+    ok = " and ".join(
+        f"type({{a6_{j}_0}}) is {{Buffer}} and {{a6_{j}_1}} >= 0 and {{a6_{j}_2}} >= 0 "
+        f"and {{a6_{j}_1}} + {{a6_{j}_2}} <= {{a6_{j}_0}}.length" for j in range(n))
+    lens = ", ".join(f"{{a6_{j}_2}}" for j in range(n))
+    addrs = ", ".join(f"{{a6_{j}_0}}.address + {{a6_{j}_1}}" for j in range(n))
+    return ("({Submit}({imp}.__self__, {a0}, {a2}, {a3}, {a4}, {a6}, "
+            f"[{lens}], [{addrs}]) if {ok} "
+            "else {imp}({a0}, {a1}, {a2}, {a3}, {a4}, {a5}, {a6}))",
+            {"Submit": HalModule._submit_indirect,  # noqa: SLF001 - its own class
+             "Buffer": Buffer}, {6: n})
+
+
+_INLINE["device_queue_execute_indirect"] = tuple(_indirect_inline(n) for n in range(1, 9))
 for _name, _inline in _INLINE.items():
     getattr(HalModule, _name).vm_inline = _inline
 del _name, _inline
