@@ -309,7 +309,7 @@ class Buffer:
         self.parent = root
         self.owners = 1
         self.pooled = pooled
-        self.home = None
+        self.home: list | None = None
 
     def __del__(self, _refs=sys.getrefcount) -> None:
         if self.pooled:
