@@ -118,13 +118,21 @@ def test_canary_check_sees_bytes_from_around_an_input():
             check_result("past", [np.frombuffer(raw, np.uint8)])
 
 
-def test_saved_escape_case_now_ends_in_a_result_or_typed_error():
-    """fuzz/cases/escape-i64-result-as-i32: a register operand of
-    vm.buffer.hash changed so that its 64-bit result lands in the register
-    the function returns as i32; the conversion of the result raised numpy's
-    OverflowError. A result is now wrapped to its width, as a register's
-    low half reads in IREE's VM."""
-    case = ROOT / "fuzz" / "cases" / "escape-i64-result-as-i32.bin"
+@pytest.mark.parametrize("saved", [
+    # a register operand of vm.buffer.hash changed so that its 64-bit result
+    # lands in the register the function returns as i32; the conversion of
+    # the result raised numpy's OverflowError. A result is now wrapped to
+    # its width, as a register's low half reads in IREE's VM.
+    "escape-i64-result-as-i32",
+    # a call's callee changed so that two functions call each other without
+    # end; Python's recursion limit was reached inside a ctypes call, which
+    # reports it as ctypes.ArgumentError. It is now RESOURCE_EXHAUSTED, as
+    # a RecursionError raised anywhere else in a call is.
+    "escape-recursion-in-ctypes-argument"])
+def test_saved_escape_case_now_ends_in_a_result_or_typed_error(saved):
+    """A saved escape of ``fuzz/cases`` now ends in a result or a typed
+    error."""
+    case = ROOT / "fuzz" / "cases" / f"{saved}.bin"
     proc = subprocess.run([sys.executable, "-m", "fuzz", "--replay", str(case)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     now = [line for line in proc.stdout.splitlines() if line.startswith("now:")]

@@ -35,6 +35,7 @@ numpy arrays where a buffer view is expected.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import sys
@@ -357,7 +358,9 @@ def _link_bytecode(mdef, registered: list[_Linked], label: str,
 _calls = threading.local()
 
 #: what :func:`_raise_call_error` turns into the error a call raises
-_CALL_FAILURES = (RecursionError, MemoryError, HalCpuError)
+#: (ctypes reports an error raised while it converts an argument, such as
+#: the recursion limit reached there, as an ArgumentError naming it)
+_CALL_FAILURES = (RecursionError, MemoryError, HalCpuError, ctypes.ArgumentError)
 
 
 def _check_deadline() -> None:
@@ -553,7 +556,9 @@ def _raise_call_error(program: Program, exc: BaseException, name: str) -> None:
     """Raise the error the caller of ``program``'s function ``name`` gets
     when the call raised ``exc`` (one of :data:`_CALL_FAILURES`); return
     when that is ``exc`` itself (the caller re-raises it)."""
-    if isinstance(exc, RecursionError):
+    if isinstance(exc, RecursionError) or (
+            isinstance(exc, ctypes.ArgumentError)
+            and "RecursionError:" in str(exc)):
         raise VmStatusError(8, f"@{name}: the program's calls nest too "
                             "deeply (the VM's call stack is exhausted)",
                             name=program.label) from None
