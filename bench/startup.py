@@ -2,7 +2,7 @@
 sample kernel, ``run-module`` of a cached ``.vmfb``, and ``load_program``
 against ``iree.runtime``'s load of the same file.
 
-Usage: python bench/startup.py [--quick] [--rounds R] [--kernel K]
+Usage: python bench/startup.py [--quick] [--rounds R] [--kernel K] [--load-only]
 
 Targets, printed as target vs measured at the end (medians of wall time
 and of CPU time, user + system, of the whole process tree: the machine is
@@ -24,7 +24,24 @@ shared, and CPU time is the steadier of the two):
   mapped, its FlatBuffer verified), ``create_hal_module``, a ``VmContext``
   of the two (IREE runs ``__init`` and creates the executables there) and
   ``lookup_function("predict")``; released after. The ``VmInstance`` is
-  made once, as our process-wide state (imports) is.
+  made once, as our process-wide state (imports) is. Our repeated load
+  reuses, by content, the verified module, the verified ELF images and the
+  translation kept in memory, so this row mostly measures that reuse;
+* the same, but the first load of the file in a fresh process, the same
+  goal (<= 2x): every round starts one child process per side (in the
+  round's rotated order) that imports everything first (ours:
+  ``hal_cpu.programs.vm`` and every module a load of the file imports, as
+  listed once by a probe child; IREE's: ``iree.runtime``, then its
+  ``VmInstance`` and ``local-sync`` driver, as above), then times exactly
+  one load, as above, of a copy of the file at a new path no process has
+  loaded (page cache warm; our on-disk translation cache is warm too, as
+  after any first run: it is keyed by the module's content). The child
+  prints the wall time and the CPU time (``time.process_time``) of that
+  load; the table gives both, min and median, and their ratios. On a
+  shared machine the CPU ratio is the steadier: a load of a few
+  milliseconds is preempted far more often than one of half a millisecond.
+
+``--load-only`` runs only the two ``load_program`` rows.
 
 ``iree-run-module`` is the command pip's ``iree-base-runtime`` installs next
 to this Python (a Python launcher that runs IREE's binary, as IREE's pip
