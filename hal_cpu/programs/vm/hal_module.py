@@ -927,20 +927,24 @@ class HalModule:
                             answers[f[1:]] = 1
         return answers
 
+    def _pooled(self, size: int):
+        """A pooled ``(array, address)`` of ``size`` bytes, taken from the
+        pool, or None. (The free list is looked at before popping: an empty
+        one, as for a buffer the program hands to its caller on every call,
+        costs no exception.)"""
+        free = self._pool.get(size)
+        if free:
+            try:
+                return free.pop()
+            except IndexError:      # (another thread took it)
+                pass
+        return None
+
     def _allocate(self, size: int, memory_type: int, usage: int,
                   pooled: bool, what: str = "hal.allocator.allocate") -> Buffer:
         if size < 0:
             raise _status(INVALID_ARGUMENT, f"{what}: allocation of {size} bytes")
-        # (the free list looked at before popping: an empty one, as for a
-        # buffer the program hands to its caller on every call, costs no
-        # exception)
-        free = self._pool.get(size)
-        taken = None
-        if free:
-            try:
-                taken = free.pop()
-            except IndexError:      # (another thread took it)
-                pass
+        taken = self._pooled(size)
         if taken is None:
             try:
                 taken = self._store.take(size, what)
@@ -1568,13 +1572,7 @@ class HalModule:
         if pool:
             raise _status(UNIMPLEMENTED, "VM queue allocation pools are not "
                           "supported")
-        free = self._pool.get(size) if size >= 0 else None
-        taken = None
-        if free:
-            try:
-                taken = free.pop()
-            except IndexError:      # (another thread took it)
-                pass
+        taken = self._pooled(size) if size >= 0 else None
         if taken is not None:
             # (a pooled allocation of this size: what _allocate does with
             # one, without its call)
