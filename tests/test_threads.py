@@ -290,3 +290,57 @@ def test_threads_share_an_arm32_sample():
         _join(threads)
     assert np.allclose(want, a @ b, atol=1e-4)
     assert not errors and not wrong, (errors[:3], len(wrong))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_fork_does_not_wait_forever_for_a_space_lock_held_by_another_thread():
+    """fork() holds every emulated space's lock across the fork; one that
+    another thread keeps (it may itself be forking: subprocess with a
+    preexec_fn runs the same hooks, and waits for a lock this thread took)
+    is waited for at most FORK_LOCK_WAIT, and that space is closed in the
+    child, while a space whose lock was free stays usable there."""
+    from elfloader import BackendError
+    from elfloader.backend.emulated import EmulatedBackend
+    from elfloader.backend.emulated import space as space_module
+
+    arch = elfloader.arch.by_name("x86_64")
+    busy = EmulatedBackend(arch, engine="unicorn")
+    free = EmulatedBackend(arch, engine="unicorn")
+    busy_at, free_at = busy.alloc_bytes(b"busy"), free.alloc_bytes(b"free")
+    holding, done = threading.Event(), threading.Event()
+
+    def hold():
+        with busy.state.lock:
+            holding.set()
+            done.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        start = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                if free.read(free_at, 4) != b"free" or not busy.closed:
+                    code = 2
+                try:
+                    busy.read(busy_at, 4)
+                    code = 3
+                except BackendError:
+                    pass
+            except BaseException:
+                code = 4
+            finally:
+                os._exit(code)
+        waited = time.monotonic() - start
+        done.set()
+        assert _wait_child(pid, 30) == 0
+        assert waited < space_module.FORK_LOCK_WAIT + 5
+        assert not busy.closed and busy.read(busy_at, 4) == b"busy"
+    finally:
+        done.set()
+        holder.join(10)
+        busy.close()
+        free.close()

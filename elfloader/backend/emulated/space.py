@@ -61,28 +61,55 @@ _string_at = ctypes.string_at
 
 #: Emulated address spaces alive in this process.
 _SPACES: "weakref.WeakSet[EmulatedBackend]" = weakref.WeakSet()
-_FORK_HELD: list = []
+#: Per forking thread: the space locks it holds across a fork() and the
+#: spaces whose lock it could not take. (Two threads may fork at once:
+#: os.fork() in one, subprocess with a preexec_fn, which runs these hooks
+#: too, in another, as when a CPU's guest agent starts.)
+_FORKING = threading.local()
+#: Seconds fork() waits for a space's lock that another thread holds. That
+#: thread may itself be forking and waiting for a lock this one holds, so
+#: an endless wait could deadlock both.
+FORK_LOCK_WAIT = 1.0
 
 
 def _before_fork() -> None:
     # A space's lock held by another thread at the moment of fork() would
     # stay held in the child forever: hold every one across the fork, so
-    # the child starts with them free.
+    # the child starts with them free and each space in a consistent state.
+    # A lock not taken in time: that space is closed in the child.
+    held: list = []
+    skipped: list[EmulatedBackend] = []
+    _FORKING.held, _FORKING.skipped = held, skipped
     for space in list(_SPACES):
         if not space.closed:
             lock = space.state.lock
-            lock.acquire()
-            _FORK_HELD.append(lock)
+            if lock.acquire(timeout=FORK_LOCK_WAIT):
+                held.append(lock)
+            else:
+                skipped.append(space)
 
 
-def _after_fork() -> None:
-    while _FORK_HELD:
-        _FORK_HELD.pop().release()
+def _release_fork_locks() -> list:
+    held = getattr(_FORKING, "held", [])
+    skipped = getattr(_FORKING, "skipped", [])
+    _FORKING.held, _FORKING.skipped = [], []
+    while held:
+        held.pop().release()
+    return skipped
+
+
+def _after_fork_in_parent() -> None:
+    _release_fork_locks()
+
+
+def _after_fork_in_child() -> None:
+    for space in _release_fork_locks():
+        space.abandon_in_child()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
-                        after_in_child=_after_fork)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
 
 
 def _open_engine(arch: Arch, engine: str, cpu: str | None,
@@ -679,6 +706,15 @@ class EmulatedBackend(Backend):
         return addr
 
     # --- lifetime -----------------------------------------------------------
+    def abandon_in_child(self) -> None:
+        """In a forked child, for a space whose lock another thread of the
+        parent held through the fork (its state may be half changed): new
+        locks, and the space closed, so any use raises
+        :class:`BackendError` and nothing waits on a lock no thread here
+        will release. Its memory is left to the child's exit."""
+        self.state.lock = self._lock = threading.RLock()
+        self._closed = self.state.closed = True
+
     def close(self) -> None:
         """Free every CPU (unicorn engine and translation buffer) and all
         guest memory now, not when the garbage collector finds them. Any
