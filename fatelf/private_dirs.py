@@ -33,7 +33,7 @@ from typing import Union
 
 from .errors import FatElfError
 
-__all__ = ["APP", "UnsafePathError", "user_cache_home", "check_private_dir",
+__all__ = ["APP", "UnsafePathError", "user_cache_home", "check_private_dir", "is_private",
            "private_dir", "check_private_file", "cache_folder", "temp_root"]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -175,6 +175,21 @@ def private_dir(path: PathLike, error=UnsafePathError, *,
             pass
         check_private_dir(folder, error, field=field, narrow=True)
     return path
+
+
+def is_private(st: os.stat_result, *, directory: bool) -> bool:
+    """Whether ``st`` (an ``os.lstat`` result, so a symlink is itself) is
+    what :func:`check_private_dir` accepts without narrowing (a directory
+    of this user that nobody else can read or write) or, when not
+    ``directory``, what :func:`check_private_file` accepts (a regular file
+    of this user that nobody else can write): the same conditions as a
+    yes/no, for a cheap re-check of a path that passed before."""
+    mode = st.st_mode
+    if directory:
+        return (stat.S_ISDIR(mode) and st.st_uid == os.getuid()
+                and not mode & (_WRITABLE_BY_OTHERS | _OTHERS))
+    return (stat.S_ISREG(mode) and st.st_uid == os.getuid()
+            and not mode & _WRITABLE_BY_OTHERS)
 
 
 def check_private_file(path: PathLike, error=UnsafePathError, *,

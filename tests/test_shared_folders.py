@@ -414,3 +414,29 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+@pytest.mark.parametrize("mode", [0o700, 0o750, 0o705, 0o770, 0o702, 0o600, 0o644, 0o620])
+def test_is_private_says_what_the_checks_accept(tmp_path, mode):
+    """private_dirs.is_private on an lstat result answers as
+    check_private_dir (not narrowing) and check_private_file do."""
+    from fatelf import private_dirs
+
+    folder, file = tmp_path / "d", tmp_path / "f"
+    folder.mkdir()
+    file.write_bytes(b"x")
+    link = tmp_path / "l"
+    link.symlink_to(file)
+    for path, directory, check in ((folder, True, private_dirs.check_private_dir),
+                                   (file, False, private_dirs.check_private_file),
+                                   (link, False, private_dirs.check_private_file),
+                                   (file, True, private_dirs.check_private_dir)):
+        if not path.is_symlink():
+            os.chmod(path, mode)
+        try:
+            check(path)
+            accepted = True
+        except private_dirs.UnsafePathError:
+            accepted = False
+        assert private_dirs.is_private(os.lstat(path), directory=directory) is accepted, \
+            (path.name, oct(mode))

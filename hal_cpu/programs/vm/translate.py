@@ -53,7 +53,6 @@ import hashlib
 import marshal
 import math
 import os
-import stat
 import struct
 import sys
 import weakref
@@ -1976,8 +1975,9 @@ def _cache_dir():
 
     The whole chain of folders is checked once per process and cache home
     (:func:`fatelf.private_dirs.cache_folder`, a tenth of a millisecond
-    of every load); later loads check the folder itself only (this
-    user's directory, not a symlink, that nobody else can write). Its
+    of every load); later loads check the folder itself only
+    (:func:`fatelf.private_dirs.is_private`: this user's directory, not a
+    symlink, that nobody else can read or write). Its
     parents were private when checked, so only this user can have
     replaced them since."""
     if os.environ.get("PKR_VM_CACHE", "1") == "0":
@@ -1988,9 +1988,7 @@ def _cache_dir():
     folder = _cache_dirs.get(key)
     if folder is not None:
         try:
-            st = os.lstat(folder)
-            if (stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
-                    and not st.st_mode & 0o022):
+            if private_dirs.is_private(os.lstat(folder), directory=True):
                 return folder
         except OSError:
             pass
@@ -2035,12 +2033,12 @@ def _signature(path):
     """What identifies a cache file's version (device, inode, size, change
     time), or None: missing, or not a regular file of this user that
     nobody else can write (then it is read, and refused, as before)."""
+    from fatelf import private_dirs
     try:
         st = os.lstat(path)
     except OSError:
         return None
-    if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid()
-            or st.st_mode & 0o022):
+    if not private_dirs.is_private(st, directory=False):
         return None
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
