@@ -42,8 +42,6 @@ import sys
 import threading
 import time
 import traceback
-from functools import partial
-from operator import attrgetter
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -462,9 +460,6 @@ class Function:
         self._view1 = ((to_numpy, BufferView) if list(self.result_types) == ["r"]
                        else None)
         self._lock = program.lock
-        # (the hal module's dispatch time limit, read without its property)
-        self._hal_timeout = partial(attrgetter(
-            "_timeout" if hasattr(hal, "_timeout") else "timeout"), hal)
 
     def __call__(self, *inputs) -> list:
         program = self.program
@@ -490,16 +485,7 @@ class Function:
                 if exc.name is None:
                     raise exc.with_name(program.label) from None
                 raise
-            if program.timeout is None and not self._hal_timeout():
-                # (no time limit, now or left from an earlier call: the
-                # function called here, its failures as run_function's)
-                try:
-                    out = self._fn(*args)
-                except _CALL_FAILURES as exc:
-                    _raise_call_error(program, exc, self.name)
-                    raise
-            else:
-                out = program.run_function(self._fn, args, self.name)
+            out = program.run_function(self._fn, args, self.name)
             view1 = self._view1
             if view1 is not None and type(out) is view1[1]:
                 return [view1[0](out)]
