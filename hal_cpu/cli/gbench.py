@@ -25,37 +25,13 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["FORMATS", "TIME_UNITS", "Repetition", "Run", "benchmark_call", "console",
+__all__ = ["FORMATS", "TIME_UNITS", "Repetition", "Run", "console",
            "context", "csv", "json_report", "runs"]
 
 #: ``--benchmark_format`` values.
 FORMATS = ("console", "json", "csv")
 #: ``--benchmark_time_unit`` -> seconds per unit.
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
-
-
-def benchmark_call(fn, inputs: Sequence) -> tuple:
-    """What the benchmark loop calls, as ``iree-benchmark-module`` calls
-    (its ``iree_benchmark_module`` parses the inputs into buffer views once
-    and releases each call's outputs unread): ``(call, args)``, where
-    ``call(*args)`` runs the VM function ``fn``
-    (:class:`hal_cpu.programs.vm.program.Function`) once with the inputs
-    already made VM values (a numpy array -> a ``!hal.buffer_view`` over
-    a copy made here, once; a scalar as a call converts it) and returns its
-    results as the VM gives them (buffer views not read into numpy): its
-    :meth:`~hal_cpu.programs.vm.program.Function.prepared_call`.
-
-    Each call still runs the whole function: the VM's checks of its
-    arguments (types, shapes via ``hal.buffer_view.assert``), every import
-    and every dispatch.
-
-    Raises:
-        hal_cpu.programs.vm.refs.VmError (VmStatusError): an input the
-            module cannot hold (dtype without an element type, no memory);
-        TypeError: as many inputs as ``fn`` takes not given, or one of the
-            wrong kind.
-    """
-    return fn.prepared_call(*inputs)
 
 
 @dataclass(frozen=True)
