@@ -1572,17 +1572,8 @@ class HalModule:
         if pool:
             raise _status(UNIMPLEMENTED, "VM queue allocation pools are not "
                           "supported")
-        taken = self._pooled(size) if size >= 0 else None
-        if taken is not None:
-            # (a pooled allocation of this size: what _allocate does with
-            # one, without its call)
-            array, address = taken
-            array.fill(self.fill_byte)
-            buf = Buffer(array, address, (memory_types & 0xFFFFFFFE) | MEMORY_TYPE_CPU,
-                         (usage & 0xFFFFFFFF) | USAGE_CPU, None, True)
-        else:
-            buf = self._allocate(size, memory_types, usage, True,
-                                 "hal.device.queue.alloca")
+        buf = self._allocate(size, memory_types, usage, True,
+                             "hal.device.queue.alloca")
         buf.home = self._home
         if wait is None and signal is not None and type(signal) is Fence \
                 and signal.parts is None and signal.code is None \
